@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs every build and test dependency of dsec-vmm from Debian 12's
+# archive, then configures and builds into build/. Idempotent: run it again
+# after pulling; apt-get skips what is installed and ninja rebuilds only what
+# changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # libraries (CMake find_package / pkg-config)
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libseccomp-dev liburing-dev
+  # libFuzzer targets (clang with its runtime), run briefly by tools/test.sh
+  clang libclang-rt-14-dev
+  # peer for `dsec-vmm bench boot --peer qemu`
+  qemu-system-x86
+  # tests and tools
+  python3 procps util-linux
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=sudo
+else
+  sudo=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${packages[@]}"
+
+build_type=${DSEC_BUILD_TYPE:-Release}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${DSEC_CMAKE_ARGS:-}
+cmake --build build -j "$(nproc)"
+echo "setup.sh: built into $(pwd)/build (dsec-vmm: build/dsec-vmm)"

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// A source of monotonic time in nanoseconds, behind an interface so that rate
+// limiters and timestamping devices can be tested with a settable clock.
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace dsec {
+
+// Thread-safe: any thread may call NowNs().
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Nanoseconds on a monotonic timeline (CLOCK_MONOTONIC for the real clock).
+  virtual int64_t NowNs() const = 0;
+};
+
+// CLOCK_MONOTONIC. Stateless; Get() returns a process-wide instance.
+class MonotonicClock : public Clock {
+ public:
+  static const MonotonicClock& Get() {
+    static const MonotonicClock clock;
+    return clock;
+  }
+  int64_t NowNs() const override {
+    timespec ts;
+    // CLOCK_MONOTONIC cannot fail with a valid timespec pointer.
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+};
+
+// A clock that only moves when told to, for tests. Thread-safe.
+class FakeClock : public Clock {
+ public:
+  explicit FakeClock(int64_t start_ns = 0) : now_ns_(start_ns) {}
+  int64_t NowNs() const override { return now_ns_.load(std::memory_order_acquire); }
+  void SetNs(int64_t now_ns) { now_ns_.store(now_ns, std::memory_order_release); }
+  void AdvanceNs(int64_t delta_ns) { now_ns_.fetch_add(delta_ns, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<int64_t> now_ns_;
+};
+
+}  // namespace dsec
