@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CPL3 side of the user-call services (head.S, tg_ucall). Port I/O from CPL3
+ * raises #GP (IOPL 0, no I/O bitmap), so the few things that need ports
+ * trap into a tiny CPL0 handler: a CALL to tg_ucall, whose UD2 the #UD
+ * handler recognises by its address. Arguments: EAX = service (TG_SYS_*),
+ * RSI/RDX/RDI as below; the write service clobbers RCX.
+ */
+#ifndef DSEC_TESTGUEST_SYSCALL_H_
+#define DSEC_TESTGUEST_SYSCALL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+/* Writes len bytes to the UART with one `rep outsb`. */
+static inline void sys_write(const char *buf, size_t len)
+{
+	__asm__ volatile("call tg_ucall"
+			 : "+S"(buf), "+d"(len)
+			 : "a"(TG_SYS_WRITE)
+			 : "rcx", "memory");
+}
+
+/* isa-debug-exit, then i8042 reset, then triple fault: never returns. */
+static inline __attribute__((noreturn)) void sys_shutdown(uint32_t code)
+{
+	__asm__ volatile("call tg_ucall" : : "a"(TG_SYS_SHUTDOWN), "D"(code) : "memory");
+	__builtin_unreachable();
+}
+
+static inline __attribute__((noreturn)) void sys_triple_fault(void)
+{
+	__asm__ volatile("call tg_ucall" : : "a"(TG_SYS_TRIPLE_FAULT) : "memory");
+	__builtin_unreachable();
+}
+
+/* Asks the i8042 to pulse reset; returns if there is none. */
+static inline void sys_reset(void)
+{
+	uint32_t nr = TG_SYS_RESET;
+
+	__asm__ volatile("call tg_ucall" : "+a"(nr) : : "memory");
+}
+
+static inline uint64_t rdtsc(void)
+{
+	uint32_t lo, hi;
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return ((uint64_t)hi << 32) | lo;
+}
+
+#endif /* DSEC_TESTGUEST_SYSCALL_H_ */

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "workloads.h"
+
+#include "console.h"
+#include "fmt.h"
+#include "layout.h"
+#include "syscall.h"
+
+extern volatile uint64_t tg_ticks; /* incremented by the IRQ0 handler (head.S) */
+
+#define TOUCH_BASE (16ull << 20)
+#define PAGE_SIZE 4096ull
+
+struct workload {
+	const char *name;
+	bool needs_arg;
+	/* Fills *out with the result line (or leaves it empty) and returns
+	 * the exit code. arg is the number after ':' when needs_arg. */
+	int (*run)(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out);
+};
+
+static void result_start(struct tg_line *out, const char *name)
+{
+	line_reset(out);
+	line_str(out, "result workload=");
+	line_str(out, name);
+}
+
+static int run_boot(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out)
+{
+	(void)bi;
+	(void)arg;
+	result_start(out, "boot");
+	return TG_EXIT_OK;
+}
+
+static int run_spin(const struct tg_boot_info *bi, uint64_t n, struct tg_line *out)
+{
+	uint64_t t0 = tg_ticks, c0 = rdtsc(), i = 0;
+
+	(void)bi;
+	while (i < n) {
+		/* The empty asm "changes" i, so the loop cannot be folded away. */
+		__asm__ volatile("" : "+r"(i));
+		i++;
+	}
+	uint64_t cycles = rdtsc() - c0;
+	result_start(out, "spin");
+	line_kv(out, "iterations", i);
+	line_kv(out, "cycles", cycles);
+	line_kv(out, "ticks", tg_ticks - t0);
+	return TG_EXIT_OK;
+}
+
+static int run_touch(const struct tg_boot_info *bi, uint64_t mib, struct tg_line *out)
+{
+	uint64_t size = mib << 20, pages = 0;
+
+	/* Only the low 4 GiB is mapped; the map must call it all RAM. */
+	if (mib == 0 || mib > 4096 || TOUCH_BASE + size > 0x100000000ull ||
+	    !bootinfo_ram_covers(bi, TOUCH_BASE, size)) {
+		line_reset(out);
+		line_str(out, "error touch-does-not-fit addr=");
+		line_hex(out, TOUCH_BASE);
+		line_str(out, " size=");
+		line_hex(out, size);
+		return TG_EXIT_ERROR;
+	}
+	uint64_t c0 = rdtsc();
+	for (uint64_t off = 0; off < size; off += PAGE_SIZE) {
+		*(volatile uint8_t *)(uintptr_t)(TOUCH_BASE + off) = (uint8_t)pages;
+		pages++;
+	}
+	uint64_t cycles = rdtsc() - c0;
+	result_start(out, "touch");
+	line_kv(out, "mib", mib);
+	line_kv(out, "pages", pages);
+	line_kv(out, "cycles", cycles);
+	return TG_EXIT_OK;
+}
+
+static int run_ticks(const struct tg_boot_info *bi, uint64_t n, struct tg_line *out)
+{
+	uint64_t t0 = tg_ticks, c0 = rdtsc();
+
+	(void)bi;
+	while (tg_ticks - t0 < n)
+		__asm__ volatile("pause");
+	uint64_t cycles = rdtsc() - c0;
+	result_start(out, "ticks");
+	line_kv(out, "ticks", tg_ticks - t0);
+	line_kv(out, "cycles", cycles);
+	return TG_EXIT_OK;
+}
+
+/* Console text for flood: 64-byte numbered lines, so a capped log shows how
+ * far it got. */
+static char flood_buf[4096];
+
+static int run_flood(const struct tg_boot_info *bi, uint64_t bytes, struct tg_line *out)
+{
+	uint64_t left = bytes, c0 = rdtsc();
+
+	(void)bi;
+	for (size_t i = 0; i < sizeof(flood_buf); i++)
+		flood_buf[i] = (i % 64 == 63) ? '\n' : (char)('a' + (i / 64) % 26);
+	while (left > 0) {
+		size_t chunk = left < sizeof(flood_buf) ? (size_t)left : sizeof(flood_buf);
+		sys_write(flood_buf, chunk);
+		left -= chunk;
+	}
+	uint64_t cycles = rdtsc() - c0;
+	/* Without the test device the result line follows on the same UART:
+	 * start it on a fresh line. */
+	if (bytes % 64 != 0 && !console_has_testdev())
+		sys_write("\n", 1);
+	result_start(out, "flood");
+	line_kv(out, "bytes", bytes);
+	line_kv(out, "cycles", cycles);
+	return TG_EXIT_OK;
+}
+
+static int run_triple_fault(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out)
+{
+	(void)bi;
+	(void)arg;
+	(void)out;
+	sys_triple_fault();
+}
+
+static int run_reset(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out)
+{
+	(void)bi;
+	(void)arg;
+	sys_reset();
+	/* Reaching here means the platform ignored the i8042 reset. */
+	line_reset(out);
+	line_str(out, "error reset-ignored");
+	return TG_EXIT_ERROR;
+}
+
+static int run_fault(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out)
+{
+	(void)bi;
+	(void)arg;
+	(void)out;
+	/* A non-canonical address raises #GP(0) (SDM 3.3.7.1); the handler
+	 * reports it and shuts down with TG_EXIT_FAULT. */
+	(void)*(volatile uint64_t *)(uintptr_t)0x8000000000000000ull;
+	line_reset(out);
+	line_str(out, "error fault-not-raised");
+	return TG_EXIT_ERROR;
+}
+
+static const struct workload kWorkloads[] = {
+	{ "boot", false, run_boot },
+	{ "spin", true, run_spin },
+	{ "touch", true, run_touch },
+	{ "ticks", true, run_ticks },
+	{ "flood", true, run_flood },
+	{ "triple-fault", false, run_triple_fault },
+	{ "reset", false, run_reset },
+	{ "fault", false, run_fault },
+};
+
+static void report_bad(const char *what, const char *spec, size_t len)
+{
+	static struct tg_line l;
+
+	line_reset(&l);
+	line_str(&l, what);
+	line_str(&l, " name=");
+	line_strn(&l, spec, len);
+	console_send(&l);
+}
+
+int workload_run(const struct tg_boot_info *bi, const char *spec, size_t len)
+{
+	static struct tg_line out;
+	size_t name_len = 0;
+
+	while (name_len < len && spec[name_len] != ':')
+		name_len++;
+	for (size_t i = 0; i < sizeof(kWorkloads) / sizeof(kWorkloads[0]); i++) {
+		const struct workload *w = &kWorkloads[i];
+		uint64_t arg = 0;
+
+		if (tg_strlen(w->name) != name_len || !tg_memeq(w->name, spec, name_len))
+			continue;
+		if (w->needs_arg != (name_len < len) ||
+		    (w->needs_arg &&
+		     !tg_parse_u64(spec + name_len + 1, len - name_len - 1, &arg))) {
+			report_bad("error bad-workload-argument", spec, len);
+			return TG_EXIT_ERROR;
+		}
+		line_reset(&out);
+		int code = w->run(bi, arg, &out);
+		if (out.len > 0)
+			console_send(&out);
+		return code;
+	}
+	report_bad("error unknown-workload", spec, len);
+	return TG_EXIT_ERROR;
+}
