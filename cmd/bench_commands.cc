@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dsec-vmm bench ...`: benchmark programs that print their figures.
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "bench/boot_bench.h"
+#include "cmd/command.h"
+#include "cmd/default_paths.h"
+
+namespace dsec::cmd {
+
+void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (print figures; see docs/benchmarks.md)");
+  bench->require_subcommand(1);
+
+  CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");
+  auto opts = std::make_shared<bench::BootBenchOptions>();
+  boot->add_option("--runs", opts->runs, "Boots to time")->capture_default_str()->check(CLI::Range(1, 100000));
+  boot->add_option("--concurrency", opts->concurrency, "Boots in flight at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  boot->add_option("--peer", opts->peer, "Also boot the same guest under a peer monitor")
+      ->check(CLI::IsMember({"qemu"}));
+  boot->add_option("--mem-mib", opts->mem_mib, "Guest RAM")->capture_default_str();
+  boot->add_option("--kernel", opts->kernel, "Test guest ELF (default: the one built next to dsec-vmm)");
+  boot->add_flag("--json", opts->json, "Print one JSON object");
+  registry.Add(boot, [opts] {
+    bench::BootBenchOptions o = *opts;
+    o.self_exe = SelfExePath();
+    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    return bench::RunBootBench(o);
+  });
+}
+
+}  // namespace dsec::cmd

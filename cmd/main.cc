@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dsec-vmm binary: parses the command line and hands over to the
+// subcommand a component registered. No feature logic lives here.
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+#include "cmd/command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsec-vmm: node-level sandbox runtime (microVM monitor, sandboxes, benchmarks)"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+
+  dsec::cmd::CommandRegistry registry;
+  dsec::cmd::RegisterVmCommands(app, registry);
+  dsec::cmd::RegisterBenchCommands(app, registry);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors: one clear line (CLI11 prints it), exit status 2.
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return registry.RunSelected();
+}

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dsec-vmm vm run`: boots one microVM in this process and runs it until the
+// guest stops. The exit status says how it stopped (README.md has the table).
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "cmd/command.h"
+#include "cmd/default_paths.h"
+#include "nlohmann/json.hpp"
+#include "vmm/base/logging.h"
+#include "vmm/base/scoped_fd.h"
+#include "vmm/vm/vm.h"
+
+namespace dsec::cmd {
+
+namespace {
+
+struct VmRunOptions {
+  vm::VmConfig config;
+  std::string console = "stdio";
+  std::string boot = "auto";
+  std::string stats_json;
+  std::string log_level = "warn";
+  bool quiet_report = false;
+};
+
+enum ExitStatus {
+  kExitGuestOk = 0,
+  kExitGuestError = 1,
+  kExitUsage = 2,
+  kExitReset = 3,
+  kExitTripleFault = 4,
+  kExitInternal = 5,
+  kExitTimeout = 6,
+  kExitSignal = 7,
+};
+
+int ExitStatusFor(const vm::StopInfo& stop) {
+  switch (stop.reason) {
+    case vm::StopReason::kGuestShutdown:
+      return stop.guest_exit_code == 0 ? kExitGuestOk : kExitGuestError;
+    case vm::StopReason::kReset:
+      return kExitReset;
+    case vm::StopReason::kTripleFault:
+      return kExitTripleFault;
+    case vm::StopReason::kInternalError:
+      return kExitInternal;
+    case vm::StopReason::kTimeout:
+      return kExitTimeout;
+    case vm::StopReason::kHostRequest:
+      return kExitSignal;
+  }
+  return kExitInternal;
+}
+
+nlohmann::json StatsToJson(const vm::VmStats& s) {
+  return nlohmann::json{
+      {"stop_reason", std::string(vm::StopReasonName(s.stop.reason))},
+      {"guest_exit_code", s.stop.guest_exit_code},
+      {"detail", s.stop.detail},
+      {"monotonic_ns",
+       {{"create", s.timestamps.create_ns},
+        {"first_run", s.timestamps.first_run_ns},
+        {"first_insn", s.timestamps.first_insn_ns},
+        {"first_user", s.timestamps.first_user_ns},
+        {"workload_done", s.timestamps.workload_done_ns},
+        {"stop", s.timestamps.stop_ns}}},
+      {"guest_mem_bytes", s.guest_mem_bytes},
+      {"guest_resident_bytes", s.guest_resident_bytes},
+      {"vmm_rss_bytes", s.vmm_rss_bytes},
+      {"vmm_peak_rss_bytes", s.vmm_peak_rss_bytes},
+      {"console",
+       {{"bytes_in", s.console_bytes_in},
+        {"bytes_written", s.console_bytes_written},
+        {"bytes_dropped", s.console_bytes_dropped}}},
+      {"testdev", {{"messages", s.testdev_messages}, {"dropped", s.testdev_dropped}}},
+      {"vcpu_exits", s.vcpu_exits},
+      {"unclaimed_accesses", s.unclaimed_accesses},
+  };
+}
+
+int RunVm(VmRunOptions& opts) {
+  log::SetLevel(opts.log_level);
+  vm::VmConfig& config = opts.config;
+  if (opts.console == "stdio") {
+    config.console.kind = vm::ConsoleConfig::Kind::kStdio;
+  } else if (opts.console == "none") {
+    config.console.kind = vm::ConsoleConfig::Kind::kNone;
+  } else {
+    config.console.kind = vm::ConsoleConfig::Kind::kFile;
+    config.console.path = opts.console;
+  }
+  if (opts.boot == "linux64") {
+    config.boot = vm::BootProtocolChoice::kLinux64;
+  } else if (opts.boot == "pvh") {
+    config.boot = vm::BootProtocolChoice::kPvh;
+  }
+  if (config.kernel_path.empty()) {
+    config.kernel_path = DefaultTestGuestPath();
+    if (config.kernel_path.empty()) {
+      std::fprintf(stderr,
+                   "dsec-vmm: no --kernel given and the test guest was not found next to "
+                   "the binary (build it with tools/setup.sh)\n");
+      return kExitUsage;
+    }
+  }
+
+  // SIGINT/SIGTERM become a clean stop: block them in every thread (the VM's
+  // threads inherit this mask) and read them from a signalfd here.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ScopedFd sigfd(::signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+
+  auto created = vm::Vm::Create(config);
+  if (!created.ok()) {
+    std::fprintf(stderr, "dsec-vmm: %s\n", std::string(created.status().message()).c_str());
+    return created.status().code() == absl::StatusCode::kInvalidArgument ||
+                   created.status().code() == absl::StatusCode::kNotFound ||
+                   created.status().code() == absl::StatusCode::kPermissionDenied
+               ? kExitUsage
+               : kExitInternal;
+  }
+  std::unique_ptr<vm::Vm> machine = std::move(*created);
+  if (!opts.quiet_report) {
+    machine->SetTestMessageCallback([](std::string_view msg) {
+      std::printf("testguest: %.*s\n", static_cast<int>(msg.size()), msg.data());
+      std::fflush(stdout);
+    });
+  }
+  if (absl::Status s = machine->Start(); !s.ok()) {
+    std::fprintf(stderr, "dsec-vmm: starting the VM: %s\n", std::string(s.message()).c_str());
+    machine->Wait();
+    return kExitInternal;
+  }
+  pollfd fds[2] = {{machine->stop_requested_fd(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
+  for (;;) {
+    int n = ::poll(fds, sigfd.valid() ? 2 : 1, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (fds[0].revents & POLLIN) break;
+    if (sigfd.valid() && (fds[1].revents & POLLIN)) {
+      signalfd_siginfo info;
+      if (::read(sigfd.get(), &info, sizeof(info)) == sizeof(info)) {
+        machine->RequestStop(vm::StopReason::kHostRequest,
+                             absl::StrCat("signal ", info.ssi_signo));
+      }
+    }
+  }
+  vm::VmStats stats = machine->Wait();
+  std::fprintf(stderr, "dsec-vmm: vm stopped: reason=%s exit_code=%u detail=\"%s\"\n",
+               std::string(vm::StopReasonName(stats.stop.reason)).c_str(),
+               stats.stop.guest_exit_code, stats.stop.detail.c_str());
+  if (stats.console_bytes_dropped > 0) {
+    std::fprintf(stderr, "dsec-vmm: console: %llu bytes from the guest dropped (cap %llu bytes, "
+                         "rate %llu bytes/s)\n",
+                 static_cast<unsigned long long>(stats.console_bytes_dropped),
+                 static_cast<unsigned long long>(config.console.cap_bytes),
+                 static_cast<unsigned long long>(config.console.rate_bytes_per_s));
+  }
+  if (!opts.stats_json.empty()) {
+    std::ofstream out(opts.stats_json);
+    out << StatsToJson(stats).dump(2) << "\n";
+    if (!out) std::fprintf(stderr, "dsec-vmm: could not write %s\n", opts.stats_json.c_str());
+  }
+  return ExitStatusFor(stats.stop);
+}
+
+}  // namespace
+
+void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
+  CLI::App* vm_cmd = app.add_subcommand("vm", "Run a single microVM in this process");
+  vm_cmd->require_subcommand(1);
+  CLI::App* run = vm_cmd->add_subcommand("run", "Boot a kernel and run until the guest stops");
+  auto opts = std::make_shared<VmRunOptions>();
+  opts->config.cmdline = "console=ttyS0";
+  run->add_option("--kernel", opts->config.kernel_path,
+                  "ELF vmlinux, bzImage or PVH ELF (default: the test guest)");
+  run->add_option("--initrd", opts->config.initrd_path, "Initial ramdisk");
+  run->add_option("--cmdline", opts->config.cmdline, "Kernel command line")
+      ->capture_default_str();
+  run->add_option("--mem-mib", opts->config.mem_mib, "Guest RAM in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+  run->add_option("--vcpus", opts->config.vcpus, "vCPUs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  run->add_option("--console", opts->console, "stdio, none, or a file path")
+      ->capture_default_str();
+  run->add_option("--console-cap-bytes", opts->config.console.cap_bytes,
+                  "Total console bytes written; the rest is dropped and counted (0: no cap)")
+      ->capture_default_str();
+  run->add_option("--console-rate-bytes", opts->config.console.rate_bytes_per_s,
+                  "Sustained console bytes per second (0: unlimited)")
+      ->capture_default_str();
+  run->add_option("--boot", opts->boot, "Boot protocol")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "linux64", "pvh"}));
+  run->add_option("--timeout-ms", opts->config.timeout_ms, "Stop the VM after this long (0: never)")
+      ->capture_default_str();
+  run->add_option("--stats-json", opts->stats_json,
+                  "Write stop reason, boot timestamps and memory figures here");
+  run->add_option("--log-level", opts->log_level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
+  run->add_flag("--quiet-report", opts->quiet_report, "Do not print test-device messages");
+  registry.Add(run, [opts] { return RunVm(*opts); });
+}
+
+}  // namespace dsec::cmd

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by integration tests: where the built artefacts are, KVM
+// availability, test-guest report parsing, and running the real binary.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsec::testing {
+
+std::string TestGuestPath();
+std::string VmmBinaryPath();
+// "" when /dev/kvm is usable, otherwise why not (for GTEST_SKIP).
+std::string KvmUnavailableReason();
+
+// One test-guest report line "kind key=value key=value ...". The value of
+// the last key may contain spaces when it is `text` (the command line).
+struct Report {
+  std::string kind;
+  std::map<std::string, std::string> fields;
+  std::string Get(const std::string& key) const;
+  uint64_t GetU64(const std::string& key) const;  // decimal or 0x hex
+};
+Report ParseReport(const std::string& line);
+// All reports of one kind, in order.
+std::vector<Report> ReportsOf(const std::vector<std::string>& lines, const std::string& kind);
+std::optional<Report> FirstReportOf(const std::vector<std::string>& lines, const std::string& kind);
+
+struct CommandResult {
+  int exit_status = -1;  // -1 if killed by a signal
+  std::string out;
+  std::string err;
+};
+// Runs argv (no shell), capturing stdout and stderr (each up to `max_bytes`).
+CommandResult RunCommand(const std::vector<std::string>& argv, size_t max_bytes = 16 << 20);
+
+// Open file descriptors and threads of this process (for leak checks).
+int CountOpenFds();
+int CountThreads();
+
+// A unique temporary directory removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace dsec::testing

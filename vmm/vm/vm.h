@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "vmm/base/event_loop.h"
+#include "vmm/base/eventfd.h"
+#include "vmm/base/mmap.h"
+#include "vmm/bus/bus.h"
+#include "vmm/kvm/kvm_system.h"
+#include "vmm/kvm/kvm_vm.h"
+#include "vmm/memory/memfd_guest_memory.h"
+#include "vmm/vcpu/vcpu_thread.h"
+#include "vmm/vm/vm_config.h"
+
+namespace dsec::devices {
+class ConsoleOutput;
+class SerialDevice;
+class I8042Device;
+class TestDevice;
+}  // namespace dsec::devices
+
+namespace dsec::vm {
+
+// How a VM ended. The first request wins; later ones are ignored.
+enum class StopReason {
+  kGuestShutdown,  // the guest asked to stop (test device, or ACPI-less poweroff)
+  kReset,          // the guest asked for a reset (i8042 pulse, KVM reset event)
+  kTripleFault,    // KVM_EXIT_SHUTDOWN
+  kInternalError,  // KVM failure or an exit the monitor cannot handle
+  kTimeout,        // VmConfig::timeout_ms expired
+  kHostRequest,    // RequestStop from the host side (signal, API)
+};
+std::string_view StopReasonName(StopReason reason);
+
+struct StopInfo {
+  StopReason reason = StopReason::kInternalError;
+  uint32_t guest_exit_code = 0;  // for kGuestShutdown
+  std::string detail;
+};
+
+// CLOCK_MONOTONIC nanoseconds (system-wide, so comparable with timestamps of
+// other processes such as a benchmark's fork time); 0 = did not happen.
+struct BootTimestamps {
+  int64_t create_ns = 0;          // Vm::Create entered
+  int64_t first_run_ns = 0;       // the boot vCPU's first KVM_RUN
+  int64_t first_insn_ns = 0;      // test device event FIRST_INSN
+  int64_t first_user_ns = 0;      // test device event FIRST_USER
+  int64_t workload_done_ns = 0;   // test device event WORKLOAD_DONE
+  int64_t stop_ns = 0;            // the stop request
+};
+
+struct VmStats {
+  StopInfo stop;
+  BootTimestamps timestamps;
+  uint64_t guest_mem_bytes = 0;
+  uint64_t guest_resident_bytes = 0;  // guest RAM the host has backed (mincore)
+  uint64_t vmm_rss_bytes = 0;         // VmRSS of the whole process at stop
+  uint64_t vmm_peak_rss_bytes = 0;    // VmHWM
+  uint64_t console_bytes_in = 0;
+  uint64_t console_bytes_written = 0;
+  uint64_t console_bytes_dropped = 0;
+  uint64_t testdev_messages = 0;
+  uint64_t testdev_dropped = 0;
+  uint64_t vcpu_exits = 0;
+  uint64_t unclaimed_accesses = 0;
+};
+
+// One microVM: guest memory, the KVM VM and its vCPU threads, the device
+// buses, and the event-loop thread that runs device back-ends and timers.
+//
+// Threads: Create/Start/Wait are called by one owner thread. Pause, Resume
+// and RequestStop may be called from any thread. vCPU threads and the event
+// loop call into the VM through the device callbacks below.
+// Lifetime: Wait() (or the destructor, which stops and waits) joins every
+// thread; after it returns no thread of this VM runs and every fd it opened
+// is closed when the object is destroyed.
+class Vm : private vcpu::VcpuStopSink {
+ public:
+  static absl::StatusOr<std::unique_ptr<Vm>> Create(const VmConfig& config);
+  ~Vm() override;
+
+  // Called on the event-loop thread for each test-device message, in order.
+  // Set before Start().
+  void SetTestMessageCallback(std::function<void(std::string_view)> callback);
+
+  absl::Status Start();
+  // Parks every vCPU outside KVM_RUN; returns when all are parked.
+  absl::Status Pause();
+  absl::Status Resume();
+  void RequestStop(StopReason reason, std::string detail, uint32_t guest_exit_code = 0);
+  // Readable (eventfd) once a stop has been requested, for owners that also
+  // wait on other fds (signals).
+  int stop_requested_fd() const { return stop_event_->fd(); }
+  // Blocks until the VM stopped and every thread is joined. Idempotent.
+  VmStats Wait();
+
+  bool paused() const;
+  std::vector<std::string> TestMessages() const;
+  const memory::MemfdGuestMemory& memory() const { return *memory_; }
+  uint32_t vcpu_count() const { return static_cast<uint32_t>(vcpus_.size()); }
+
+ private:
+  class TestListener;
+  class IrqfdLine;
+  Vm() = default;
+
+  absl::Status SetUpVcpus(const VmConfig& config, const void* boot_plan);
+  absl::Status SetUpDevices(const VmConfig& config);
+  absl::Status SetUpEventLoop(const VmConfig& config);
+  void DrainConsole();
+  void OnVcpuStop(uint32_t vcpu_id, vcpu::VcpuStopCause cause, std::string detail) override;
+  void KickAll();
+  void CollectStats();
+
+  VmConfig config_;
+  BootTimestamps timestamps_;
+  std::unique_ptr<memory::MemfdGuestMemory> memory_;
+  std::unique_ptr<kvm::KvmSystem> kvm_;
+  std::unique_ptr<kvm::KvmVm> kvm_vm_;
+  std::vector<uint32_t> ram_slots_;
+
+  bus::Bus pio_bus_{"pio"};
+  bus::Bus mmio_bus_{"mmio"};
+  std::unique_ptr<IrqfdLine> serial_irq_;
+  std::unique_ptr<devices::ConsoleOutput> console_;
+  std::shared_ptr<devices::SerialDevice> serial_;
+  std::shared_ptr<devices::I8042Device> i8042_;
+  std::unique_ptr<TestListener> test_listener_;
+  std::shared_ptr<devices::TestDevice> testdev_;
+
+  std::unique_ptr<EventLoop> loop_;
+  std::thread loop_thread_;
+  int console_retry_timer_ = -1;
+  bool console_watching_writable_ = false;
+
+  vcpu::VcpuControl control_;
+  std::vector<std::unique_ptr<vcpu::VcpuThread>> vcpus_;
+
+  std::optional<EventFd> stop_event_;
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool waited_ ABSL_GUARDED_BY(mu_) = false;
+  StopInfo stop_ ABSL_GUARDED_BY(mu_);
+  VmStats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> messages_ ABSL_GUARDED_BY(mu_);
+  std::function<void(std::string_view)> message_callback_;
+};
+
+}  // namespace dsec::vm
