@@ -54,6 +54,10 @@ struct StopInfo {
 // other processes such as a benchmark's fork time); 0 = did not happen.
 struct BootTimestamps {
   int64_t create_ns = 0;          // Vm::Create entered
+  int64_t kvm_ready_ns = 0;       // KVM VM created
+  int64_t memory_ready_ns = 0;    // guest RAM mapped and registered as memslots
+  int64_t loaded_ns = 0;          // irqchip, PIT, kernel, boot structures and devices
+  int64_t vcpus_ready_ns = 0;     // vCPUs created and configured (end of Create)
   int64_t first_run_ns = 0;       // the boot vCPU's first KVM_RUN
   int64_t first_insn_ns = 0;      // test device event FIRST_INSN
   int64_t first_user_ns = 0;      // test device event FIRST_USER
