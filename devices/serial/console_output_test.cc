@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <csignal>
 #include <cstdlib>
 #include <string>
 #include <thread>
