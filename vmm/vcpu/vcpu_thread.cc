@@ -128,6 +128,14 @@ void VcpuThread::Join() {
 }
 
 void VcpuThread::Loop() {
+  if (pre_run_hook_) {
+    absl::Status s = pre_run_hook_();
+    if (!s.ok()) {
+      sink_->OnVcpuStop(id(), VcpuStopCause::kInternalError,
+                        absl::StrCat("vCPU set-up before KVM_RUN failed: ", s.ToString()));
+      return;
+    }
+  }
   metrics_.first_run_ns.store(MonotonicNs());
   for (;;) {
     if (!control_->WaitWhilePaused()) return;

@@ -86,6 +86,11 @@ class VcpuThread {
   VcpuThread(const VcpuThread&) = delete;
   VcpuThread& operator=(const VcpuThread&) = delete;
 
+  // Runs on the vCPU thread before its first KVM_RUN (CPU placement, core
+  // scheduling cookie, seccomp filter). A failure stops the VM. Set before
+  // Start().
+  void SetPreRunHook(std::function<absl::Status()> hook) { pre_run_hook_ = std::move(hook); }
+
   // Installs the kick signal handler (once per process) and starts the thread.
   absl::Status Start();
   // Makes the thread leave KVM_RUN soon (see kvm_vcpu.h for the protocol).
@@ -111,6 +116,7 @@ class VcpuThread {
   const bus::Bus* mmio_;
   VcpuControl* control_;
   VcpuStopSink* sink_;
+  std::function<absl::Status()> pre_run_hook_;
   std::thread thread_;
   std::atomic<pthread_t> native_{};
   std::atomic<bool> started_{false};
