@@ -129,9 +129,11 @@ static uint64_t mp_find(uint64_t start, uint64_t end)
 	return 0;
 }
 
-/* Counts enabled processor entries (type 0, 20 bytes, flags bit 0 = EN);
- * other entry types are 8 bytes (MP spec section 4.3). */
-static uint32_t mp_count_cpus(void)
+/* Records enabled processor entries (type 0, 20 bytes: APIC id at offset 1,
+ * flags at 3 with bit 0 = EN and bit 1 = BP); other entry types are 8 bytes
+ * (MP spec section 4.3.1). Returns the number of enabled processors, or 1
+ * without a usable table. */
+static uint32_t mp_scan_cpus(struct tg_boot_info *bi)
 {
 	uint64_t fp = mp_find(0x9fc00, 0xa0000);
 	uint64_t table, p, end;
@@ -149,8 +151,17 @@ static uint32_t mp_count_cpus(void)
 	end = table + *(const volatile uint16_t *)(uintptr_t)(table + 4);
 	for (uint32_t i = 0; i < entries && p < end; i++) {
 		if (ld8(p) == 0) {
-			if (ld8(p + 3) & 1)
+			uint8_t flags = ld8(p + 3);
+
+			if (flags & 1) {
+				if (bi->mp_cpu_count < TG_MP_MAX_CPUS)
+					bi->mp_apic_ids[bi->mp_cpu_count++] = ld8(p + 1);
+				if (flags & 2) {
+					bi->mp_has_bsp = true;
+					bi->mp_bsp_apic_id = ld8(p + 1);
+				}
 				count++;
+			}
 			p += 20;
 		} else {
 			p += 8;
@@ -165,13 +176,16 @@ bool bootinfo_parse(uint32_t protocol, uint64_t ptr, struct tg_boot_info *bi)
 	bi->cmdline = "";
 	bi->e820_count = 0;
 	bi->cpus = 1;
+	bi->mp_cpu_count = 0;
+	bi->mp_has_bsp = false;
+	bi->mp_bsp_apic_id = 0;
 	if (ptr == 0 || ptr >= MAPPED_LIMIT) {
 		report_error("boot-info-address", ptr);
 		return false;
 	}
 	if (!(protocol == TG_BOOT_PVH ? parse_pvh(ptr, bi) : parse_linux64(ptr, bi)))
 		return false;
-	bi->cpus = mp_count_cpus();
+	bi->cpus = mp_scan_cpus(bi);
 	return true;
 }
 

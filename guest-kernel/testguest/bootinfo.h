@@ -11,6 +11,7 @@
 
 #define TG_MAX_E820 128 /* boot_params.e820_table has 128 slots */
 #define TG_E820_RAM 1
+#define TG_MP_MAX_CPUS 256 /* MP table APIC ids are 8 bits wide */
 
 struct tg_mem_region {
 	uint64_t addr;
@@ -24,6 +25,13 @@ struct tg_boot_info {
 	uint32_t e820_count;
 	struct tg_mem_region e820[TG_MAX_E820];
 	uint32_t cpus; /* enabled processors in the MP table, else 1 */
+	/* Their local APIC ids, in table order (the first TG_MP_MAX_CPUS), and
+	 * whether the table names one of them the bootstrap processor. Without
+	 * an MP table: none. */
+	uint32_t mp_cpu_count;
+	uint8_t mp_apic_ids[TG_MP_MAX_CPUS];
+	bool mp_has_bsp;
+	uint8_t mp_bsp_apic_id;
 };
 
 /* Fills bi from the boot info at physical address ptr. Returns false, with

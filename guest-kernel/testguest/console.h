@@ -13,7 +13,9 @@
 #include "fmt.h"
 
 bool console_has_testdev(void);
-/* Sends one message line (without newline in l). Clobbers l->buf past len. */
+/* Sends one message line (without newline in l). Clobbers l->buf past len.
+ * Safe to call from several CPUs at once (lines are not interleaved); the
+ * other helpers use static buffers and are for the BSP only. */
 void console_send(struct tg_line *l);
 /* Convenience: sends a constant line. */
 void console_send_str(const char *s);

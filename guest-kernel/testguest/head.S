@@ -64,6 +64,25 @@ tg_tss:
 	.error "TSS layout"
 	.endif
 
+/*
+ * One TSS per AP, indexed by APIC id, each with RSP0 at the top of that AP's
+ * kernel stack. A TSS descriptor is marked busy by LTR and LTR faults on a
+ * busy one (SDM vol. 3 section 8.2.2), so CPUs cannot share a descriptor,
+ * and they must not share RSP0 either.
+ */
+	.set cpu, 0
+	.rept TG_MAX_CPUS
+	.org TG_AP_TSS_OFF + cpu * TG_AP_TSS_STRIDE
+	.long 0
+	.quad tg_ap_kstacks + (cpu + 1) * (1 << TG_AP_KSTACK_SHIFT)
+	.quad 0, 0, 0
+	.quad 0, 0, 0, 0, 0, 0, 0
+	.quad 0
+	.word 0
+	.word TG_TSS_LIMIT + 1
+	.set cpu, cpu + 1
+	.endr
+
 /* 8259A non-specific EOI (OCW2 = 0x20). Only IRQ0 is unmasked; 33-47 can
  * only be spurious, and an EOI with no bit in service is harmless. */
 tg_irq_eoi_master:
@@ -143,11 +162,25 @@ tg_ud:
 	je tg_sys_shutdown
 	cmpl $TG_SYS_TRIPLE_FAULT, %eax
 	je tg_triple_fault
+	cmpl $TG_SYS_PARK, %eax
+	je tg_park
 	cmpl $TG_SYS_RESET, %eax
 	jne 3f
 	movb $TG_I8042_RESET, %al
 	outb %al, $TG_PORT_I8042_CMD
 3:	iretq				/* unknown service, or reset ignored */
+
+/*
+ * Where an AP ends up. With IF clear only NMI, SMI, INIT or RESET wake a
+ * halted CPU (SDM vol. 3 section 8.4.4 / HLT), and the loop halts again
+ * after an NMI. With the in-kernel irqchip HLT blocks the vCPU thread in
+ * the host kernel, so a parked AP costs no host CPU, unlike a CPL3 spin.
+ */
+	.globl tg_park
+tg_park:
+	cli
+	hlt
+	jmp tg_park
 
 /*
  * Shutdown without the test device: QEMU's isa-debug-exit (exit status
@@ -182,6 +215,14 @@ tg_fault_stack:
 tg_fault_stack_top:
 tg_in_fault:
 	.byte 0
+
+	/* Per-AP stacks, indexed by APIC id (layout.h). */
+	.balign 16
+	.globl tg_ap_kstacks, tg_ap_ustacks
+tg_ap_kstacks:
+	.skip TG_MAX_CPUS << TG_AP_KSTACK_SHIFT
+tg_ap_ustacks:
+	.skip TG_MAX_CPUS << TG_AP_USTACK_SHIFT
 
 	/* No executable stack: silences ld for hand-written assembly. */
 	.section .note.GNU-stack, "", @progbits

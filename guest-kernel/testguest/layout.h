@@ -20,6 +20,24 @@
 #define TG_TSS_OFF (TG_NUM_STUBS * TG_STUB_SIZE)
 #define TG_TSS_LIMIT 103           /* 64-bit TSS is 104 bytes (SDM 8.7) */
 
+/*
+ * SMP. APs are indexed by their local APIC id, which the MP table the
+ * monitor writes numbers 0..N-1; ids at or above TG_MAX_CPUS (the monitor's
+ * own vCPU limit) are not started. Each AP has its own TSS in .head at
+ * TG_AP_TSS_OFF + id * TG_AP_TSS_STRIDE (128-byte slots, so a TSS never
+ * crosses a page), its own GDT descriptor TG_SEL_AP_TSS + id * 16, and its
+ * own kernel and user stacks (head.S).
+ */
+#define TG_MAX_CPUS 64
+#define TG_AP_TSS_OFF 0x400
+#define TG_AP_TSS_STRIDE 128
+#define TG_AP_KSTACK_SHIFT 10      /* 1 KiB: a user-call or fault frame only */
+#define TG_AP_USTACK_SHIFT 13      /* 8 KiB: the AP's CPL3 code and one report line */
+/* The real-mode trampoline is copied to this 4 KiB-aligned page below 1 MiB;
+ * the STARTUP IPI vector is its page number (Intel SDM vol. 3 section
+ * 10.6.1, MP spec appendix B.4.2). */
+#define TG_TRAMPOLINE_BASE 0x10000
+
 #define TG_VEC_UD 6                /* #UD: also the user-call trap, see head.S */
 #define TG_VEC_TIMER 32            /* PIC master IRQ0 after remapping */
 
@@ -28,7 +46,9 @@
 #define TG_SEL_KDATA 0x18
 #define TG_SEL_UDATA 0x23          /* 0x20 | RPL 3 */
 #define TG_SEL_UCODE 0x2b          /* 0x28 | RPL 3 */
-#define TG_SEL_TSS 0x30
+#define TG_SEL_TSS 0x30            /* the BSP's TSS */
+#define TG_SEL_AP_TSS 0x40         /* + 16 * APIC id: the APs' TSSes */
+#define TG_GDT_SIZE (TG_SEL_AP_TSS + TG_MAX_CPUS * 16)
 
 /* Value of RDI when CPL3 main starts: which entry the monitor used. */
 #define TG_BOOT_LINUX64 1
@@ -39,6 +59,7 @@
 #define TG_SYS_SHUTDOWN 1          /* EDI = exit code */
 #define TG_SYS_TRIPLE_FAULT 2
 #define TG_SYS_RESET 3
+#define TG_SYS_PARK 4              /* cli; hlt forever: where an AP ends */
 
 /* Exit codes (the test device's SHUTDOWN value / isa-debug-exit value). */
 #define TG_EXIT_OK 0
@@ -47,6 +68,9 @@
 #define TG_EXIT_DOUBLE_FAULT 3     /* exception while reporting one */
 
 #define TG_LAPIC_BASE 0xfee00000  /* xAPIC MMIO (SDM vol. 3 10.4.1) */
+#define TG_LAPIC_ID 0x20          /* APIC id in bits 31:24 (SDM 10.4.6) */
+#define TG_LAPIC_ICR_LO 0x300     /* writing it sends the IPI (SDM 10.6.1) */
+#define TG_LAPIC_ICR_HI 0x310     /* destination APIC id in bits 31:24 */
 
 /* Legacy I/O ports. */
 #define TG_PORT_UART 0x3f8

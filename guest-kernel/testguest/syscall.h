@@ -44,6 +44,14 @@ static inline void sys_reset(void)
 	__asm__ volatile("call tg_ucall" : "+a"(nr) : : "memory");
 }
 
+/* Halts this CPU for good with interrupts off (head.S tg_park): how an AP
+ * ends. Never returns. */
+static inline __attribute__((noreturn)) void sys_park(void)
+{
+	__asm__ volatile("call tg_ucall" : : "a"(TG_SYS_PARK) : "memory");
+	__builtin_unreachable();
+}
+
 static inline uint64_t rdtsc(void)
 {
 	uint32_t lo, hi;

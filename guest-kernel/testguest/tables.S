@@ -12,7 +12,7 @@
  * GDT (Intel SDM vol. 3 section 3.4.5; in 64-bit mode code segments use the
  * L bit and ignore base/limit, data segments ignore almost everything).
  */
-	.globl tg_gdt_ptr
+	.globl tg_gdt_ptr, tg_gdt
 tg_gdt:
 	.quad 0				/* 0x00 null */
 	.quad 0				/* 0x08 unused */
@@ -21,7 +21,7 @@ tg_gdt:
 	.quad 0x00cff2000000ffff	/* 0x20 user data: P, DPL3, RW */
 	.quad 0x00affa000000ffff	/* 0x28 user code: P, DPL3, L */
 	/* 0x30 64-bit available TSS (type 9), 16 bytes (SDM figure 8-4). */
-	.set tss_addr, TG_KBASE + TG_TSS_OFF
+	.macro TSS_DESC
 	.word TG_TSS_LIMIT
 	.word tss_addr & 0xffff
 	.byte (tss_addr >> 16) & 0xff
@@ -30,7 +30,23 @@ tg_gdt:
 	.byte (tss_addr >> 24) & 0xff
 	.long tss_addr >> 32
 	.long 0
+	.endm
+	.set tss_addr, TG_KBASE + TG_TSS_OFF
+	TSS_DESC
+	/* 0x40 + 16*id: the APs' TSSes (head.S), one per APIC id. */
+	.if . - tg_gdt != TG_SEL_AP_TSS
+	.error "GDT layout"
+	.endif
+	.set cpu, 0
+	.rept TG_MAX_CPUS
+	.set tss_addr, TG_KBASE + TG_AP_TSS_OFF + cpu * TG_AP_TSS_STRIDE
+	TSS_DESC
+	.set cpu, cpu + 1
+	.endr
 tg_gdt_end:
+	.if tg_gdt_end - tg_gdt != TG_GDT_SIZE
+	.error "GDT size (layout.h TG_GDT_SIZE)"
+	.endif
 
 /* LGDT operand. In 32-bit mode (PVH entry) LGDT reads limit + the low 32
  * bits of the base, so the same operand serves both modes. */

@@ -4,6 +4,7 @@
 #include "console.h"
 #include "fmt.h"
 #include "layout.h"
+#include "smp.h"
 #include "syscall.h"
 
 extern volatile uint64_t tg_ticks; /* incremented by the IRQ0 handler (head.S) */
@@ -161,6 +162,7 @@ static const struct workload kWorkloads[] = {
 	{ "triple-fault", false, run_triple_fault },
 	{ "reset", false, run_reset },
 	{ "fault", false, run_fault },
+	{ "smp", false, workload_smp },
 };
 
 static void report_bad(const char *what, const char *spec, size_t len)

@@ -96,10 +96,12 @@ class MsrBuffer {
 
 absl::StatusOr<VcpuExit> KvmVcpu::Run() {
   // Not retried on EINTR: the interruption is how the monitor gets the vCPU
-  // thread back (see the kick protocol in kvm_vcpu.h).
+  // thread back (see the kick protocol in kvm_vcpu.h). EAGAIN is what KVM_RUN
+  // returns once when an AP waiting for SIPI (KVM_MP_STATE_INIT_RECEIVED)
+  // receives it; the caller just runs again, so it is the same outcome.
   if (::ioctl(fd_.get(), KVM_RUN, 0) < 0) {
     int err = errno;
-    if (err == EINTR) return vcpu_exit::Interrupted{};
+    if (err == EINTR || err == EAGAIN) return vcpu_exit::Interrupted{};
     return ErrnoStatus(absl::StrCat("KVM_RUN(vcpu ", id_, ")"), err);
   }
   auto* run = reinterpret_cast<kvm_run*>(run_.data());
