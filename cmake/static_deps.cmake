@@ -25,3 +25,17 @@ if(DSEC_STATIC_BINARY)
 else()
   set(DSEC_LOG_DEPS spdlog::spdlog)
 endif()
+
+# liburing: Debian ships liburing.a too; the pkg-config imported target names
+# the .so, which a -static link cannot use.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
+if(DSEC_STATIC_BINARY)
+  find_library(DSEC_LIBURING_ARCHIVE NAMES liburing.a REQUIRED)
+  add_library(dsec_liburing INTERFACE)
+  target_link_libraries(dsec_liburing INTERFACE ${DSEC_LIBURING_ARCHIVE})
+  target_include_directories(dsec_liburing INTERFACE ${LIBURING_INCLUDE_DIRS})
+else()
+  add_library(dsec_liburing INTERFACE)
+  target_link_libraries(dsec_liburing INTERFACE PkgConfig::LIBURING)
+endif()

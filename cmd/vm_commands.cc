@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "cmd/command.h"
 #include "cmd/default_paths.h"
+#include "cmd/device_args.h"
 #include "nlohmann/json.hpp"
 #include "vmm/base/logging.h"
 #include "vmm/base/scoped_fd.h"
@@ -41,9 +43,13 @@ struct VmRunOptions {
   vm::VmConfig config;
   std::string console = "stdio";
   std::string boot = "auto";
+  std::string pit = "user";
   std::string stats_json;
   std::string log_level = "warn";
   bool quiet_report = false;
+  std::vector<std::string> disks;
+  std::vector<std::string> nets;
+  std::string vsock;
 };
 
 enum ExitStatus {
@@ -106,6 +112,11 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
   };
 }
 
+int UsageError(const absl::Status& status) {
+  std::fprintf(stderr, "dsec-vmm: %s\n", std::string(status.message()).c_str());
+  return kExitUsage;
+}
+
 int RunVm(VmRunOptions& opts) {
   log::SetLevel(opts.log_level);
   vm::VmConfig& config = opts.config;
@@ -117,10 +128,26 @@ int RunVm(VmRunOptions& opts) {
     config.console.kind = vm::ConsoleConfig::Kind::kFile;
     config.console.path = opts.console;
   }
+  config.pit = opts.pit == "kernel" ? vm::PitChoice::kKernel : vm::PitChoice::kUser;
   if (opts.boot == "linux64") {
     config.boot = vm::BootProtocolChoice::kLinux64;
   } else if (opts.boot == "pvh") {
     config.boot = vm::BootProtocolChoice::kPvh;
+  }
+  for (const auto& arg : opts.disks) {
+    auto disk = ParseDiskArg(arg);
+    if (!disk.ok()) return UsageError(disk.status());
+    config.disks.push_back(*disk);
+  }
+  for (const auto& arg : opts.nets) {
+    auto net = ParseNetArg(arg);
+    if (!net.ok()) return UsageError(net.status());
+    config.nets.push_back(*net);
+  }
+  if (!opts.vsock.empty()) {
+    auto vsock = ParseVsockArg(opts.vsock);
+    if (!vsock.ok()) return UsageError(vsock.status());
+    config.vsock = *vsock;
   }
   if (config.kernel_path.empty()) {
     config.kernel_path = DefaultTestGuestPath();
@@ -225,6 +252,10 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
   run->add_option("--boot", opts->boot, "Boot protocol")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "linux64", "pvh"}));
+  run->add_option("--pit", opts->pit,
+                  "8254 PIT: user (in the monitor) or kernel (KVM's; slow VM teardown)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"user", "kernel"}));
   run->add_option("--timeout-ms", opts->config.timeout_ms, "Stop the VM after this long (0: never)")
       ->capture_default_str();
   run->add_option("--stats-json", opts->stats_json,
@@ -232,6 +263,12 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
   run->add_option("--log-level", opts->log_level, "trace, debug, info, warn, error, off")
       ->capture_default_str();
   run->add_flag("--quiet-report", opts->quiet_report, "Do not print test-device messages");
+  run->add_flag("--rng", opts->config.rng, "Add a virtio-rng device (host getrandom)");
+  run->add_option("--disk", opts->disks, "virtio-blk disk: PATH[,ro] (repeatable)");
+  run->add_option("--net", opts->nets, "virtio-net on an existing tap: TAP[,mac=..] (repeatable)");
+  run->add_option("--vsock", opts->vsock,
+                  "virtio-vsock: CID,SOCKET (host clients connect to SOCKET and send "
+                  "'CONNECT <port>\\n'; guest connections to port P reach SOCKET_P)");
   registry.Add(run, [opts] { return RunVm(*opts); });
 }
 

@@ -39,6 +39,9 @@
 	incq tg_ticks(%rip)
 	jmp tg_irq_eoi_master
 	.else
+	/* Count every other PIC vector: the virtio drivers (virtio.c) wait for
+	 * their device's IRQ by watching tg_irq_counts[irq] from CPL3. */
+	incq tg_irq_counts + 8 * (vec - TG_VEC_TIMER)(%rip)
 	jmp tg_irq_eoi_both
 	.endif
 	.set vec, vec + 1
@@ -83,8 +86,11 @@ tg_tss:
 	.set cpu, cpu + 1
 	.endr
 
-/* 8259A non-specific EOI (OCW2 = 0x20). Only IRQ0 is unmasked; 33-47 can
- * only be spurious, and an EOI with no bit in service is harmless. */
+/* 8259A non-specific EOI (OCW2 = 0x20). IRQ0 is unmasked at boot, other
+ * lines only while a virtio workload unmasks its device's IRQ (user call
+ * TG_SYS_PIC_MASK). The PIC is in edge mode, so EOI before the device has
+ * been acknowledged does not re-trigger; an EOI to the slave for a master
+ * IRQ, or with no bit in service, is harmless. */
 tg_irq_eoi_master:
 	pushq %rax
 	movb $0x20, %al
@@ -164,6 +170,15 @@ tg_ud:
 	je tg_triple_fault
 	cmpl $TG_SYS_PARK, %eax
 	je tg_park
+	cmpl $TG_SYS_PIC_MASK, %eax
+	jne 4f
+	/* OCW1 to both 8259As: EDI bits 7:0 master, 15:8 slave. */
+	movl %edi, %eax
+	outb %al, $0x21
+	movb %ah, %al
+	outb %al, $0xa1
+	iretq
+4:
 	cmpl $TG_SYS_RESET, %eax
 	jne 3f
 	movb $TG_I8042_RESET, %al
@@ -215,6 +230,12 @@ tg_fault_stack:
 tg_fault_stack_top:
 tg_in_fault:
 	.byte 0
+
+	/* Interrupts per PIC line (index = IRQ; 0 is unused, see tg_ticks). */
+	.balign 8
+	.globl tg_irq_counts
+tg_irq_counts:
+	.skip 16 * 8
 
 	/* Per-AP stacks, indexed by APIC id (layout.h). */
 	.balign 16

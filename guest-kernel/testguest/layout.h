@@ -60,6 +60,7 @@
 #define TG_SYS_TRIPLE_FAULT 2
 #define TG_SYS_RESET 3
 #define TG_SYS_PARK 4              /* cli; hlt forever: where an AP ends */
+#define TG_SYS_PIC_MASK 5          /* EDI = 8259A masks: bits 7:0 master, 15:8 slave */
 
 /* Exit codes (the test device's SHUTDOWN value / isa-debug-exit value). */
 #define TG_EXIT_OK 0

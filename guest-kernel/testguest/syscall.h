@@ -52,6 +52,15 @@ static inline __attribute__((noreturn)) void sys_park(void)
 	__builtin_unreachable();
 }
 
+/* Loads both 8259A interrupt mask registers (OCW1): bit n of mask masks
+ * IRQ n (bits 8-15: the slave; IRQ 2 is the cascade). */
+static inline void sys_pic_mask(uint16_t mask)
+{
+	uint32_t nr = TG_SYS_PIC_MASK;
+
+	__asm__ volatile("call tg_ucall" : "+a"(nr) : "D"((uint32_t)mask) : "memory");
+}
+
 static inline uint64_t rdtsc(void)
 {
 	uint32_t lo, hi;

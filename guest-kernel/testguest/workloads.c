@@ -6,6 +6,7 @@
 #include "layout.h"
 #include "smp.h"
 #include "syscall.h"
+#include "virtio_workloads.h"
 
 extern volatile uint64_t tg_ticks; /* incremented by the IRQ0 handler (head.S) */
 
@@ -18,6 +19,10 @@ struct workload {
 	/* Fills *out with the result line (or leaves it empty) and returns
 	 * the exit code. arg is the number after ':' when needs_arg. */
 	int (*run)(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out);
+	/* Instead of run, for arguments that are not one number
+	 * ("MODE,MiB", "PORT,BYTES"): gets the text after ':'. */
+	int (*run_str)(const struct tg_boot_info *bi, const char *arg, size_t len,
+		       struct tg_line *out);
 };
 
 static void result_start(struct tg_line *out, const char *name)
@@ -154,15 +159,26 @@ static int run_fault(const struct tg_boot_info *bi, uint64_t arg, struct tg_line
 }
 
 static const struct workload kWorkloads[] = {
-	{ "boot", false, run_boot },
-	{ "spin", true, run_spin },
-	{ "touch", true, run_touch },
-	{ "ticks", true, run_ticks },
-	{ "flood", true, run_flood },
-	{ "triple-fault", false, run_triple_fault },
-	{ "reset", false, run_reset },
-	{ "fault", false, run_fault },
-	{ "smp", false, workload_smp },
+	{ "boot", false, run_boot, 0 },
+	{ "spin", true, run_spin, 0 },
+	{ "touch", true, run_touch, 0 },
+	{ "ticks", true, run_ticks, 0 },
+	{ "flood", true, run_flood, 0 },
+	{ "triple-fault", false, run_triple_fault, 0 },
+	{ "reset", false, run_reset, 0 },
+	{ "fault", false, run_fault, 0 },
+	{ "smp", false, workload_smp, 0 },
+	{ "virtio-list", false, workload_virtio_list, 0 },
+	{ "virtio-scribble", true, workload_virtio_scribble, 0 },
+	{ "rng", true, workload_rng, 0 },
+	{ "blk-test", true, workload_blk_test, 0 },
+	{ "blk-write-ro", false, workload_blk_write_ro, 0 },
+	{ "blk-read", true, workload_blk_read, 0 },
+	{ "blk-bench", true, 0, workload_blk_bench },
+	{ "net-echo", true, workload_net_echo, 0 },
+	{ "net-send", true, workload_net_send, 0 },
+	{ "vsock-echo", true, workload_vsock_echo, 0 },
+	{ "vsock-send", true, 0, workload_vsock_send },
 };
 
 static void report_bad(const char *what, const char *spec, size_t len)
@@ -190,13 +206,14 @@ int workload_run(const struct tg_boot_info *bi, const char *spec, size_t len)
 		if (tg_strlen(w->name) != name_len || !tg_memeq(w->name, spec, name_len))
 			continue;
 		if (w->needs_arg != (name_len < len) ||
-		    (w->needs_arg &&
+		    (w->needs_arg && w->run != 0 &&
 		     !tg_parse_u64(spec + name_len + 1, len - name_len - 1, &arg))) {
 			report_bad("error bad-workload-argument", spec, len);
 			return TG_EXIT_ERROR;
 		}
 		line_reset(&out);
-		int code = w->run(bi, arg, &out);
+		int code = w->run != 0 ? w->run(bi, arg, &out)
+				       : w->run_str(bi, spec + name_len + 1, len - name_len - 1, &out);
 		if (out.len > 0)
 			console_send(&out);
 		return code;

@@ -30,8 +30,8 @@ std::string Hex(uint64_t v) { return absl::StrCat("0x", absl::Hex(v)); }
 // happens to the caller's EventFd. KVM matches irqfds and ioeventfds by the
 // underlying eventfd context, not by descriptor number, so a duplicate names
 // the same registration.
-absl::StatusOr<ScopedFd> DupEventFd(const EventFd& event) {
-  int fd = ::fcntl(event.fd(), F_DUPFD_CLOEXEC, 0);
+absl::StatusOr<ScopedFd> DupEventFd(int eventfd) {
+  int fd = ::fcntl(eventfd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return ErrnoToStatus("fcntl(F_DUPFD_CLOEXEC) of eventfd");
   return ScopedFd(fd);
 }
@@ -318,7 +318,7 @@ absl::StatusOr<bool> KvmVm::SignalMsi(uint64_t address, uint32_t data) {
 }
 
 absl::StatusOr<IrqfdRegistration> KvmVm::RegisterIrqfd(const EventFd& event, uint32_t gsi) {
-  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, DupEventFd(event));
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, DupEventFd(event.fd()));
   kvm_irqfd irqfd{};
   irqfd.fd = static_cast<uint32_t>(fd.get());
   irqfd.gsi = gsi;
@@ -343,11 +343,17 @@ absl::Status KvmVm::DeassignIrqfd(int eventfd, uint32_t gsi) {
 absl::StatusOr<IoEventRegistration> KvmVm::RegisterIoeventfd(const EventFd& event, uint64_t addr,
                                                              uint32_t len, IoSpace space,
                                                              std::optional<uint64_t> datamatch) {
+  return RegisterIoeventfd(event.fd(), addr, len, space, datamatch);
+}
+
+absl::StatusOr<IoEventRegistration> KvmVm::RegisterIoeventfd(int eventfd, uint64_t addr,
+                                                             uint32_t len, IoSpace space,
+                                                             std::optional<uint64_t> datamatch) {
   if (len != 0 && len != 1 && len != 2 && len != 4 && len != 8) {
     return absl::InvalidArgumentError(
         absl::StrCat("ioeventfd length ", len, " not 0, 1, 2, 4 or 8"));
   }
-  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, DupEventFd(event));
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, DupEventFd(eventfd));
   kvm_ioeventfd io = MakeIoeventfd(fd.get(), addr, len, space, datamatch, /*deassign=*/false);
   if (int r = IoctlRetry(fd_.get(), KVM_IOEVENTFD, &io); r < 0) {
     return ErrnoToStatus(absl::StrCat("KVM_IOEVENTFD(", space == IoSpace::kPio ? "pio " : "mmio ",

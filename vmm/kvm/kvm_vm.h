@@ -204,6 +204,10 @@ class KvmVm {
   absl::StatusOr<IoEventRegistration> RegisterIoeventfd(
       const EventFd& event, uint64_t addr, uint32_t len, IoSpace space,
       std::optional<uint64_t> datamatch = std::nullopt);
+  // Same for an eventfd descriptor owned elsewhere (it is duplicated).
+  absl::StatusOr<IoEventRegistration> RegisterIoeventfd(
+      int eventfd, uint64_t addr, uint32_t len, IoSpace space,
+      std::optional<uint64_t> datamatch = std::nullopt);
 
   // KVM_CREATE_VCPU with the given APIC ID, and its kvm_run mapping.
   absl::StatusOr<std::unique_ptr<KvmVcpu>> CreateVcpu(uint32_t id);

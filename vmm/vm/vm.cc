@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "devices/i8042/i8042_device.h"
+#include "devices/pit/pit_device.h"
+#include "devices/pit/timer_service.h"
 #include "devices/interrupt/interrupt_line.h"
 #include "devices/serial/console_output.h"
 #include "devices/serial/serial_device.h"
@@ -26,7 +28,10 @@
 #include "vmm/arch/x86_64/mptable.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/status.h"
+#include "vmm/bus/offset_device.h"
 #include "vmm/vm/image_file.h"
+#include "vmm/vm/irqfd_line.h"
+#include "vmm/vm/virtio_devices.h"
 
 namespace dsec::vm {
 
@@ -42,6 +47,7 @@ int64_t MonotonicNs() {
 constexpr uint16_t kCom1Port = 0x3f8;
 constexpr uint32_t kCom1Irq = 4;
 constexpr uint16_t kI8042DataPort = 0x60;
+constexpr uint16_t kI8042CommandPort = 0x64;
 // Three pages below the LAPIC/IOAPIC area that KVM may use for its TSS (Intel
 // real-mode emulation); kept out of RAM by the 32-bit hole.
 constexpr uint64_t kKvmTssAddress = 0xfffb'd000;
@@ -90,24 +96,6 @@ std::string_view StopReasonName(StopReason reason) {
   }
   return "unknown";
 }
-
-// The serial port's interrupt: an irqfd on the in-kernel irqchip, so raising
-// it from a vCPU thread is one eventfd write and never a trip through KVM_RUN.
-class Vm::IrqfdLine : public devices::InterruptLine {
- public:
-  static absl::StatusOr<std::unique_ptr<IrqfdLine>> Create(kvm::KvmVm& vm, uint32_t gsi) {
-    DSEC_ASSIGN_OR_RETURN(EventFd event, EventFd::Create(EFD_NONBLOCK));
-    DSEC_ASSIGN_OR_RETURN(kvm::IrqfdRegistration reg, vm.RegisterIrqfd(event, gsi));
-    return std::unique_ptr<IrqfdLine>(new IrqfdLine(std::move(event), std::move(reg)));
-  }
-  absl::Status Trigger() override { return event_.Signal(); }
-
- private:
-  IrqfdLine(EventFd event, kvm::IrqfdRegistration reg)
-      : event_(std::move(event)), reg_(std::move(reg)) {}
-  EventFd event_;
-  kvm::IrqfdRegistration reg_;
-};
 
 // Receives the test device's reports (on vCPU threads).
 class Vm::TestListener : public devices::TestDevice::Listener {
@@ -180,7 +168,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   vm->kvm_ = std::make_unique<kvm::KvmSystem>(std::move(kvm));
   DSEC_RETURN_IF_ERROR(vm->kvm_->RequireExtensions(
       {kvm::Capability::kIrqchip, kvm::Capability::kUserMemory, kvm::Capability::kSetTssAddr,
-       kvm::Capability::kPit2, kvm::Capability::kIrqfd, kvm::Capability::kIoeventfd,
+       kvm::Capability::kIrqfd, kvm::Capability::kIoeventfd,
        kvm::Capability::kImmediateExit, kvm::Capability::kExtCpuid}));
   DSEC_ASSIGN_OR_RETURN(vm->kvm_vm_, vm->kvm_->CreateVm());
   vm->timestamps_.kvm_ready_ns = MonotonicNs();
@@ -198,20 +186,29 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
 
   DSEC_RETURN_IF_ERROR(vm->kvm_vm_->SetTssAddress(kKvmTssAddress));
   DSEC_RETURN_IF_ERROR(vm->kvm_vm_->CreateIrqchip());
-  DSEC_RETURN_IF_ERROR(vm->kvm_vm_->CreatePit2());
+  if (config.pit == PitChoice::kKernel) {
+    DSEC_RETURN_IF_ERROR(vm->kvm_->RequireExtensions({kvm::Capability::kPit2}));
+    DSEC_RETURN_IF_ERROR(vm->kvm_vm_->CreatePit2());
+  }
+
+  DSEC_ASSIGN_OR_RETURN(vm->loop_, EventLoop::Create());
+  DSEC_RETURN_IF_ERROR(vm->SetUpDevices(config));
+  VirtioDevices::Context vctx{vm->kvm_vm_.get(), vm->memory_.get(), vm->loop_.get(),
+                              &vm->mmio_bus_};
+  DSEC_ASSIGN_OR_RETURN(vm->virtio_, VirtioDevices::Create(config, vctx));
+  vm->cmdline_ = config.cmdline + vm->virtio_->CommandLine();
 
   arch::BootConfig boot;
   boot.kernel = kernel.bytes();
   if (initrd) boot.initrd = initrd->bytes();
-  boot.cmdline = config.cmdline;
+  boot.cmdline = vm->cmdline_;
   boot.vcpu_count = config.vcpus;
   boot.protocol = ToArch(config.boot);
   DSEC_ASSIGN_OR_RETURN(arch::BootPlan plan, arch::SetupBoot(*vm->memory_, boot));
-
-  DSEC_RETURN_IF_ERROR(vm->SetUpDevices(config));
   vm->timestamps_.loaded_ns = MonotonicNs();
+
   DSEC_RETURN_IF_ERROR(vm->SetUpVcpus(config, &plan));
-  DSEC_RETURN_IF_ERROR(vm->SetUpEventLoop(config));
+  DSEC_RETURN_IF_ERROR(vm->SetUpTimers(config));
   vm->timestamps_.vcpus_ready_ns = MonotonicNs();
   DSEC_LOG(debug, "vm created kernel={} protocol={} mem_mib={} vcpus={}", config.kernel_path,
            arch::BootProtocolName(plan.protocol), config.mem_mib, config.vcpus);
@@ -248,8 +245,26 @@ absl::Status Vm::SetUpDevices(const VmConfig& config) {
   i8042_ = std::make_shared<devices::I8042Device>([this] {
     RequestStop(StopReason::kReset, "guest pulsed the i8042 reset line");
   });
-  // Data port at offset 0, status/command port at offset 4 (0x64).
-  DSEC_RETURN_IF_ERROR(pio_bus_.Insert(i8042_, kI8042DataPort, 5));
+  // The controller's data port is its offset 0 and the status/command port
+  // its offset 4; port 0x61 in between belongs to the PIT.
+  DSEC_RETURN_IF_ERROR(pio_bus_.Insert(i8042_, kI8042DataPort, 1));
+  DSEC_RETURN_IF_ERROR(pio_bus_.Insert(std::make_shared<bus::OffsetBusDevice>(i8042_, 4),
+                                       kI8042CommandPort, 1));
+
+  if (config.pit == PitChoice::kUser) {
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<IrqfdLine> irq0, IrqfdLine::Create(*kvm_vm_, 0));
+    pit_irq_ = std::move(irq0);
+    pit_timers_ = std::make_unique<devices::EventLoopTimerService>(loop_.get());
+    devices::PitDevice::Options po;
+    po.irq0 = pit_irq_.get();
+    po.timers = pit_timers_.get();
+    pit_ = devices::PitDevice::Create(po);
+    DSEC_RETURN_IF_ERROR(pio_bus_.Insert(pit_->counter_ports(),
+                                         devices::PitDevice::kCounterPortsBase,
+                                         devices::PitDevice::kCounterPortsLength));
+    DSEC_RETURN_IF_ERROR(pio_bus_.Insert(pit_->port_b(), devices::PitDevice::kPortB,
+                                         devices::PitDevice::kPortBLength));
+  }
 
   test_listener_ = std::make_unique<TestListener>(this);
   testdev_ = std::make_shared<devices::TestDevice>(*memory_, test_listener_.get());
@@ -289,8 +304,7 @@ absl::Status Vm::SetUpVcpus(const VmConfig& config, const void* boot_plan) {
   return absl::OkStatus();
 }
 
-absl::Status Vm::SetUpEventLoop(const VmConfig& config) {
-  DSEC_ASSIGN_OR_RETURN(loop_, EventLoop::Create());
+absl::Status Vm::SetUpTimers(const VmConfig& config) {
   DSEC_RETURN_IF_ERROR(
       loop_->Add(console_->wake_fd(), EPOLLIN, [this](uint32_t) { DrainConsole(); }));
   if (config.timeout_ms > 0) {
@@ -483,6 +497,8 @@ Vm::~Vm() {
   // Members are destroyed in reverse order: vCPU threads (joined) first, then
   // the event loop, devices, irqfd, memory slots (the KvmVm outlives them)...
   vcpus_.clear();
+  virtio_.reset();
+  pit_.reset();
   serial_irq_.reset();
   ram_slots_.clear();
 }

@@ -28,10 +28,15 @@ namespace dsec::devices {
 class ConsoleOutput;
 class SerialDevice;
 class I8042Device;
+class PitDevice;
+class EventLoopTimerService;
 class TestDevice;
 }  // namespace dsec::devices
 
 namespace dsec::vm {
+
+class IrqfdLine;
+class VirtioDevices;
 
 // How a VM ended. The first request wins; later ones are ignored.
 enum class StopReason {
@@ -113,22 +118,26 @@ class Vm : private vcpu::VcpuStopSink {
   bool paused() const;
   std::vector<std::string> TestMessages() const;
   const memory::MemfdGuestMemory& memory() const { return *memory_; }
+  // The command line the guest was given (with the virtio-mmio devices the
+  // monitor appended).
+  const std::string& cmdline() const { return cmdline_; }
+  const VirtioDevices* virtio() const { return virtio_.get(); }
   uint32_t vcpu_count() const { return static_cast<uint32_t>(vcpus_.size()); }
 
  private:
   class TestListener;
-  class IrqfdLine;
   Vm() = default;
 
   absl::Status SetUpVcpus(const VmConfig& config, const void* boot_plan);
   absl::Status SetUpDevices(const VmConfig& config);
-  absl::Status SetUpEventLoop(const VmConfig& config);
+  absl::Status SetUpTimers(const VmConfig& config);
   void DrainConsole();
   void OnVcpuStop(uint32_t vcpu_id, vcpu::VcpuStopCause cause, std::string detail) override;
   void KickAll();
   void CollectStats();
 
   VmConfig config_;
+  std::string cmdline_;
   BootTimestamps timestamps_;
   std::unique_ptr<memory::MemfdGuestMemory> memory_;
   std::unique_ptr<kvm::KvmSystem> kvm_;
@@ -141,10 +150,16 @@ class Vm : private vcpu::VcpuStopSink {
   std::unique_ptr<devices::ConsoleOutput> console_;
   std::shared_ptr<devices::SerialDevice> serial_;
   std::shared_ptr<devices::I8042Device> i8042_;
+  std::shared_ptr<IrqfdLine> pit_irq_;
+  std::unique_ptr<devices::EventLoopTimerService> pit_timers_;
+  std::shared_ptr<devices::PitDevice> pit_;
   std::unique_ptr<TestListener> test_listener_;
   std::shared_ptr<devices::TestDevice> testdev_;
 
   std::unique_ptr<EventLoop> loop_;
+  // After the loop, memory and KVM VM (destroyed before them): transports
+  // unregister from all three.
+  std::unique_ptr<VirtioDevices> virtio_;
   std::thread loop_thread_;
   int console_retry_timer_ = -1;
   bool console_watching_writable_ = false;

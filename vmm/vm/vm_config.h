@@ -4,10 +4,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dsec::vm {
 
 enum class BootProtocolChoice { kAuto, kLinux64, kPvh };
+
+// Where the 8254 PIT lives. kUser (default): devices/pit in the monitor,
+// IRQ0 through an irqfd. kKernel: KVM's in-kernel PIT (KVM_CREATE_PIT2),
+// whose teardown waits for two SRCU grace periods at VM exit (6-20 ms on
+// PVM hosts; docs/benchmarks.md).
+enum class PitChoice { kUser, kKernel };
 
 struct ConsoleConfig {
   enum class Kind { kStdio, kFile, kNone };
@@ -18,6 +25,24 @@ struct ConsoleConfig {
   uint64_t burst_bytes = 64 << 10;
 };
 
+// A virtio-blk disk: a raw image file (`--disk PATH[,ro]`).
+struct DiskConfig {
+  std::string path;
+  bool read_only = false;
+};
+
+// A virtio-net interface on an existing tap device (`--net TAP[,mac=..]`).
+struct NetConfig {
+  std::string tap;
+  std::string mac;  // "" = derived from the tap name
+};
+
+// virtio-vsock with its host side on a unix socket (`--vsock CID,SOCKET`).
+struct VsockConfig {
+  uint32_t guest_cid = 3;
+  std::string socket_path;
+};
+
 // Everything needed to build one microVM. Validated by Vm::Create.
 struct VmConfig {
   std::string kernel_path;
@@ -26,7 +51,14 @@ struct VmConfig {
   uint64_t mem_mib = 128;
   uint32_t vcpus = 1;
   BootProtocolChoice boot = BootProtocolChoice::kAuto;
+  PitChoice pit = PitChoice::kUser;
   ConsoleConfig console;
+  // virtio-mmio devices, announced on the kernel command line in this order:
+  // rng, disks, nets, vsock.
+  bool rng = false;
+  std::vector<DiskConfig> disks;
+  std::vector<NetConfig> nets;
+  std::optional<VsockConfig> vsock;
   // 0: no limit. When it expires the VM is stopped with StopReason::kTimeout.
   uint64_t timeout_ms = 0;
 };

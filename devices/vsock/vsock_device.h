@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// The virtio-vsock device (virtio 1.2 section 5.10): three queues (rx, tx,
+// event), config space { le64 guest_cid }, no feature bits of its own
+// (stream sockets only; VIRTIO_VSOCK_F_SEQPACKET is not offered). It moves
+// packets between the queues and a VsockBackend, which owns the connections.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "devices/virtio/queue.h"
+#include "devices/virtio/virtio_device.h"
+#include "devices/vsock/vsock_backend.h"
+
+namespace dsec::devices {
+
+struct VsockDeviceMetrics {
+  uint64_t tx_packets = 0;
+  uint64_t tx_invalid = 0;     // dropped: failed ValidateTxHeader or short chain
+  uint64_t rx_packets = 0;
+  uint64_t rx_bad_buffers = 0;  // rx chains too small for a header
+  uint64_t transport_resets = 0;
+};
+
+// Threads: device_type() .. ReadConfig/WriteConfig on vCPU threads (they
+// touch only constants); everything else on the event-loop thread, as
+// virtio_device.h describes. `backend` must outlive the device.
+class VsockDevice : public virtio::VirtioDevice {
+ public:
+  static constexpr uint16_t kRxQueue = 0;
+  static constexpr uint16_t kTxQueue = 1;
+  static constexpr uint16_t kEventQueue = 2;
+  static constexpr uint16_t kQueueSize = 256;
+
+  // guest_cid: 3 .. 0xfffffffe (virtio 1.2 section 5.10.4; the Linux driver
+  // uses the low 32 bits and reserves 0xffffffff as VMADDR_CID_ANY).
+  static absl::StatusOr<std::unique_ptr<VsockDevice>> Create(uint64_t guest_cid,
+                                                             VsockBackend* backend);
+
+  virtio::DeviceType device_type() const override { return virtio::DeviceType::kVsock; }
+  uint64_t device_features() const override;
+  uint16_t num_queues() const override { return 3; }
+  uint16_t queue_max_size(uint16_t) const override { return kQueueSize; }
+  void ReadConfig(uint64_t offset, std::span<uint8_t> data) override;
+  void WriteConfig(uint64_t offset, std::span<const uint8_t> data) override;
+  absl::Status Activate(const virtio::ActivateContext& context) override;
+  void QueueNotify(uint16_t queue_index) override;
+  void Reset() override;
+
+  // virtio 1.2 section 5.10.6.6: drops every connection and puts a
+  // VIRTIO_VSOCK_EVENT_TRANSPORT_RESET on the event queue (now, or when the
+  // driver next provides an event buffer), e.g. after a snapshot restore.
+  void SendTransportReset();
+
+  uint64_t guest_cid() const { return guest_cid_; }
+  const VsockDeviceMetrics& metrics() const { return metrics_; }
+
+ private:
+  VsockDevice(uint64_t guest_cid, VsockBackend* backend)
+      : guest_cid_(guest_cid), backend_(backend) {}
+
+  virtio::Queue* ActiveQueue(uint16_t index) const;
+  void ProcessTx();
+  void ProcessRx();
+  void ProcessEvents();
+  void Broken(const absl::Status& status);
+
+  const uint64_t guest_cid_;
+  VsockBackend* const backend_;
+  std::optional<virtio::ActivateContext> context_;
+  bool broken_ = false;
+  bool tx_continuation_posted_ = false;
+  bool pending_reset_event_ = false;
+  // Bumped on Reset so that a posted continuation from an earlier
+  // activation does nothing.
+  uint64_t generation_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  VsockDeviceMetrics metrics_;
+};
+
+}  // namespace dsec::devices

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Guest memory for the virtio drivers: virtqueues and I/O buffers. A bump
+ * allocator over the RAM that follows the image, never freed (each workload
+ * runs once per boot). Kept behind this interface so that a real page
+ * allocator (balloon) can replace it.
+ */
+#ifndef DSEC_TESTGUEST_PAGEALLOC_H_
+#define DSEC_TESTGUEST_PAGEALLOC_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bootinfo.h"
+
+#define TG_PAGE_SIZE 4096ull
+
+/* Finds the e820 RAM entry that holds the end of the image and allocates
+ * from there up to the end of that entry (at most 3 GiB: above lies MMIO).
+ * Idempotent. Returns false if the map has no such entry. */
+bool pagealloc_init(const struct tg_boot_info *bi);
+/* Zeroed, page-aligned memory of at least bytes bytes, or NULL when RAM is
+ * exhausted. The identity map makes the pointer the guest-physical address
+ * that devices are given. */
+void *page_alloc(uint64_t bytes);
+/* Bytes still available. */
+uint64_t pagealloc_free_bytes(void);
+
+#endif /* DSEC_TESTGUEST_PAGEALLOC_H_ */

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "devices/virtio/mmio_transport.h"
+#include "devices/virtio/virtio_device.h"
+#include "vmm/base/event_loop.h"
+#include "vmm/bus/bus.h"
+#include "vmm/kvm/kvm_vm.h"
+#include "vmm/memory/guest_memory.h"
+#include "vmm/vm/vm_config.h"
+
+namespace dsec::devices {
+class UnixVsockBackend;
+}  // namespace dsec::devices
+
+namespace dsec::vm {
+
+class IrqfdLine;
+
+// The microVM's virtio-mmio devices: for device i, a 4 KiB register window at
+// kVirtioMmioBase + i * 0x1000, interrupt GSI kFirstIrq + i (an ISA IRQ on
+// the in-kernel PIC/IOAPIC, edge-triggered through an irqfd), queue
+// notifications as KVM ioeventfds on the window's QueueNotify register. Linux
+// (and the test guest) learn of them from `virtio_mmio.device=4K@ADDR:IRQ`
+// on the kernel command line (CommandLine()).
+//
+// Threads and lifetime: built by Vm::Create before the event loop runs and
+// destroyed after it stopped (the transports' rule); holds the back-ends
+// (disk images, taps, the vsock socket) the devices use.
+class VirtioDevices {
+ public:
+  static constexpr uint32_t kFirstIrq = 5;
+  // IRQs 5..14: ISA lines no legacy device of this machine uses.
+  static constexpr uint32_t kMaxDevices = 10;
+
+  struct Context {
+    kvm::KvmVm* kvm_vm = nullptr;
+    const memory::GuestMemory* memory = nullptr;
+    EventLoop* loop = nullptr;
+    bus::Bus* mmio_bus = nullptr;
+  };
+
+  static absl::StatusOr<std::unique_ptr<VirtioDevices>> Create(const VmConfig& config,
+                                                               const Context& context);
+  ~VirtioDevices();
+
+  // " virtio_mmio.device=4K@0xd0000000:5 ..." (empty without devices).
+  std::string CommandLine() const;
+  size_t size() const { return slots_.size(); }
+  // Transport of device i (creation order: rng, disks, nets, vsock).
+  const virtio::MmioTransport& transport(size_t i) const { return *slots_[i].transport; }
+
+ private:
+  class KvmNotifyRegistrar;
+  struct Slot {
+    uint64_t base = 0;
+    uint32_t irq = 0;
+    std::shared_ptr<IrqfdLine> irq_line;
+    std::shared_ptr<virtio::VirtioDevice> device;
+    std::shared_ptr<virtio::MmioTransport> transport;
+  };
+
+  VirtioDevices() = default;
+  absl::Status Add(const std::string& name, std::shared_ptr<virtio::VirtioDevice> device,
+                   const Context& context);
+
+  std::unique_ptr<KvmNotifyRegistrar> registrar_;
+  std::unique_ptr<devices::UnixVsockBackend> vsock_backend_;
+  // Destroyed first (declared last): transports reset their devices.
+  std::vector<Slot> slots_;
+};
+
+}  // namespace dsec::vm
