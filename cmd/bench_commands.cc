@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/boot_bench.h"
+#include "bench/smt_bench.h"
 #include "cmd/command.h"
 #include "cmd/default_paths.h"
 
@@ -29,6 +30,31 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
     o.self_exe = SelfExePath();
     if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
     return bench::RunBootBench(o);
+  });
+
+  CLI::App* smt = bench->add_subcommand(
+      "smt", "LS latency next to BE noise: unmanaged, same-core, core-sched, partitioned");
+  auto smt_opts = std::make_shared<bench::SmtBenchOptions>();
+  smt->add_option("--samples", smt_opts->samples, "Plain-thread LS units per mode")
+      ->capture_default_str()
+      ->check(CLI::Range(5, 100000));
+  smt->add_option("--guest-samples", smt_opts->guest_samples,
+                  "Test-guest LS units per mode (0: no guest)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  smt->add_option("--unit-ms", smt_opts->unit_ms, "Target plain-thread unit length")
+      ->capture_default_str();
+  smt->add_option("--guest-unit-ms", smt_opts->guest_unit_ms, "Target test-guest unit length")
+      ->capture_default_str();
+  smt->add_option("--budget-s", smt_opts->budget_s, "Cap on all timed runs together")
+      ->capture_default_str();
+  smt->add_option("--kernel", smt_opts->kernel,
+                  "Test guest ELF (default: the one built next to dsec-vmm)");
+  smt->add_flag("--json", smt_opts->json, "Print one JSON object");
+  registry.Add(smt, [smt_opts] {
+    bench::SmtBenchOptions o = *smt_opts;
+    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    return bench::RunSmtBench(o);
   });
 }
 
