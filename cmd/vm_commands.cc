@@ -18,6 +18,7 @@
 #include "cmd/default_paths.h"
 #include "cmd/device_args.h"
 #include "nlohmann/json.hpp"
+#include "sched/placement.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/scoped_fd.h"
 #include "vmm/vm/vm.h"
@@ -44,6 +45,7 @@ struct VmRunOptions {
   std::string console = "stdio";
   std::string boot = "auto";
   std::string pit = "user";
+  std::string qos;
   std::string stats_json;
   std::string log_level = "warn";
   bool quiet_report = false;
@@ -108,6 +110,11 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
         {"bytes_dropped", s.console_bytes_dropped}}},
       {"testdev", {{"messages", s.testdev_messages}, {"dropped", s.testdev_dropped}}},
       {"vcpu_exits", s.vcpu_exits},
+      {"placement", s.placement ? nlohmann::json{{"qos", s.placement->qos},
+                                                  {"mechanism", s.placement->mechanism},
+                                                  {"cpus", s.placement->cpus},
+                                                  {"vcpu_cpus", s.placement->vcpu_cpus}}
+                                : nlohmann::json(nullptr)},
       {"unclaimed_accesses", s.unclaimed_accesses},
   };
 }
@@ -129,6 +136,11 @@ int RunVm(VmRunOptions& opts) {
     config.console.path = opts.console;
   }
   config.pit = opts.pit == "kernel" ? vm::PitChoice::kKernel : vm::PitChoice::kUser;
+  if (!opts.qos.empty()) {
+    auto qos = sched::ParseQosClass(opts.qos);
+    if (!qos.ok()) return UsageError(qos.status());
+    config.qos = *qos;
+  }
   if (opts.boot == "linux64") {
     config.boot = vm::BootProtocolChoice::kLinux64;
   } else if (opts.boot == "pvh") {
@@ -256,6 +268,9 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
                   "8254 PIT: user (in the monitor) or kernel (KVM's; slow VM teardown)")
       ->capture_default_str()
       ->check(CLI::IsMember({"user", "kernel"}));
+  run->add_option("--qos", opts->qos,
+                  "CPU placement: ls (whole cores, isolated) or be (packed); default none")
+      ->check(CLI::IsMember({"ls", "be"}));
   run->add_option("--timeout-ms", opts->config.timeout_ms, "Stop the VM after this long (0: never)")
       ->capture_default_str();
   run->add_option("--stats-json", opts->stats_json,

@@ -17,8 +17,11 @@ packages=(
   clang libclang-rt-14-dev
   # peer for `dsec-vmm bench boot --peer qemu`
   qemu-system-x86
+  # layers and the container tier: EROFS images, the Debian base layer, and
+  # crun as the peer of `bench container`
+  erofs-utils debootstrap crun
   # tests and tools
-  python3 procps util-linux
+  python3 procps util-linux iproute2 kmod
 )
 
 if [ "$(id -u)" -ne 0 ]; then

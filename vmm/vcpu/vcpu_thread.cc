@@ -2,6 +2,7 @@
 #include "vmm/vcpu/vcpu_thread.h"
 
 #include <signal.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <cstring>
@@ -107,6 +108,7 @@ absl::Status VcpuThread::Start() {
   DSEC_RETURN_IF_ERROR(InstallKickHandler());
   thread_ = std::thread([this] {
     native_.store(pthread_self());
+    tid_.store(::gettid());
     started_.store(true, std::memory_order_release);
     Loop();
     control_->ThreadExited();

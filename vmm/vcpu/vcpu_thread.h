@@ -98,6 +98,8 @@ class VcpuThread {
   void Join();
 
   uint32_t id() const { return vcpu_->id(); }
+  // The thread's kernel id (0 before it started).
+  pid_t tid() const { return tid_.load(); }
   kvm::KvmVcpu& vcpu() { return *vcpu_; }
   const Metrics& metrics() const { return metrics_; }
 
@@ -120,6 +122,7 @@ class VcpuThread {
   std::thread thread_;
   std::atomic<pthread_t> native_{};
   std::atomic<bool> started_{false};
+  std::atomic<pid_t> tid_{0};
   Metrics metrics_;
 };
 

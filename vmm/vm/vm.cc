@@ -2,6 +2,7 @@
 #include "vmm/vm/vm.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -207,6 +208,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   DSEC_ASSIGN_OR_RETURN(arch::BootPlan plan, arch::SetupBoot(*vm->memory_, boot));
   vm->timestamps_.loaded_ns = MonotonicNs();
 
+  DSEC_RETURN_IF_ERROR(vm->SetUpPlacement(config));
   DSEC_RETURN_IF_ERROR(vm->SetUpVcpus(config, &plan));
   DSEC_RETURN_IF_ERROR(vm->SetUpTimers(config));
   vm->timestamps_.vcpus_ready_ns = MonotonicNs();
@@ -272,6 +274,31 @@ absl::Status Vm::SetUpDevices(const VmConfig& config) {
   return absl::OkStatus();
 }
 
+absl::Status Vm::SetUpPlacement(const VmConfig& config) {
+  if (!config.qos) return absl::OkStatus();
+  DSEC_ASSIGN_OR_RETURN(sched::Topology topology, sched::Topology::Read());
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<sched::PlacementEngine> engine,
+                        sched::PlacementEngine::Create(std::move(topology)));
+  sched::PlacementRequest request;
+  request.sandbox = absl::StrCat("vm-", ::getpid());
+  request.qos = *config.qos;
+  request.vcpus = static_cast<int>(config.vcpus);
+  DSEC_ASSIGN_OR_RETURN(sched::Placement placement, engine->Place(request));
+  DSEC_ASSIGN_OR_RETURN(isolator_, sched::Isolator::Create());
+  // On the owner thread, before any VM thread exists: with core scheduling
+  // the threads spawned from here inherit the sandbox's cookie.
+  DSEC_ASSIGN_OR_RETURN(isolation_, isolator_->Isolate(placement));
+  VmPlacementInfo info;
+  info.qos = std::string(sched::QosClassName(placement.qos));
+  info.mechanism = std::string(sched::IsolationMechanismName(isolator_->mechanism()));
+  info.cpus = placement.cpus;
+  info.vcpu_cpus = placement.vcpu_cpus;
+  placement_info_ = info;
+  DSEC_LOG(info, "vm placement qos={} mechanism={} cpus={}", info.qos, info.mechanism,
+           info.cpus.size());
+  return absl::OkStatus();
+}
+
 absl::Status Vm::SetUpVcpus(const VmConfig& config, const void* boot_plan) {
   const auto& plan = *static_cast<const arch::BootPlan*>(boot_plan);
   DSEC_ASSIGN_OR_RETURN(std::vector<kvm::CpuidEntry> supported, kvm_->GetSupportedCpuid());
@@ -298,8 +325,15 @@ absl::Status Vm::SetUpVcpus(const VmConfig& config, const void* boot_plan) {
       DSEC_RETURN_IF_ERROR(vcpu->SetSregs(plan.sregs));
       DSEC_RETURN_IF_ERROR(vcpu->SetRegs(plan.regs));
     }
-    vcpus_.push_back(std::make_unique<vcpu::VcpuThread>(std::move(vcpu), &pio_bus_, &mmio_bus_,
-                                                        &control_, static_cast<vcpu::VcpuStopSink*>(this)));
+    auto thread = std::make_unique<vcpu::VcpuThread>(std::move(vcpu), &pio_bus_, &mmio_bus_,
+                                                     &control_,
+                                                     static_cast<vcpu::VcpuStopSink*>(this));
+    if (isolation_) {
+      // Pinned and isolated on its own thread, before the first KVM_RUN.
+      sched::ThreadPlacement tp = isolation_->ForVcpu(id);
+      thread->SetPreRunHook([tp] { return sched::ApplyToCurrentThread(tp); });
+    }
+    vcpus_.push_back(std::move(thread));
   }
   return absl::OkStatus();
 }
@@ -352,6 +386,14 @@ absl::Status Vm::Start() {
     started_ = true;
   }
   loop_thread_ = std::thread([this] {
+    if (isolation_) {
+      // Device back-ends run with the sandbox, not on a stranger's CPU.
+      absl::Status placed = sched::ApplyToCurrentThread(isolation_->ForSandboxThread());
+      if (!placed.ok()) {
+        RequestStop(StopReason::kInternalError, placed.ToString());
+        return;
+      }
+    }
     absl::Status s = loop_->Run();
     if (!s.ok()) RequestStop(StopReason::kInternalError, s.ToString());
   });
@@ -459,6 +501,7 @@ void Vm::CollectStats() {
     s.timestamps = timestamps_;
   }
   if (!vcpus_.empty()) s.timestamps.first_run_ns = vcpus_[0]->metrics().first_run_ns.load();
+  s.placement = placement_info_;
   s.guest_mem_bytes = memory_->TotalSize();
   if (auto r = memory_->ResidentBytes(); r.ok()) s.guest_resident_bytes = *r;
   s.vmm_rss_bytes = ProcStatusKb("VmRSS") * 1024;
@@ -479,6 +522,14 @@ void Vm::CollectStats() {
   stats_ = s;
 }
 
+std::vector<pid_t> Vm::VcpuThreadIds() const {
+  std::vector<pid_t> ids;
+  for (const auto& v : vcpus_) ids.push_back(v->tid());
+  return ids;
+}
+
+std::optional<VmPlacementInfo> Vm::placement() const { return placement_info_; }
+
 std::vector<std::string> Vm::TestMessages() const {
   absl::MutexLock lock(&mu_);
   return messages_;
@@ -497,6 +548,7 @@ Vm::~Vm() {
   // Members are destroyed in reverse order: vCPU threads (joined) first, then
   // the event loop, devices, irqfd, memory slots (the KvmVm outlives them)...
   vcpus_.clear();
+  isolation_.reset();  // removes the sandbox's cgroup once its threads are gone
   virtio_.reset();
   pit_.reset();
   serial_irq_.reset();

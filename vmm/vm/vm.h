@@ -22,6 +22,7 @@
 #include "vmm/kvm/kvm_vm.h"
 #include "vmm/memory/memfd_guest_memory.h"
 #include "vmm/vcpu/vcpu_thread.h"
+#include "sched/isolation.h"
 #include "vmm/vm/vm_config.h"
 
 namespace dsec::devices {
@@ -70,8 +71,16 @@ struct BootTimestamps {
   int64_t stop_ns = 0;            // the stop request
 };
 
+struct VmPlacementInfo {
+  std::string qos;        // "ls" / "be"
+  std::string mechanism;  // "core-sched" / "cpuset"
+  std::vector<int> cpus;
+  std::vector<int> vcpu_cpus;
+};
+
 struct VmStats {
   StopInfo stop;
+  std::optional<VmPlacementInfo> placement;
   BootTimestamps timestamps;
   uint64_t guest_mem_bytes = 0;
   uint64_t guest_resident_bytes = 0;  // guest RAM the host has backed (mincore)
@@ -117,6 +126,9 @@ class Vm : private vcpu::VcpuStopSink {
 
   bool paused() const;
   std::vector<std::string> TestMessages() const;
+  // Kernel thread ids of the vCPU threads (0 until a thread started).
+  std::vector<pid_t> VcpuThreadIds() const;
+  std::optional<VmPlacementInfo> placement() const;
   const memory::MemfdGuestMemory& memory() const { return *memory_; }
   // The command line the guest was given (with the virtio-mmio devices the
   // monitor appended).
@@ -131,6 +143,7 @@ class Vm : private vcpu::VcpuStopSink {
   absl::Status SetUpVcpus(const VmConfig& config, const void* boot_plan);
   absl::Status SetUpDevices(const VmConfig& config);
   absl::Status SetUpTimers(const VmConfig& config);
+  absl::Status SetUpPlacement(const VmConfig& config);
   void DrainConsole();
   void OnVcpuStop(uint32_t vcpu_id, vcpu::VcpuStopCause cause, std::string detail) override;
   void KickAll();
@@ -163,6 +176,12 @@ class Vm : private vcpu::VcpuStopSink {
   std::thread loop_thread_;
   int console_retry_timer_ = -1;
   bool console_watching_writable_ = false;
+
+  // Outlive the vCPU threads (declared before them): their ThreadPlacements
+  // point into the isolation.
+  std::unique_ptr<sched::Isolator> isolator_;
+  std::unique_ptr<sched::SandboxIsolation> isolation_;
+  std::optional<VmPlacementInfo> placement_info_;
 
   vcpu::VcpuControl control_;
   std::vector<std::unique_ptr<vcpu::VcpuThread>> vcpus_;

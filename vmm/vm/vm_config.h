@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "sched/placement.h"
+
 namespace dsec::vm {
 
 enum class BootProtocolChoice { kAuto, kLinux64, kPvh };
@@ -52,6 +54,12 @@ struct VmConfig {
   uint32_t vcpus = 1;
   BootProtocolChoice boot = BootProtocolChoice::kAuto;
   PitChoice pit = PitChoice::kUser;
+  // CPU placement (sched/): latency-sensitive VMs get whole cores, best-effort
+  // ones are packed elsewhere; every vCPU thread is pinned and isolated (core
+  // scheduling cookie, or a cpuset cgroup where the kernel lacks it) before
+  // its first KVM_RUN. Unset: no placement. A standalone monitor plans
+  // against the whole host; the node daemon coordinates several VMs.
+  std::optional<sched::QosClass> qos;
   ConsoleConfig console;
   // virtio-mmio devices, announced on the kernel command line in this order:
   // rng, disks, nets, vsock.
