@@ -1,0 +1,519 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "devices/balloon/balloon_device.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "vmm/base/event_loop.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+namespace dsec::devices {
+
+namespace {
+// Chains served per queue and run before yielding the loop to other devices.
+constexpr int kMaxChainsPerRun = 64;
+// struct virtio_balloon_config up to `actual` (section 5.5.4); the optional
+// fields after it belong to features the device does not offer.
+constexpr uint64_t kConfigBytes = 8;
+constexpr uint64_t kActualOffset = 4;
+}  // namespace
+
+BalloonDevice::BalloonDevice(std::unique_ptr<BalloonBackend> backend, BalloonOptions options)
+    : backend_(std::move(backend)),
+      options_(options),
+      clock_(options.clock != nullptr ? options.clock : &MonotonicClock::Get()),
+      bucket_(options.release_pages_per_sec, options.release_burst_pages, clock_),
+      pages_(backend_->releasable()) {
+  features_ = virtio::kFeatureRingEventIdx | virtio::kFeatureRingIndirectDesc;
+  if (options_.stats) features_ |= kBalloonFeatureStatsVq;
+  if (options_.deflate_on_oom) features_ |= kBalloonFeatureDeflateOnOom;
+  if (options_.free_page_reporting) features_ |= kBalloonFeatureReporting;
+  num_queues_ = static_cast<uint16_t>(2 + (options_.stats ? 1 : 0) +
+                                      (options_.free_page_reporting ? 1 : 0));
+  for (const BalloonRange& r : backend_->releasable()) ram_pages_ += r.size >> kBalloonPageShift;
+}
+
+absl::StatusOr<std::shared_ptr<BalloonDevice>> BalloonDevice::Create(
+    std::unique_ptr<BalloonBackend> backend, BalloonOptions options) {
+  if (!backend || backend->releasable().empty()) {
+    return absl::InvalidArgumentError("virtio-balloon: backend has no releasable RAM");
+  }
+  uint64_t prev_end = 0;
+  for (const BalloonRange& r : backend->releasable()) {
+    if (r.size == 0 || r.gpa % kBalloonPageSize != 0 || r.size % kBalloonPageSize != 0 ||
+        r.gpa < prev_end || r.end() < r.gpa) {
+      return absl::InvalidArgumentError("virtio-balloon: releasable ranges unsorted or unaligned");
+    }
+    prev_end = r.end();
+  }
+  const uint16_t q = options.queue_size;
+  if (q == 0 || q > virtio::kMaxQueueSize || (q & (q - 1)) != 0) {
+    return absl::InvalidArgumentError("virtio-balloon: queue size must be a power of two");
+  }
+  if (options.max_pfns_per_request == 0 || options.max_stats_entries == 0 ||
+      options.max_report_ranges == 0) {
+    return absl::InvalidArgumentError("virtio-balloon: per-request caps must be non-zero");
+  }
+  const uint64_t burst = options.release_burst_pages != 0 ? options.release_burst_pages
+                                                          : options.release_pages_per_sec;
+  if (options.release_pages_per_sec != 0 && burst < options.max_pfns_per_request) {
+    return absl::InvalidArgumentError(
+        "virtio-balloon: release burst must hold max_pfns_per_request pages");
+  }
+  return std::shared_ptr<BalloonDevice>(new BalloonDevice(std::move(backend), options));
+}
+
+BalloonDevice::~BalloonDevice() { CancelTimers(); }
+
+// --- Config space (vCPU threads) ---------------------------------------------
+
+void BalloonDevice::ReadConfig(uint64_t offset, std::span<uint8_t> data) {
+  // Guest-controlled: offset and size; bytes beyond the struct read as zero.
+  uint8_t config[kConfigBytes];
+  const uint32_t num_pages = num_pages_.load();
+  const uint32_t actual = actual_.load();
+  std::memcpy(config, &num_pages, 4);
+  std::memcpy(config + kActualOffset, &actual, 4);
+  for (size_t i = 0; i < data.size(); ++i) {
+    const bool inside = offset < kConfigBytes && i < kConfigBytes - offset;
+    data[i] = inside ? config[offset + i] : 0;
+  }
+}
+
+void BalloonDevice::WriteConfig(uint64_t offset, std::span<const uint8_t> data) {
+  // Guest-controlled: offset, size and value. Only `actual` is writable by
+  // the driver (section 5.5.4); it is informational, the host trusts its own
+  // page set (balloon_pages()).
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (offset > kConfigBytes || i >= kConfigBytes - offset) break;
+    const uint64_t at = offset + i;
+    if (at < kActualOffset) continue;
+    const unsigned shift = static_cast<unsigned>(at - kActualOffset) * 8;
+    uint32_t old_value = actual_.load();
+    uint32_t new_value;
+    do {
+      new_value = (old_value & ~(0xffu << shift)) | (static_cast<uint32_t>(data[i]) << shift);
+    } while (!actual_.compare_exchange_weak(old_value, new_value));
+  }
+}
+
+// --- Control API (any thread) ------------------------------------------------
+
+void BalloonDevice::SetTargetPages(uint32_t pages) {
+  const uint32_t target = static_cast<uint32_t>(std::min<uint64_t>(pages, ram_pages_));
+  if (num_pages_.exchange(target) == target) return;
+  absl::MutexLock lock(&mu_);
+  // Section 5.5.6.1: the driver reacts to a configuration change
+  // notification; without a running driver it reads num_pages when it starts.
+  if (notifier_ != nullptr) notifier_->SignalConfigChanged();
+}
+
+bool BalloonDevice::driver_active() const {
+  absl::MutexLock lock(&mu_);
+  return notifier_ != nullptr;
+}
+
+bool BalloonDevice::stats_enabled() const {
+  absl::MutexLock lock(&mu_);
+  return stats_negotiated_;
+}
+
+void BalloonDevice::RequestStats() {
+  absl::MutexLock lock(&mu_);
+  if (loop_ == nullptr || !stats_negotiated_) return;
+  std::weak_ptr<BalloonDevice> weak = weak_from_this();
+  const uint64_t generation = generation_;
+  loop_->Post([weak, generation] {
+    auto self = weak.lock();
+    if (!self || !self->active_ || self->loop_generation_ != generation) return;
+    self->ReturnStatsBuffer();
+  });
+}
+
+std::optional<BalloonStatsSample> BalloonDevice::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+BalloonMetrics BalloonDevice::metrics() const {
+  auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  const Counters& c = counters_;
+  BalloonMetrics m;
+  m.inflated_pages = get(c.inflated);
+  m.deflated_pages = get(c.deflated);
+  m.deflated_unrequested_pages = get(c.deflated_unrequested);
+  m.released_bytes = get(c.released_bytes);
+  m.reported_pages = get(c.reported);
+  m.reported_released_bytes = get(c.reported_released_bytes);
+  m.refused_not_ram = get(c.refused_not_ram);
+  m.refused_not_releasable = get(c.refused_not_releasable);
+  m.refused_duplicate = get(c.refused_duplicate);
+  m.refused_not_inflated = get(c.refused_not_inflated);
+  m.refused_unaligned = get(c.refused_unaligned);
+  m.refused_rate = get(c.refused_rate);
+  m.throttled = get(c.throttled);
+  m.bad_requests = get(c.bad_requests);
+  m.release_errors = get(c.release_errors);
+  m.stats_updates = get(c.stats_updates);
+  m.stats_requests = get(c.stats_requests);
+  return m;
+}
+
+// --- Lifecycle (loop thread) -------------------------------------------------
+
+absl::Status BalloonDevice::Activate(const virtio::ActivateContext& context) {
+  if (active_) return absl::FailedPreconditionError("virtio-balloon already active");
+  if (context.queues.size() != num_queues_ || context.memory == nullptr ||
+      context.notifier == nullptr || context.loop == nullptr) {
+    return absl::InvalidArgumentError("virtio-balloon: bad activation context");
+  }
+  context_ = context;
+  // Compacted queue numbering over the negotiated features (file comment).
+  kinds_.fill(Kind::kNone);
+  uint16_t next = 0;
+  kinds_[next++] = Kind::kInflate;
+  kinds_[next++] = Kind::kDeflate;
+  const bool stats = (context.acked_features & kBalloonFeatureStatsVq) != 0;
+  if (stats) kinds_[next++] = Kind::kStats;
+  if ((context.acked_features & kBalloonFeatureReporting) != 0) kinds_[next++] = Kind::kReporting;
+  active_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    notifier_ = context.notifier;
+    loop_ = context.loop;
+    stats_negotiated_ = stats;
+    stats_.reset();
+    loop_generation_ = ++generation_;
+  }
+  if (stats && options_.stats_period_ns > 0) {
+    std::weak_ptr<BalloonDevice> weak = weak_from_this();
+    const uint64_t generation = loop_generation_;
+    DSEC_ASSIGN_OR_RETURN(stats_timer_, context.loop->AddTimer(
+                                            options_.stats_period_ns, options_.stats_period_ns,
+                                            [weak, generation] {
+                                              auto self = weak.lock();
+                                              if (!self || !self->active_ ||
+                                                  self->loop_generation_ != generation)
+                                                return;
+                                              self->ReturnStatsBuffer();
+                                            }));
+  }
+  return absl::OkStatus();
+}
+
+void BalloonDevice::Reset() {
+  CancelTimers();
+  {
+    absl::MutexLock lock(&mu_);
+    notifier_ = nullptr;
+    loop_ = nullptr;
+    stats_negotiated_ = false;
+    ++generation_;
+  }
+  // The guest owns all of its memory again (a new driver starts with an
+  // empty balloon); released pages simply read as zero.
+  pages_.Clear();
+  balloon_pages_.store(0);
+  actual_.store(0);
+  stats_head_.reset();
+  continue_posted_.fill(false);
+  context_ = {};
+  active_ = false;
+}
+
+void BalloonDevice::CancelTimers() {
+  for (int* timer : {&retry_timer_, &stats_timer_}) {
+    if (*timer >= 0 && context_.loop != nullptr) (void)context_.loop->CancelTimer(*timer);
+    *timer = -1;
+  }
+}
+
+void BalloonDevice::Broken(const absl::Status& status) {
+  context_.notifier->ReportBroken(status);
+  active_ = false;
+}
+
+std::optional<uint16_t> BalloonDevice::QueueOf(Kind kind) const {
+  for (uint16_t i = 0; i < kinds_.size(); ++i) {
+    if (kinds_[i] == kind) return i;
+  }
+  return std::nullopt;
+}
+
+void BalloonDevice::QueueNotify(uint16_t queue_index) {
+  if (!active_ || queue_index >= num_queues_) return;
+  // A throttled inflate queue runs again from its timer; a kick cannot make
+  // the budget refill sooner.
+  if (kinds_[queue_index] == Kind::kInflate && retry_timer_ >= 0) return;
+  ProcessQueue(queue_index);
+}
+
+void BalloonDevice::ScheduleRetry(int64_t delay_ns) {
+  if (retry_timer_ >= 0) return;
+  std::weak_ptr<BalloonDevice> weak = weak_from_this();
+  const uint64_t generation = loop_generation_;
+  absl::StatusOr<int> id = context_.loop->AddTimer(
+      std::max(delay_ns, options_.min_retry_ns), 0, [weak, generation] {
+        auto self = weak.lock();
+        if (!self || !self->active_ || self->loop_generation_ != generation) return;
+        self->retry_timer_ = -1;  // one-shot timers remove themselves
+        if (auto q = self->QueueOf(Kind::kInflate)) self->ProcessQueue(*q);
+      });
+  if (!id.ok()) {
+    Broken(id.status());
+    return;
+  }
+  retry_timer_ = *id;
+}
+
+void BalloonDevice::PostContinue(uint16_t index) {
+  if (continue_posted_[index]) return;
+  continue_posted_[index] = true;
+  std::weak_ptr<BalloonDevice> weak = weak_from_this();
+  const uint64_t generation = loop_generation_;
+  context_.loop->Post([weak, generation, index] {
+    auto self = weak.lock();
+    if (!self || !self->active_ || self->loop_generation_ != generation) return;
+    self->continue_posted_[index] = false;
+    self->QueueNotify(index);
+  });
+}
+
+// --- Data plane (loop thread) ------------------------------------------------
+
+void BalloonDevice::ProcessQueue(uint16_t index) {
+  const Kind kind = kinds_[index];
+  if (kind == Kind::kNone) return;
+  virtio::Queue& queue = context_.queues[index];
+  if (!queue.active()) return;
+  bool used_any = false;
+  for (int served = 0;; ++served) {
+    if (served == kMaxChainsPerRun) {
+      PostContinue(index);  // yield to other handlers, then continue
+      break;
+    }
+    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = queue.Pop();
+    if (!chain.ok()) {
+      Broken(chain.status());
+      return;
+    }
+    if (!chain->has_value()) break;
+    if (!HandleChain(kind, index, **chain)) {
+      queue.UndoPop();
+      break;
+    }
+    if (!active_) return;
+    // The stats queue holds its buffer until the host wants new statistics.
+    if (kind == Kind::kStats) continue;
+    if (absl::Status s = queue.AddUsed((*chain)->head, 0); !s.ok()) {
+      Broken(s);
+      return;
+    }
+    used_any = true;
+  }
+  if (used_any) context_.notifier->SignalUsed(index);
+}
+
+bool BalloonDevice::HandleChain(Kind kind, uint16_t index, const virtio::DescriptorChain& chain) {
+  switch (kind) {
+    case Kind::kInflate:
+      return Inflate(chain);
+    case Kind::kDeflate:
+      Deflate(chain);
+      return true;
+    case Kind::kReporting:
+      Report(chain);
+      return true;
+    case Kind::kStats:
+      ReceiveStats(index, chain);
+      return true;
+    case Kind::kNone:
+      break;
+  }
+  return true;
+}
+
+void BalloonDevice::RefuseNotRam(uint64_t pfn) {
+  // Inside guest memory but not releasable RAM (pmem, other mapped windows)
+  // versus outside guest memory entirely.
+  if (context_.memory->FindRegion(pfn << kBalloonPageShift) != nullptr) {
+    Count(counters_.refused_not_releasable);
+  } else {
+    Count(counters_.refused_not_ram);
+  }
+}
+
+void BalloonDevice::Release(uint64_t first_pfn, uint64_t count,
+                            std::atomic<uint64_t>& released) {
+  if (count == 0) return;
+  absl::StatusOr<uint64_t> bytes =
+      backend_->Release(first_pfn << kBalloonPageShift, count << kBalloonPageShift);
+  if (!bytes.ok()) {
+    Count(counters_.release_errors);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-balloon release failed: {}",
+                         bytes.status().ToString());
+    return;
+  }
+  Count(released, *bytes);
+}
+
+bool BalloonDevice::Inflate(const virtio::DescriptorChain& chain) {
+  absl::StatusOr<std::vector<uint32_t>> pfns =
+      ParsePfnRequest(chain, *context_.memory, options_.max_pfns_per_request);
+  if (!pfns.ok()) {
+    Count(counters_.bad_requests);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-balloon {}", pfns.status().ToString());
+    return true;
+  }
+  // Every PFN costs budget, refused ones included (they cost work too).
+  if (!bucket_.unlimited() && !bucket_.TryTake(pfns->size())) {
+    Count(counters_.throttled);
+    ScheduleRetry(bucket_.NsUntilAvailable(pfns->size()));
+    return false;
+  }
+  CoalescedPfns co = CoalescePfns(std::move(*pfns));
+  Count(counters_.refused_duplicate, co.duplicates);
+  for (const PageRun& run : co.runs) {
+    // Guest-controlled: each PFN. Release maximal sub-runs of pages that are
+    // RAM and were not in the balloon yet.
+    uint64_t pending = 0;
+    for (uint64_t pfn = run.first_pfn; pfn < run.first_pfn + run.count; ++pfn) {
+      switch (pages_.Find(pfn)) {
+        case BalloonPageSet::Lookup::kOut:
+          pages_.Insert(pfn);
+          Count(counters_.inflated);
+          ++pending;
+          continue;
+        case BalloonPageSet::Lookup::kIn:
+          Count(counters_.refused_duplicate);
+          break;
+        case BalloonPageSet::Lookup::kNotRam:
+          RefuseNotRam(pfn);
+          break;
+      }
+      Release(pfn - pending, pending, counters_.released_bytes);
+      pending = 0;
+    }
+    Release(run.first_pfn + run.count - pending, pending, counters_.released_bytes);
+  }
+  balloon_pages_.store(pages_.count());
+  return true;
+}
+
+void BalloonDevice::Deflate(const virtio::DescriptorChain& chain) {
+  absl::StatusOr<std::vector<uint32_t>> pfns =
+      ParsePfnRequest(chain, *context_.memory, options_.max_pfns_per_request);
+  if (!pfns.ok()) {
+    Count(counters_.bad_requests);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-balloon {}", pfns.status().ToString());
+    return;
+  }
+  CoalescedPfns co = CoalescePfns(std::move(*pfns));
+  Count(counters_.refused_duplicate, co.duplicates);
+  const uint64_t target = num_pages_.load();
+  for (const PageRun& run : co.runs) {
+    for (uint64_t pfn = run.first_pfn; pfn < run.first_pfn + run.count; ++pfn) {
+      // Nothing to do on the host: the guest faults the page back in (zeroed).
+      const bool above_target = pages_.count() > target;
+      if (pages_.Erase(pfn)) {
+        Count(counters_.deflated);
+        if (!above_target) Count(counters_.deflated_unrequested);
+      } else if (pages_.Find(pfn) == BalloonPageSet::Lookup::kNotRam) {
+        RefuseNotRam(pfn);
+      } else {
+        Count(counters_.refused_not_inflated);
+      }
+    }
+  }
+  balloon_pages_.store(pages_.count());
+}
+
+void BalloonDevice::Report(const virtio::DescriptorChain& chain) {
+  absl::StatusOr<std::vector<BalloonGuestRange>> ranges =
+      ParseReportRequest(chain, options_.max_report_ranges);
+  if (!ranges.ok()) {
+    Count(counters_.bad_requests);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-balloon {}", ranges.status().ToString());
+    return;
+  }
+  std::vector<BalloonGuestRange> aligned;
+  for (const BalloonGuestRange& r : *ranges) {
+    // Guest-controlled: a range that is not whole pages is refused whole.
+    if (r.gpa % kBalloonPageSize != 0 || r.len % kBalloonPageSize != 0) {
+      Count(counters_.refused_unaligned, (r.len + kBalloonPageSize - 1) / kBalloonPageSize);
+      continue;
+    }
+    aligned.push_back(r);
+  }
+  CoalescedRanges co = CoalesceRanges(aligned);
+  Count(counters_.refused_duplicate, co.duplicate_pages);
+  uint64_t total = 0;
+  for (const PageRun& run : co.runs) total += run.count;
+  // Reporting is a hint: over budget, the pages are simply not released.
+  if (!bucket_.unlimited() && !bucket_.TryTake(total)) {
+    Count(counters_.refused_rate, total);
+    return;
+  }
+  for (const PageRun& run : co.runs) {
+    uint64_t pending = 0;
+    for (uint64_t pfn = run.first_pfn; pfn < run.first_pfn + run.count; ++pfn) {
+      switch (pages_.Find(pfn)) {
+        case BalloonPageSet::Lookup::kOut:
+          Count(counters_.reported);
+          ++pending;
+          continue;
+        case BalloonPageSet::Lookup::kIn:
+          // A page in the balloon is not the guest's to report.
+          Count(counters_.refused_duplicate);
+          break;
+        case BalloonPageSet::Lookup::kNotRam:
+          RefuseNotRam(pfn);
+          break;
+      }
+      Release(pfn - pending, pending, counters_.reported_released_bytes);
+      pending = 0;
+    }
+    Release(run.first_pfn + run.count - pending, pending, counters_.reported_released_bytes);
+  }
+}
+
+void BalloonDevice::ReceiveStats(uint16_t index, const virtio::DescriptorChain& chain) {
+  absl::StatusOr<BalloonStats> stats =
+      ParseStatsRequest(chain, *context_.memory, options_.max_stats_entries);
+  if (stats.ok()) {
+    Count(counters_.stats_updates);
+    absl::MutexLock lock(&mu_);
+    const uint64_t sequence = stats_ ? stats_->sequence + 1 : 1;
+    stats_ = BalloonStatsSample{*stats, clock_->NowNs(), sequence};
+  } else {
+    Count(counters_.bad_requests);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-balloon {}", stats.status().ToString());
+  }
+  // The driver has one stats buffer; a second one means it gave up on the
+  // first (or is hostile): hand the old one back so nothing leaks.
+  if (stats_head_) {
+    if (absl::Status s = context_.queues[index].AddUsed(*stats_head_, 0); !s.ok()) {
+      Broken(s);
+      return;
+    }
+    context_.notifier->SignalUsed(index);
+  }
+  stats_head_ = chain.head;
+}
+
+void BalloonDevice::ReturnStatsBuffer() {
+  std::optional<uint16_t> index = QueueOf(Kind::kStats);
+  if (!index || !stats_head_) return;
+  // Section 5.5.6.3: returning the buffer asks the driver for new stats.
+  if (absl::Status s = context_.queues[*index].AddUsed(*stats_head_, 0); !s.ok()) {
+    Broken(s);
+    return;
+  }
+  stats_head_.reset();
+  Count(counters_.stats_requests);
+  context_.notifier->SignalUsed(*index);
+}
+
+}  // namespace dsec::devices
