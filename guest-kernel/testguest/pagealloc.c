@@ -44,6 +44,17 @@ void *page_alloc(uint64_t bytes)
 	return p;
 }
 
+void *page_alloc_uninit(uint64_t bytes)
+{
+	uint64_t size = (bytes + TG_PAGE_SIZE - 1) & ~(TG_PAGE_SIZE - 1);
+
+	if (size == 0 || limit - next_free < size)
+		return 0;
+	void *p = (void *)(uintptr_t)next_free;
+	next_free += size;
+	return p;
+}
+
 uint64_t pagealloc_free_bytes(void)
 {
 	return limit - next_free;

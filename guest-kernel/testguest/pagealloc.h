@@ -23,6 +23,9 @@ bool pagealloc_init(const struct tg_boot_info *bi);
  * exhausted. The identity map makes the pointer the guest-physical address
  * that devices are given. */
 void *page_alloc(uint64_t bytes);
+/* Like page_alloc but not zeroed: for buffers a device fills completely
+ * (blk-read's image copy), so that the copy is the first touch. */
+void *page_alloc_uninit(uint64_t bytes);
 /* Bytes still available. */
 uint64_t pagealloc_free_bytes(void);
 

@@ -583,6 +583,15 @@ uint64_t tg_tsc_khz(void)
 	return khz[2];
 }
 
+uint64_t tg_wsum64(uint64_t sum, uint64_t first, const uint64_t *p, uint64_t n)
+{
+	uint64_t k = 2 * first + 1;
+
+	for (uint64_t i = 0; i < n; i++, k += 2)
+		sum += p[i] * k;
+	return sum;
+}
+
 uint64_t tg_fnv1a64(uint64_t h, const uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {

@@ -30,6 +30,7 @@
 #define VIRTIO_ID_BLOCK 2
 #define VIRTIO_ID_RNG 4
 #define VIRTIO_ID_VSOCK 19
+#define VIRTIO_ID_PMEM 27
 
 /* Reserved feature bits (section 6). */
 #define VIRTIO_F_VERSION_1 (1ull << 32)
@@ -189,6 +190,15 @@ void *virtq_wait(struct virtq *q, uint32_t *len, uint32_t ticks);
 uint64_t tg_tsc_khz(void);             /* TSC rate from PIT ticks, 0 if no ticks */
 uint64_t tg_fnv1a64(uint64_t h, const uint8_t *p, size_t n);
 #define TG_FNV1A64_INIT 0xcbf29ce484222325ull
+/*
+ * The layer checksum that pmem-read and blk-read report: over the image as
+ * little-endian 64-bit words w[i], sum of w[i] * (2i + 1) mod 2^64. Trailing
+ * zero words add nothing, so the 2 MiB zero tail of a pmem window and the
+ * 512-byte rounding of a disk do not change it, while any moved or changed
+ * word does. first is the index of p[0] in the image. Cheap at CPL3: one
+ * multiply-add per 8 bytes.
+ */
+uint64_t tg_wsum64(uint64_t sum, uint64_t first, const uint64_t *p, uint64_t n);
 /* Starts "error <what> slot=<i>" in err. */
 void virtio_error(struct tg_line *err, const char *what, const struct virtio_dev *d);
 

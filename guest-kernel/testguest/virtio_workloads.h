@@ -19,6 +19,10 @@ int workload_rng(const struct tg_boot_info *bi, uint64_t bytes, struct tg_line *
 int workload_blk_test(const struct tg_boot_info *bi, uint64_t sectors, struct tg_line *out);
 int workload_blk_write_ro(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out);
 int workload_blk_read(const struct tg_boot_info *bi, uint64_t mib, struct tg_line *out);
+/* blk-read without an argument: the whole disk into guest RAM + checksum. */
+int workload_blk_read_image(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out);
+int workload_pmem_read(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out);
+int workload_pmem_write(const struct tg_boot_info *bi, uint64_t offset, struct tg_line *out);
 /* arg: "MODE,MiB" */
 int workload_blk_bench(const struct tg_boot_info *bi, const char *arg, size_t len,
 		       struct tg_line *out);

@@ -174,6 +174,9 @@ static const struct workload kWorkloads[] = {
 	{ "blk-test", true, workload_blk_test, 0 },
 	{ "blk-write-ro", false, workload_blk_write_ro, 0 },
 	{ "blk-read", true, workload_blk_read, 0 },
+	{ "blk-read", false, workload_blk_read_image, 0 },
+	{ "pmem-read", false, workload_pmem_read, 0 },
+	{ "pmem-write", true, workload_pmem_write, 0 },
 	{ "blk-bench", true, 0, workload_blk_bench },
 	{ "net-echo", true, workload_net_echo, 0 },
 	{ "net-send", true, workload_net_send, 0 },
@@ -196,6 +199,7 @@ int workload_run(const struct tg_boot_info *bi, const char *spec, size_t len)
 {
 	static struct tg_line out;
 	size_t name_len = 0;
+	bool name_known = false;
 
 	while (name_len < len && spec[name_len] != ':')
 		name_len++;
@@ -205,8 +209,12 @@ int workload_run(const struct tg_boot_info *bi, const char *spec, size_t len)
 
 		if (tg_strlen(w->name) != name_len || !tg_memeq(w->name, spec, name_len))
 			continue;
-		if (w->needs_arg != (name_len < len) ||
-		    (w->needs_arg && w->run != 0 &&
+		name_known = true;
+		/* A name may have one entry with and one without an argument
+		 * (blk-read:MiB and blk-read). */
+		if (w->needs_arg != (name_len < len))
+			continue;
+		if ((w->needs_arg && w->run != 0 &&
 		     !tg_parse_u64(spec + name_len + 1, len - name_len - 1, &arg))) {
 			report_bad("error bad-workload-argument", spec, len);
 			return TG_EXIT_ERROR;
@@ -217,6 +225,10 @@ int workload_run(const struct tg_boot_info *bi, const char *spec, size_t len)
 		if (out.len > 0)
 			console_send(&out);
 		return code;
+	}
+	if (name_known) {
+		report_bad("error bad-workload-argument", spec, len);
+		return TG_EXIT_ERROR;
 	}
 	report_bad("error unknown-workload", spec, len);
 	return TG_EXIT_ERROR;

@@ -8,12 +8,17 @@
 #include "devices/net/mac_address.h"
 #include "devices/net/net_device.h"
 #include "devices/net/tap_backend.h"
+#include "devices/pmem/pmem_backend.h"
+#include "devices/pmem/pmem_device.h"
 #include "devices/rng/rng_backend.h"
 #include "devices/rng/rng_device.h"
 #include "devices/vsock/unix_backend.h"
 #include "devices/vsock/vsock_device.h"
 #include "vmm/arch/x86_64/layout.h"
 #include "vmm/base/status.h"
+#include "pmem-dax/layer_mapping.h"
+#include "pmem-dax/pmem_placement.h"
+#include "pmem-dax/readonly_write_sink.h"
 #include "vmm/vm/irqfd_line.h"
 
 namespace dsec::vm {
@@ -47,9 +52,10 @@ class VirtioDevices::KvmNotifyRegistrar : public virtio::NotifyRegistrar {
 absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const VmConfig& config,
                                                                      const Context& context) {
   std::unique_ptr<VirtioDevices> d(new VirtioDevices());
+  d->mmio_bus_ = context.mmio_bus;
   d->registrar_ = std::make_unique<KvmNotifyRegistrar>(context.kvm_vm);
-  const size_t wanted =
-      (config.rng ? 1 : 0) + config.disks.size() + config.nets.size() + (config.vsock ? 1 : 0);
+  const size_t wanted = (config.rng ? 1 : 0) + config.disks.size() + config.nets.size() +
+                        (config.vsock ? 1 : 0) + config.pmems.size();
   if (wanted > kMaxDevices) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%d virtio devices requested; at most %d fit", wanted, kMaxDevices));
@@ -100,7 +106,61 @@ absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const VmCon
         devices::VsockDevice::Create(config.vsock->guest_cid, d->vsock_backend_.get()));
     DSEC_RETURN_IF_ERROR(d->Add("virtio-vsock", std::move(dev), context));
   }
+  DSEC_RETURN_IF_ERROR(d->AddPmems(config, context));
   return d;
+}
+
+absl::Status VirtioDevices::AddPmems(const VmConfig& config, const Context& context) {
+  if (config.pmems.empty()) return absl::OkStatus();
+  // Open and map every layer first: a missing or empty image is the likely
+  // error and is reported before anything is placed or registered.
+  std::vector<std::unique_ptr<pmem::LayerMapping>> mappings;
+  std::vector<uint64_t> sizes;
+  for (const PmemConfig& p : config.pmems) {
+    auto mapping = pmem::LayerMapping::Create(p.path, p.read_only);
+    if (!mapping.ok()) return Annotate(mapping.status(), absl::StrCat("--pmem ", p.path));
+    sizes.push_back(mapping->region_size());
+    mappings.push_back(std::make_unique<pmem::LayerMapping>(std::move(*mapping)));
+  }
+  std::vector<arch::AddressRange> ram;
+  for (const memory::GuestRegion& r : context.memory->regions()) ram.push_back({r.gpa, r.size});
+  auto starts = pmem::PlacePmemRegions(ram, sizes);
+  if (!starts.ok()) return Annotate(starts.status(), "--pmem");
+  for (size_t i = 0; i < mappings.size(); ++i) {
+    PmemLayer layer;
+    layer.gpa = (*starts)[i];
+    layer.mapping = std::move(mappings[i]);
+    const pmem::LayerMapping& m = *layer.mapping;
+    const std::string name = absl::StrCat("virtio-pmem", i);
+    auto slot = kvm::MemSlot::Create(context.kvm_vm, layer.gpa, m.region_size(), m.host_addr(),
+                                     kvm::MemSlotFlags{.readonly = m.read_only()});
+    if (!slot.ok()) return Annotate(slot.status(), absl::StrCat("--pmem ", m.path(), ": memslot"));
+    layer.slot = std::move(*slot);
+    if (m.read_only()) {
+      layer.sink = std::make_shared<pmem::ReadOnlyWriteSink>(name, m.host_addr(), m.region_size());
+      DSEC_RETURN_IF_ERROR(context.mmio_bus->Insert(layer.sink, layer.gpa, m.region_size()));
+    }
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<devices::FilePmemBackend> backend,
+                          devices::FilePmemBackend::Create(m.fd(), m.file_size()));
+    devices::PmemOptions po;
+    po.start = layer.gpa;
+    po.size = m.region_size();
+    po.read_only = m.read_only();
+    DSEC_ASSIGN_OR_RETURN(layer.device, devices::PmemDevice::Create(std::move(backend), po));
+    std::shared_ptr<devices::PmemDevice> device = layer.device;
+    pmems_.push_back(std::move(layer));
+    DSEC_RETURN_IF_ERROR(Add(name, std::move(device), context));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t VirtioDevices::pmem_start(size_t i) const { return pmems_[i].gpa; }
+uint64_t VirtioDevices::pmem_size(size_t i) const { return pmems_[i].mapping->region_size(); }
+const devices::PmemMetrics& VirtioDevices::pmem_metrics(size_t i) const {
+  return pmems_[i].device->metrics();
+}
+uint64_t VirtioDevices::pmem_refused_writes(size_t i) const {
+  return pmems_[i].sink ? pmems_[i].sink->refused_writes() : 0;
 }
 
 absl::Status VirtioDevices::Add(const std::string& name,
@@ -142,6 +202,12 @@ VirtioDevices::~VirtioDevices() {
   // vsock device points at, then the registrar their notify routes use.
   slots_.clear();
   vsock_backend_.reset();
+  // No vCPU runs any more: take the write sinks off the bus before their
+  // mappings are unmapped, then remove the memslots and unmap.
+  for (const PmemLayer& p : pmems_) {
+    if (p.sink && mmio_bus_ != nullptr) (void)mmio_bus_->Remove(p.gpa);
+  }
+  pmems_.clear();
 }
 
 }  // namespace dsec::vm

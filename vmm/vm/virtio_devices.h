@@ -17,7 +17,14 @@
 
 namespace dsec::devices {
 class UnixVsockBackend;
+class PmemDevice;
+struct PmemMetrics;
 }  // namespace dsec::devices
+
+namespace dsec::pmem {
+class LayerMapping;
+class ReadOnlyWriteSink;
+}  // namespace dsec::pmem
 
 namespace dsec::vm {
 
@@ -30,9 +37,14 @@ class IrqfdLine;
 // (and the test guest) learn of them from `virtio_mmio.device=4K@ADDR:IRQ`
 // on the kernel command line (CommandLine()).
 //
+// virtio-pmem layers (`--pmem`) are the exception to "devices never see
+// KVM": each layer's file mapping (pmem-dax/) is its own memslot, placed by
+// pmem::PlacePmemRegions after guest RAM; a read-only layer is a KVM
+// read-only slot whose write exits reach a ReadOnlyWriteSink on the MMIO bus.
+//
 // Threads and lifetime: built by Vm::Create before the event loop runs and
 // destroyed after it stopped (the transports' rule); holds the back-ends
-// (disk images, taps, the vsock socket) the devices use.
+// (disk images, taps, the vsock socket, pmem mappings) the devices use.
 class VirtioDevices {
  public:
   static constexpr uint32_t kFirstIrq = 5;
@@ -53,8 +65,16 @@ class VirtioDevices {
   // " virtio_mmio.device=4K@0xd0000000:5 ..." (empty without devices).
   std::string CommandLine() const;
   size_t size() const { return slots_.size(); }
-  // Transport of device i (creation order: rng, disks, nets, vsock).
+  // Transport of device i (creation order: rng, disks, nets, vsock, pmems).
   const virtio::MmioTransport& transport(size_t i) const { return *slots_[i].transport; }
+
+  // pmem layer i (the order of VmConfig::pmems): its guest-physical window,
+  // its device's counters, and guest writes refused on a read-only layer.
+  size_t pmem_count() const { return pmems_.size(); }
+  uint64_t pmem_start(size_t i) const;
+  uint64_t pmem_size(size_t i) const;
+  const devices::PmemMetrics& pmem_metrics(size_t i) const;
+  uint64_t pmem_refused_writes(size_t i) const;
 
  private:
   class KvmNotifyRegistrar;
@@ -66,11 +86,26 @@ class VirtioDevices {
     std::shared_ptr<virtio::MmioTransport> transport;
   };
 
+  // One layer: the mapping outlives its memslot (declared first, destroyed
+  // last); the sink is removed from the bus before the mapping goes.
+  struct PmemLayer {
+    std::unique_ptr<pmem::LayerMapping> mapping;
+    kvm::MemSlot slot;
+    uint64_t gpa = 0;
+    std::shared_ptr<pmem::ReadOnlyWriteSink> sink;
+    std::shared_ptr<devices::PmemDevice> device;
+  };
+
   VirtioDevices() = default;
   absl::Status Add(const std::string& name, std::shared_ptr<virtio::VirtioDevice> device,
                    const Context& context);
+  absl::Status AddPmems(const VmConfig& config, const Context& context);
 
+  bus::Bus* mmio_bus_ = nullptr;
   std::unique_ptr<KvmNotifyRegistrar> registrar_;
+  // After the registrar, before the slots: destroyed after the transports
+  // that reset the pmem devices.
+  std::vector<PmemLayer> pmems_;
   std::unique_ptr<devices::UnixVsockBackend> vsock_backend_;
   // Destroyed first (declared last): transports reset their devices.
   std::vector<Slot> slots_;

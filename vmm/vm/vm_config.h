@@ -39,6 +39,14 @@ struct NetConfig {
   std::string mac;  // "" = derived from the tap name
 };
 
+// A virtio-pmem layer (`--pmem PATH[,ro]`): the file is mapped into the
+// guest (pmem-dax/), 2 MiB aligned after guest RAM. Read-only layers are a
+// KVM read-only memslot; guest writes to them are refused and counted.
+struct PmemConfig {
+  std::string path;
+  bool read_only = false;
+};
+
 // virtio-vsock with its host side on a unix socket (`--vsock CID,SOCKET`).
 struct VsockConfig {
   uint32_t guest_cid = 3;
@@ -62,11 +70,12 @@ struct VmConfig {
   std::optional<sched::QosClass> qos;
   ConsoleConfig console;
   // virtio-mmio devices, announced on the kernel command line in this order:
-  // rng, disks, nets, vsock.
+  // rng, disks, nets, vsock, pmems.
   bool rng = false;
   std::vector<DiskConfig> disks;
   std::vector<NetConfig> nets;
   std::optional<VsockConfig> vsock;
+  std::vector<PmemConfig> pmems;
   // 0: no limit. When it expires the VM is stopped with StopReason::kTimeout.
   uint64_t timeout_ms = 0;
 };
