@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dsec-vmm sandbox run --tier container`: creates a container sandbox from
+// EROFS layers, runs one command in it, prints its output and exits with its
+// status; the sandbox is destroyed on the way out.
+#include "cmd/container_commands.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sandbox/container/sandbox.h"
+#include "sandbox/container/state_dir.h"
+#include "vmm/base/logging.h"
+
+namespace dsec::cmd {
+
+namespace {
+
+// Exit statuses besides the command's own (as timeout(1) and docker use).
+constexpr int kExitTimeout = 124;
+constexpr int kExitRuntimeError = 125;
+constexpr int kExitNotFound = 127;
+
+struct RunOptions {
+  std::string tier = "container";
+  std::vector<std::string> layers;
+  uint64_t memory_mib = 512;
+  uint64_t pids = 512;
+  double cpus = 0;
+  uint64_t upper_mib = 1024;
+  int64_t timeout_s = 60;
+  uint64_t output_cap_bytes = 16 << 20;
+  uint64_t output_rate_bytes = 0;
+  std::vector<std::string> env;
+  std::string cwd = "/";
+  std::string state_dir = container::kDefaultStateRoot;
+  std::string log_level = "warn";
+  std::vector<std::string> command;
+};
+
+void WriteAll(FILE* f, const std::string& data) {
+  if (!data.empty()) fwrite(data.data(), 1, data.size(), f);
+  fflush(f);
+}
+
+int Run(const RunOptions& o) {
+  log::SetLevel(o.log_level);
+  if (o.tier != "container") {
+    fprintf(stderr, "dsec-vmm: tier \"%s\" is not available (only \"container\")\n", o.tier.c_str());
+    return 2;
+  }
+  if (o.command.empty()) {
+    fprintf(stderr, "dsec-vmm: no command given (sandbox run ... -- CMD ARGS)\n");
+    return 2;
+  }
+  // Sandboxes a killed runtime left behind go first.
+  if (auto removed = container::CleanupOrphans(o.state_dir); !removed.ok()) {
+    DSEC_LOG(warn, "container: orphan cleanup: {}", removed.status().ToString());
+  }
+  uint32_t rnd = 0;
+  if (::getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = static_cast<uint32_t>(::getpid());
+  container::SandboxConfig config;
+  config.id = absl::StrFormat("run-%d-%08x", ::getpid(), rnd);
+  config.layers = o.layers;
+  config.limits.memory_bytes = o.memory_mib << 20;
+  config.limits.pids_max = o.pids;
+  if (o.cpus > 0) {
+    config.limits.cpu_quota_us = static_cast<int64_t>(o.cpus * config.limits.cpu_period_us);
+  }
+  config.upper_size_bytes = o.upper_mib << 20;
+  config.state_root = o.state_dir;
+  auto sandbox = container::Sandbox::Create(std::move(config));
+  if (!sandbox.ok()) {
+    fprintf(stderr, "dsec-vmm: creating the sandbox: %s\n", sandbox.status().ToString().c_str());
+    return kExitRuntimeError;
+  }
+  container::ExecOptions exec;
+  exec.argv = o.command;
+  if (!o.env.empty()) {
+    exec.env = container::SandboxConfig{}.env;
+    for (const std::string& e : o.env) exec.env.push_back(e);
+  }
+  exec.cwd = o.cwd;
+  exec.timeout_ms = o.timeout_s * 1000;
+  exec.output_cap_bytes = o.output_cap_bytes;
+  exec.output_rate_bytes_per_s = o.output_rate_bytes;
+  auto result = (*sandbox)->Exec(exec);
+  if (!result.ok()) {
+    fprintf(stderr, "dsec-vmm: %s\n", result.status().ToString().c_str());
+    return absl::IsNotFound(result.status()) || absl::IsPermissionDenied(result.status())
+               ? kExitNotFound
+               : kExitRuntimeError;
+  }
+  WriteAll(stdout, result->stdout_data);
+  WriteAll(stderr, result->stderr_data);
+  if (result->output_dropped_bytes > 0) {
+    fprintf(stderr, "dsec-vmm: %llu output bytes dropped (cap %llu bytes)\n",
+            static_cast<unsigned long long>(result->output_dropped_bytes),
+            static_cast<unsigned long long>(o.output_cap_bytes));
+  }
+  if (result->oom_killed) fprintf(stderr, "dsec-vmm: the sandbox ran out of memory\n");
+  int status = result->status();
+  if (result->timed_out) {
+    fprintf(stderr, "dsec-vmm: command timed out after %lld s\n",
+            static_cast<long long>(o.timeout_s));
+    status = kExitTimeout;
+  }
+  if (absl::Status s = (*sandbox)->Destroy(); !s.ok()) {
+    fprintf(stderr, "dsec-vmm: destroying the sandbox: %s\n", s.ToString().c_str());
+    return kExitRuntimeError;
+  }
+  return status;
+}
+
+// The "sandbox" group may already exist if another tier registered first.
+CLI::App* SandboxGroup(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == "sandbox") return sub;
+  }
+  CLI::App* group = app.add_subcommand("sandbox", "Sandboxes: run commands in a tier");
+  group->require_subcommand(1);
+  return group;
+}
+
+}  // namespace
+
+void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
+  CLI::App* sandbox = SandboxGroup(app);
+  auto opts = std::make_shared<RunOptions>();
+  CLI::App* run = sandbox->add_subcommand(
+      "run", "Create a sandbox, run CMD ARGS in it, print its output, exit with its status "
+             "(124 timeout, 125 runtime error, 127 command not found)");
+  run->add_option("--tier", opts->tier, "Sandbox tier")->check(CLI::IsMember({"container"}));
+  run->add_option("--layers", opts->layers, "EROFS layer images, lowest first")
+      ->required()
+      ->delimiter(',')
+      ->check(CLI::ExistingFile);
+  run->add_option("--memory-mib", opts->memory_mib, "Memory limit (MiB; swap held to it)");
+  run->add_option("--pids", opts->pids, "Process limit");
+  run->add_option("--cpus", opts->cpus, "CPU quota in CPUs (0 = none)");
+  run->add_option("--upper-mib", opts->upper_mib, "Size of the writable layer (MiB)");
+  run->add_option("--timeout-s", opts->timeout_s, "Kill the command after this long")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--output-cap-bytes", opts->output_cap_bytes,
+                  "stdout+stderr kept at most (excess dropped and counted; 0 = no cap)");
+  run->add_option("--output-rate-bytes", opts->output_rate_bytes,
+                  "Output rate limit in bytes/s (0 = none)");
+  run->add_option("--env", opts->env, "KEY=VALUE added to the default environment");
+  run->add_option("--cwd", opts->cwd, "Working directory inside the sandbox");
+  run->add_option("--state-dir", opts->state_dir, "Root of sandbox state directories");
+  run->add_option("--log-level", opts->log_level, "trace|debug|info|warn|error|off");
+  run->add_option("command", opts->command, "CMD ARGS (after --)")->required();
+  registry.Add(run, [opts] { return Run(*opts); });
+
+  auto state_dir = std::make_shared<std::string>(container::kDefaultStateRoot);
+  CLI::App* cleanup = sandbox->add_subcommand(
+      "cleanup", "Remove sandboxes (processes, mounts, cgroups) left by killed runtimes");
+  cleanup->add_option("--state-dir", *state_dir, "Root of sandbox state directories");
+  registry.Add(cleanup, [state_dir] {
+    auto removed = container::CleanupOrphans(*state_dir);
+    if (!removed.ok()) {
+      fprintf(stderr, "dsec-vmm: %s\n", removed.status().ToString().c_str());
+      return kExitRuntimeError;
+    }
+    printf("removed %d orphaned sandbox(es)\n", *removed);
+    return 0;
+  });
+}
+
+}  // namespace dsec::cmd

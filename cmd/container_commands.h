@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "CLI/CLI.hpp"
+#include "cmd/command.h"
+
+namespace dsec::cmd {
+
+// `dsec-vmm sandbox run --tier container --layers A.erofs[,B.erofs] -- CMD ARGS`
+// and `dsec-vmm sandbox cleanup` (removes sandboxes of killed runtimes).
+void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry);
+
+}  // namespace dsec::cmd

@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/child_process.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace dsec::container {
+
+namespace {
+
+enum Step : int32_t {
+  kReady = 0,
+  kWaitGo,
+  kUnshareCgroup,
+  kMakePrivate,
+  kMkdir,
+  kMountDev,
+  kMknod,
+  kMountDevpts,
+  kMountShm,
+  kPivotRoot,
+  kUmountOld,
+  kMountProc,
+  kMaskPath,
+  kMountSys,
+  kHostname,
+  kLoopbackUp,
+  kNoNewPrivs,
+  kDropCaps,
+  kSeccomp,
+  kSetns,
+  kClone,
+  kSetsid,
+  kStdio,
+  kChdir,
+  kRlimit,
+  kSetId,
+  kExec,
+  kStepCount,
+};
+
+constexpr const char* kStepNames[kStepCount] = {
+    "ready", "wait for runtime", "unshare cgroup namespace", "make mounts private", "mkdir",
+    "mount /dev", "mknod", "mount /dev/pts", "mount /dev/shm", "pivot_root", "umount old root",
+    "mount /proc", "mask path", "mount /sys", "sethostname", "bring lo up", "no_new_privs",
+    "drop capabilities", "seccomp", "setns", "clone exec process", "setsid", "set up stdio",
+    "chdir", "setrlimit", "setuid/setgid", "execve",
+};
+
+[[noreturn]] void Fail(int fd, int32_t step, int err) {
+  ChildError e{step, err};
+  (void)!::write(fd, &e, sizeof(e));
+  ::_exit(127);
+}
+
+// mkdir that tolerates an existing directory.
+bool MkdirP(const char* path, mode_t mode) { return ::mkdir(path, mode) == 0 || errno == EEXIST; }
+
+// Drops every capability outside SafeCapabilities() from the bounding,
+// ambient, inheritable, permitted and effective sets. 0 or errno.
+int DropCapabilities() {
+  const uint64_t safe = SafeCapabilities();
+  for (int cap = 0; cap < 64; ++cap) {
+    if (safe & (1ull << cap)) continue;
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
+      if (errno == EINVAL) break;  // past the kernel's last capability
+      return errno;
+    }
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+    return errno;
+  }
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  data[0].effective = data[0].permitted = static_cast<uint32_t>(safe);
+  data[1].effective = data[1].permitted = static_cast<uint32_t>(safe >> 32);
+  if (::syscall(SYS_capget, &header, nullptr) != 0 && errno != EINVAL) return errno;
+  header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  if (::syscall(SYS_capset, &header, data) != 0) return errno;
+  return 0;
+}
+
+// Capabilities must go first (dropping the bounding set needs
+// CAP_SETPCAP); an unprivileged uid, if any, is taken after that.
+int LockDown(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t* step) {
+  *step = kDropCaps;
+  if (int err = DropCapabilities(); err != 0) return err;
+  if (uid != 0 || gid != 0) {
+    *step = kSetId;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 ||
+        ::setresuid(uid, uid, uid) != 0) {
+      return errno;
+    }
+  }
+  *step = kNoNewPrivs;
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  *step = kSeccomp;
+  if (seccomp) return LoadSeccompProgram(*seccomp);
+  return 0;
+}
+
+void BuildDev(int report) {
+  const unsigned long nosuid_noexec = MS_NOSUID | MS_NOEXEC;
+  if (::mount("tmpfs", "dev", "tmpfs", nosuid_noexec, "size=1m,mode=0755") != 0) {
+    Fail(report, kMountDev, errno);
+  }
+  struct Node {
+    const char* path;
+    unsigned major, minor;
+  };
+  static constexpr Node kNodes[] = {{"dev/null", 1, 3},   {"dev/zero", 1, 5},
+                                    {"dev/full", 1, 7},   {"dev/random", 1, 8},
+                                    {"dev/urandom", 1, 9}, {"dev/tty", 5, 0}};
+  for (const Node& n : kNodes) {
+    if (::mknod(n.path, S_IFCHR | 0666, makedev(n.major, n.minor)) != 0) Fail(report, kMknod, errno);
+    ::chmod(n.path, 0666);  // mknod's mode is subject to the umask
+  }
+  if (!MkdirP("dev/pts", 0755) || !MkdirP("dev/shm", 01777)) Fail(report, kMkdir, errno);
+  if (::mount("devpts", "dev/pts", "devpts", nosuid_noexec,
+              "newinstance,ptmxmode=0666,mode=0620") != 0) {
+    Fail(report, kMountDevpts, errno);
+  }
+  if (::mount("shm", "dev/shm", "tmpfs", nosuid_noexec | MS_NODEV, "size=65536k,mode=1777") != 0) {
+    Fail(report, kMountShm, errno);
+  }
+  (void)::symlink("pts/ptmx", "dev/ptmx");
+  (void)::symlink("/proc/self/fd", "dev/fd");
+  (void)::symlink("/proc/self/fd/0", "dev/stdin");
+  (void)::symlink("/proc/self/fd/1", "dev/stdout");
+  (void)::symlink("/proc/self/fd/2", "dev/stderr");
+}
+
+void MountProcAndSys(int report) {
+  const unsigned long safe = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+  if (::mount("proc", "/proc", "proc", safe, nullptr) != 0) Fail(report, kMountProc, errno);
+  // Kernel-internal files a sandbox must not read or poke: /dev/null over
+  // each (those the kernel lacks are skipped).
+  static constexpr const char* kMaskedFiles[] = {
+      "/proc/kpagecgroup", "/proc/kpageflags",  "/proc/kpagecount", "/proc/kcore",
+      "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys",     "/proc/latency_stats",
+      "/proc/sched_debug",  "/proc/config.gz",  "/proc/kmsg",     "/proc/kallsyms",
+      "/proc/vmallocinfo",  "/proc/pagetypeinfo", "/proc/slabinfo"};
+  for (const char* path : kMaskedFiles) {
+    if (::access(path, F_OK) != 0) continue;
+    if (::mount("/dev/null", path, nullptr, MS_BIND, nullptr) != 0) Fail(report, kMaskPath, errno);
+  }
+  // Empty read-only tmpfs over whole directories.
+  static constexpr const char* kMaskedDirs[] = {"/proc/acpi", "/proc/scsi", "/proc/asound"};
+  for (const char* path : kMaskedDirs) {
+    if (::access(path, F_OK) != 0) continue;
+    if (::mount("tmpfs", path, "tmpfs", safe | MS_RDONLY, "size=0") != 0) {
+      Fail(report, kMaskPath, errno);
+    }
+  }
+  static constexpr const char* kReadOnly[] = {"/proc/sys", "/proc/irq", "/proc/bus",
+                                              "/proc/fs", "/proc/sysvipc"};
+  for (const char* path : kReadOnly) {
+    if (::access(path, F_OK) != 0) continue;
+    if (::mount(path, path, nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        ::mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | safe, nullptr) != 0) {
+      Fail(report, kMaskPath, errno);
+    }
+  }
+  if (::mount("sysfs", "/sys", "sysfs", safe | MS_RDONLY, nullptr) != 0) {
+    Fail(report, kMountSys, errno);
+  }
+  if (::access("/sys/firmware", F_OK) == 0 &&
+      ::mount("tmpfs", "/sys/firmware", "tmpfs", safe | MS_RDONLY, "size=0") != 0) {
+    Fail(report, kMaskPath, errno);
+  }
+}
+
+void LoopbackUp(int report) {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) Fail(report, kLoopbackUp, errno);
+  ifreq req{};
+  std::memcpy(req.ifr_name, "lo", 3);
+  if (::ioctl(s, SIOCGIFFLAGS, &req) != 0) Fail(report, kLoopbackUp, errno);
+  req.ifr_flags = static_cast<short>(req.ifr_flags | IFF_UP);
+  if (::ioctl(s, SIOCSIFFLAGS, &req) != 0) Fail(report, kLoopbackUp, errno);
+  ::close(s);
+}
+
+}  // namespace
+
+const char* ChildStepName(int32_t step) {
+  if (step < 0 || step >= kStepCount) return "unknown step";
+  return kStepNames[step];
+}
+
+uint64_t SafeCapabilities() {
+  constexpr int kCaps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,           CAP_FSETID,
+                           CAP_KILL,   CAP_SETGID,       CAP_SETUID,           CAP_SETPCAP,
+                           CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_SETFCAP};
+  uint64_t mask = 0;
+  for (int c : kCaps) mask |= 1ull << c;
+  return mask;
+}
+
+void ExecPlan::Finalize() {
+  argv_c.clear();
+  env_c.clear();
+  for (std::string& s : argv) argv_c.push_back(s.data());
+  argv_c.push_back(nullptr);
+  for (std::string& s : env) env_c.push_back(s.data());
+  env_c.push_back(nullptr);
+}
+
+void RunInit(const InitPlan& plan) {
+  const int report = plan.report_fd;
+  // Keep only the two sync pipes: descriptors of the runtime (other
+  // sandboxes' exec pipes among them) must not live on in the sandbox.
+  int lo = plan.go_fd < report ? plan.go_fd : report;
+  int hi = plan.go_fd < report ? report : plan.go_fd;
+  ::syscall(SYS_close_range, 0, lo - 1, 0);
+  ::syscall(SYS_close_range, lo + 1, hi - 1, 0);
+  ::syscall(SYS_close_range, hi + 1, ~0u, 0);
+  char go = 0;
+  if (::read(plan.go_fd, &go, 1) != 1) Fail(report, kWaitGo, errno ? errno : EPIPE);
+  ::close(plan.go_fd);
+  // The cgroup namespace is made now, after the runtime moved us into the
+  // sandbox's cgroups, so that those become its root.
+  if (::unshare(CLONE_NEWCGROUP) != 0) Fail(report, kUnshareCgroup, errno);
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    Fail(report, kMakePrivate, errno);
+  }
+  if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
+  for (const char* dir : {"proc", "sys", "dev", "tmp"}) {
+    if (!MkdirP(dir, 0755)) Fail(report, kMkdir, errno);
+  }
+  ::chmod("tmp", 01777);
+  BuildDev(report);
+  // pivot_root(".", "."): the old root ends up stacked under the new one
+  // and is detached right away; no directory for it is needed.
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) Fail(report, kPivotRoot, errno);
+  if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
+  if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);
+  MountProcAndSys(report);
+  if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) {
+    Fail(report, kHostname, errno);
+  }
+  LoopbackUp(report);
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);
+  int32_t step = 0;
+  if (int err = LockDown(plan.seccomp, 0, 0, &step); err != 0) Fail(report, step, err);
+  ChildError ready{kReady, 0};
+  (void)!::write(report, &ready, sizeof(ready));
+  ::close(report);
+  // PID 1: reap every child, own and adopted. SIGCHLD stays blocked and
+  // pending, so none is missed between the reap and the wait.
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  while (true) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    siginfo_t info;
+    ::sigwaitinfo(&chld, &info);
+  }
+}
+
+void RunExecLauncher(const ExecPlan& plan) {
+  const int err_fd = plan.error_fd;
+  for (int fd : plan.ns_fds) {
+    if (::setns(fd, 0) != 0) Fail(err_fd, kSetns, errno);
+  }
+  // A sibling of this launcher: the runtime is its parent and waits for it.
+  long pid = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+  if (pid < 0) Fail(err_fd, kClone, errno);
+  if (pid > 0) {
+    int32_t p = static_cast<int32_t>(pid);
+    (void)!::write(plan.pid_report_fd, &p, sizeof(p));
+    ::_exit(0);
+  }
+  // The exec process, PID > 1 in the sandbox's pid namespace.
+  char go = 0;
+  if (::read(plan.go_fd, &go, 1) != 1) Fail(err_fd, kWaitGo, errno ? errno : EPIPE);
+  if (::setsid() < 0) Fail(err_fd, kSetsid, errno);
+  if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 ||
+      ::dup2(plan.stderr_fd, 2) < 0) {
+    Fail(err_fd, kStdio, errno);
+  }
+  if (::dup3(err_fd, 3, O_CLOEXEC) < 0 && err_fd != 3) Fail(err_fd, kStdio, errno);
+  if (err_fd == 3) ::fcntl(3, F_SETFD, FD_CLOEXEC);
+  ::syscall(SYS_close_range, 4, ~0u, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+  if (::chdir(plan.cwd.c_str()) != 0) Fail(3, kChdir, errno);
+  rlimit nofile{plan.nofile, plan.nofile};
+  rlimit core{0, 0};
+  if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0 || ::setrlimit(RLIMIT_CORE, &core) != 0) {
+    Fail(3, kRlimit, errno);
+  }
+  int32_t step = 0;
+  if (int err = LockDown(plan.seccomp, plan.uid, plan.gid, &step); err != 0) Fail(3, step, err);
+  int last = ENOENT;
+  for (const std::string& path : plan.exec_paths) {
+    ::execve(path.c_str(), plan.argv_c.data(), plan.env_c.data());
+    // Keep the most telling error: EACCES beats a later ENOENT.
+    if (errno != ENOENT || last == ENOENT) last = errno;
+  }
+  Fail(3, kExec, last);
+}
+
+}  // namespace dsec::container

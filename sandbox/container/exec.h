@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// Running one command in a live container sandbox: the process is started
+// in the sandbox's namespaces and cgroups, and its output is read on the
+// runtime side through the cap and rate limit.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sandbox/container/cgroups.h"
+#include "sandbox/container/seccomp_policy.h"
+#include "vmm/base/scoped_fd.h"
+
+namespace dsec::sched {
+class SandboxIsolation;
+}
+
+namespace dsec::container {
+
+struct ExecOptions {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH unless it has a '/'
+  std::vector<std::string> env;   // KEY=VALUE; empty = the sandbox's default env
+  std::string cwd = "/";
+  std::string stdin_data;          // written to stdin, which is then closed
+  int64_t timeout_ms = 30000;      // the whole process group and strays are killed after it
+  uint64_t output_cap_bytes = 1 << 20;   // stdout + stderr kept at most; 0 = no cap
+  uint64_t output_rate_bytes_per_s = 0;  // token bucket over both; 0 = no limit
+  uid_t uid = 0;
+  gid_t gid = 0;
+  // When the command exits, what is left of its process group (background
+  // jobs of a shell, a fork bomb) is killed, like a session hang-up.
+  // Processes that left the group (setsid) live on until the sandbox is
+  // reset or destroyed, or a later exec times out.
+  bool kill_group_on_exit = true;
+};
+
+struct ExecResult {
+  std::optional<int> exit_code;  // set if the process exited
+  std::optional<int> signal;     // set if a signal killed it
+  bool timed_out = false;
+  bool oom_killed = false;  // the sandbox's memory cgroup OOM-killed something during the exec
+  std::string stdout_data;
+  std::string stderr_data;
+  uint64_t output_dropped_bytes = 0;  // over the cap or the rate, read and discarded
+  int64_t wall_ns = 0;
+  uint64_t peak_rss_bytes = 0;                  // the exec process's own (rusage)
+  std::optional<uint64_t> cgroup_peak_bytes;    // the sandbox's memory high-water mark
+  int stray_processes_killed = 0;               // after a timeout, outside the group too
+  // Shell-style status: exit code, or 128 + signal.
+  int status() const { return exit_code ? *exit_code : 128 + signal.value_or(0); }
+};
+
+// What an exec needs from its sandbox. Owned by the Sandbox; valid while
+// the sandbox's init lives.
+struct ExecTarget {
+  const std::vector<ScopedFd>* ns_fds = nullptr;  // net, uts, ipc, cgroup, pid, mnt
+  const ContainerCgroups* cgroups = nullptr;
+  const sched::SandboxIsolation* isolation = nullptr;  // optional QoS cgroup
+  const SeccompProgram* seccomp = nullptr;
+  pid_t init_pid = 0;
+  uint64_t nofile = 1024;
+  const std::vector<std::string>* default_env = nullptr;
+};
+
+// Runs `options` in `target`. Errors: InvalidArgument (empty argv), NotFound
+// or PermissionDenied (execve failed in the sandbox), Internal (syscalls).
+// Threads: any thread; blocks until the command finishes or times out.
+absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options);
+
+}  // namespace dsec::container

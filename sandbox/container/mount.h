@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side mounts of a container sandbox: read-only EROFS layers, the
+// size-limited tmpfs upper and the overlay that joins them. Each is owned by
+// a Mount that detaches it on destruction.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dsec::container {
+
+// One mount this process made, unmounted (MNT_DETACH) on destruction.
+// Move-only. A loop device made for a fallback EROFS mount is set to
+// autoclear, so it detaches itself with its last mount.
+// Threads: one owner thread.
+class Mount {
+ public:
+  Mount() = default;
+  Mount(Mount&& other) noexcept;
+  Mount& operator=(Mount&& other) noexcept;
+  Mount(const Mount&) = delete;
+  Mount& operator=(const Mount&) = delete;
+  ~Mount();
+
+  // mount(2) wrapper; errors name the target and errno.
+  static absl::StatusOr<Mount> Create(const std::string& source, const std::string& target,
+                                      const std::string& fstype, unsigned long flags,
+                                      const std::string& data);
+  // An EROFS image file read-only at `target`: the file-backed form of
+  // mount(2) first, a loop device (autoclear) only where the kernel lacks it.
+  static absl::StatusOr<Mount> Erofs(const std::string& image, const std::string& target);
+  // tmpfs limited to `size_bytes` (mode 0755).
+  static absl::StatusOr<Mount> Tmpfs(const std::string& target, uint64_t size_bytes);
+  // overlayfs at `target`; `lowers` lowest first (reversed for lowerdir=).
+  static absl::StatusOr<Mount> Overlay(const std::vector<std::string>& lowers,
+                                       const std::string& upper, const std::string& work,
+                                       const std::string& target);
+
+  // Unmounts now, reporting failure (the destructor logs it instead).
+  absl::Status Unmount();
+
+  const std::string& target() const { return target_; }
+  bool used_loop_device() const { return loop_; }
+
+ private:
+  Mount(std::string target, bool loop) : target_(std::move(target)), loop_(loop) {}
+
+  std::string target_;  // "" once unmounted or moved from
+  bool loop_ = false;
+};
+
+// Mount points listed in mountinfo text (field 5, unescaped), in file order.
+std::vector<std::string> ParseMountPoints(std::string_view mountinfo);
+
+// Detaches every mount at or below `dir` (deepest first), for orphan
+// cleanup. Returns how many were unmounted.
+absl::StatusOr<int> UnmountBelow(const std::string& dir);
+
+}  // namespace dsec::container

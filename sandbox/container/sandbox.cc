@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/sandbox.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/container/child_process.h"
+#include "sched/isolation.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+namespace dsec::container {
+
+namespace {
+
+// struct clone_args of clone3(2), version 2 (88 bytes).
+struct CloneArgs {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
+};
+constexpr uint64_t kClonePidfd = 0x1000;
+
+constexpr const char* kNamespaces[] = {"net", "uts", "ipc", "cgroup", "pid", "mnt"};
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+absl::Status ValidateConfig(const SandboxConfig& c) {
+  if (c.id.empty() || c.id.size() > 64 || c.id == "." || c.id == "..") {
+    return absl::InvalidArgumentError(absl::StrCat("sandbox id \"", c.id, "\" must be 1-64 chars"));
+  }
+  for (char ch : c.id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' &&
+        ch != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sandbox id \"", c.id, "\" may hold only [A-Za-z0-9_.-]"));
+    }
+  }
+  if (c.layers.empty()) return absl::InvalidArgumentError("a sandbox needs at least one layer");
+  for (const std::string& layer : c.layers) {
+    struct stat st;
+    if (::stat(layer.c_str(), &st) != 0) return ErrnoToStatus(absl::StrCat("layer ", layer));
+    if (!S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is not an image file"));
+    }
+  }
+  if (c.hostname.empty() || c.hostname.size() > 64) {
+    return absl::InvalidArgumentError("hostname must be 1-64 chars");
+  }
+  if (c.upper_size_bytes < (1 << 20)) {
+    return absl::InvalidArgumentError("upper_size_bytes must be at least 1 MiB");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mkdir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoToStatus(absl::StrCat("mkdir ", path));
+  }
+  return absl::OkStatus();
+}
+
+// The default profile is the same for every sandbox: compile it once.
+absl::StatusOr<const SeccompProgram*> DefaultSeccomp() {
+  static const absl::StatusOr<SeccompProgram>* program =
+      new absl::StatusOr<SeccompProgram>(BuildDefaultSeccompProgram());
+  if (!program->ok()) return program->status();
+  return &**program;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
+  DSEC_RETURN_IF_ERROR(ValidateConfig(config));
+  DSEC_ASSIGN_OR_RETURN(const SeccompProgram* seccomp, DefaultSeccomp());
+  DSEC_ASSIGN_OR_RETURN(StateDir state, StateDir::Create(config.state_root, config.id));
+  std::unique_ptr<Sandbox> sb(new Sandbox(std::move(config), std::move(state)));
+  sb->seccomp_ = seccomp;
+  // Any error below destroys `sb`, which undoes what was done so far.
+  const std::string& dir = sb->state_.path();
+  DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/layers")));
+  std::vector<std::string> lowers;
+  for (size_t i = 0; i < sb->config_.layers.size(); ++i) {
+    std::string target = absl::StrCat(dir, "/layers/", i);
+    DSEC_RETURN_IF_ERROR(Mkdir(target));
+    DSEC_ASSIGN_OR_RETURN(Mount m, Mount::Erofs(sb->config_.layers[i], target));
+    sb->layers_.push_back(std::move(m));
+  }
+  DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/upper")));
+  DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/merged")));
+  DSEC_RETURN_IF_ERROR(sb->MountUpperAndOverlay());
+  const StateDir& st = sb->state_;
+  DSEC_ASSIGN_OR_RETURN(
+      sb->cgroups_,
+      ContainerCgroups::Create(sb->config_.id, sb->config_.limits, sb->config_.isolation != nullptr,
+                               [&st](const std::string& d) { return st.RecordCgroup(d); }));
+  DSEC_RETURN_IF_ERROR(sb->StartInit());
+  DSEC_LOG(debug, "container: created sandbox={} init={} layers={}", sb->config_.id, sb->init_pid_,
+           sb->layers_.size());
+  return sb;
+}
+
+Sandbox::~Sandbox() {
+  if (absl::Status s = Destroy(); !s.ok()) {
+    DSEC_LOG(warn, "container: sandbox={} destroy: {}", config_.id, s.ToString());
+  }
+}
+
+std::string Sandbox::rootfs_dir() const { return absl::StrCat(state_.path(), "/merged"); }
+
+bool Sandbox::used_loop_devices() const {
+  for (const Mount& m : layers_) {
+    if (m.used_loop_device()) return true;
+  }
+  return false;
+}
+
+absl::Status Sandbox::MountUpperAndOverlay() {
+  const std::string& dir = state_.path();
+  std::string upper_root = absl::StrCat(dir, "/upper");
+  DSEC_ASSIGN_OR_RETURN(upper_, Mount::Tmpfs(upper_root, config_.upper_size_bytes));
+  upper_dir_ = absl::StrCat(upper_root, "/upper");
+  std::string work = absl::StrCat(upper_root, "/work");
+  DSEC_RETURN_IF_ERROR(Mkdir(upper_dir_));
+  DSEC_RETURN_IF_ERROR(Mkdir(work));
+  std::vector<std::string> lowers;
+  for (const Mount& m : layers_) lowers.push_back(m.target());
+  DSEC_ASSIGN_OR_RETURN(overlay_,
+                        Mount::Overlay(lowers, upper_dir_, work, absl::StrCat(dir, "/merged")));
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::StartInit() {
+  int go[2], report[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+  ScopedFd go_read(go[0]), go_write(go[1]);
+  if (::pipe2(report, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+  ScopedFd report_read(report[0]), report_write(report[1]);
+  InitPlan plan;
+  plan.merged = rootfs_dir();
+  plan.hostname = config_.hostname;
+  plan.seccomp = seccomp_;
+  plan.go_fd = go_read.get();
+  plan.report_fd = report_write.get();
+
+  int pidfd = -1;
+  CloneArgs args{};
+  args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | kClonePidfd;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  long pid = ::syscall(SYS_clone3, &args, sizeof(args));
+  if (pid < 0) return ErrnoToStatus("clone3 sandbox init");
+  if (pid == 0) RunInit(plan);
+  init_pid_ = static_cast<pid_t>(pid);
+  init_pidfd_ = ScopedFd(pidfd);
+  go_read.Reset();
+  report_write.Reset();
+
+  absl::Status joined = cgroups_.AddProcess(init_pid_);
+  if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(init_pid_);
+  char one = 1;
+  if (joined.ok() && ::write(go_write.get(), &one, 1) != 1) joined = ErrnoToStatus("start init");
+  go_write.Reset();
+  ChildError e{};
+  if (joined.ok()) {
+    ssize_t n;
+    do {
+      n = ::read(report_read.get(), &e, sizeof(e));
+    } while (n < 0 && errno == EINTR);
+    if (n != sizeof(e)) {
+      joined = absl::InternalError("sandbox init died before reporting");
+    } else if (e.step != 0) {
+      joined = ErrnoToStatus(absl::StrCat("sandbox init: ", ChildStepName(e.step)), e.err);
+    }
+  }
+  if (joined.ok()) joined = state_.RecordInit(init_pid_);
+  for (const char* ns : kNamespaces) {
+    if (!joined.ok()) break;
+    std::string path = absl::StrCat("/proc/", init_pid_, "/ns/", ns);
+    ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+      joined = ErrnoToStatus(absl::StrCat("open ", path));
+      break;
+    }
+    ns_fds_.push_back(std::move(fd));
+  }
+  if (!joined.ok()) {
+    (void)StopInit();
+    return joined;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::StopInit() {
+  ns_fds_.clear();
+  if (!init_pidfd_) return absl::OkStatus();
+  // SIGKILL to a pid namespace's init kills every process in it.
+  ::syscall(SYS_pidfd_send_signal, init_pidfd_.get(), SIGKILL, nullptr, 0);
+  siginfo_t info{};
+  while (::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(init_pidfd_.get()),
+                  &info, WEXITED) != 0 &&
+         errno == EINTR) {
+  }
+  init_pidfd_.Reset();
+  init_pid_ = 0;
+  // Exec processes are the runtime's children (CLONE_PARENT): any still
+  // in the cgroups died with the namespace; kill stragglers outside it.
+  auto killed = cgroups_.KillAll(0, NowNs() + 5'000'000'000);
+  return killed.ok() ? absl::OkStatus() : killed.status();
+}
+
+absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {
+  if (destroyed_ || !init_pidfd_) return absl::FailedPreconditionError("sandbox is not running");
+  ExecTarget target;
+  target.ns_fds = &ns_fds_;
+  target.cgroups = &cgroups_;
+  target.isolation = config_.isolation.get();
+  target.seccomp = seccomp_;
+  target.init_pid = init_pid_;
+  target.nofile = config_.nofile;
+  target.default_env = &config_.env;
+  return RunExec(target, options);
+}
+
+absl::Status Sandbox::Reset() {
+  if (destroyed_) return absl::FailedPreconditionError("sandbox destroyed");
+  DSEC_RETURN_IF_ERROR(StopInit());
+  DSEC_RETURN_IF_ERROR(overlay_.Unmount());
+  DSEC_RETURN_IF_ERROR(upper_.Unmount());
+  DSEC_RETURN_IF_ERROR(MountUpperAndOverlay());
+  return StartInit();
+}
+
+absl::Status Sandbox::Destroy() {
+  if (destroyed_) return absl::OkStatus();
+  destroyed_ = true;
+  absl::Status first = StopInit();
+  auto note = [&first](absl::Status s) {
+    if (!s.ok() && first.ok()) first = s;
+  };
+  note(overlay_.Unmount());
+  note(upper_.Unmount());
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) note(it->Unmount());
+  layers_.clear();
+  note(cgroups_.Remove());
+  note(state_.Remove());
+  return first;
+}
+
+}  // namespace dsec::container

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// The container tier: a sandbox whose root is an overlay of read-only EROFS
+// layers and a private size-limited upper, with its own mount, pid, uts,
+// ipc, net and cgroup namespaces, cgroup limits, dropped capabilities,
+// no_new_privs and the default seccomp profile.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sandbox/container/cgroups.h"
+#include "sandbox/container/exec.h"
+#include "sandbox/container/mount.h"
+#include "sandbox/container/seccomp_policy.h"
+#include "sandbox/container/state_dir.h"
+#include "vmm/base/scoped_fd.h"
+
+namespace dsec::sched {
+class SandboxIsolation;
+}
+
+namespace dsec::container {
+
+struct SandboxConfig {
+  std::string id;                   // [A-Za-z0-9_.-]{1,64}, unique under state_root
+  std::vector<std::string> layers;  // EROFS image files, lowest first
+  ResourceLimits limits;
+  uint64_t upper_size_bytes = 1ull << 30;  // tmpfs size of the writable layer
+  std::vector<std::string> env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                  "HOME=/root", "TERM=dumb"};
+  std::string hostname = "sandbox";
+  std::string state_root = kDefaultStateRoot;
+  uint64_t nofile = 1024;  // RLIMIT_NOFILE of exec'd processes (core is always 0)
+  // Optional QoS placement from sched/ (cpuset + cpu weight cgroup). When
+  // set, it owns the cpu controller and the sandbox does not make its own.
+  std::shared_ptr<const sched::SandboxIsolation> isolation;
+};
+
+// One container sandbox. Network: its own empty net namespace (lo only).
+// The sandbox's PID 1 is a clone of the runtime that only reaps zombies.
+// Threads: one thread at a time (Exec blocks that thread for the command).
+class Sandbox {
+ public:
+  // Errors: InvalidArgument (bad id, no layers), NotFound (a layer file),
+  // AlreadyExists (id in use under state_root), Unavailable (no cgroup
+  // controllers), Internal (syscalls, with the step that failed).
+  static absl::StatusOr<std::unique_ptr<Sandbox>> Create(SandboxConfig config);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  absl::StatusOr<ExecResult> Exec(const ExecOptions& options);
+  // Kills every process, drops the upper layer and starts again from the
+  // layers alone (same id, cgroups and layer mounts).
+  absl::Status Reset();
+  // Kills every process, unmounts everything, removes the cgroups and the
+  // state dir. Idempotent; the destructor calls it.
+  absl::Status Destroy();
+
+  const std::string& id() const { return config_.id; }
+  pid_t init_pid() const { return init_pid_; }
+  const std::string& state_dir() const { return state_.path(); }
+  // The writable layer's directory on the host (what pack_diff captures).
+  std::string upper_dir() const { return upper_dir_; }
+  // The merged root as the host sees it.
+  std::string rootfs_dir() const;
+  const ContainerCgroups& cgroups() const { return cgroups_; }
+  bool used_loop_devices() const;
+
+ private:
+  Sandbox(SandboxConfig config, StateDir state) : config_(std::move(config)), state_(std::move(state)) {}
+  absl::Status MountUpperAndOverlay();
+  absl::Status StartInit();
+  absl::Status StopInit();
+
+  SandboxConfig config_;
+  const SeccompProgram* seccomp_ = nullptr;
+  StateDir state_;
+  std::vector<Mount> layers_;
+  Mount upper_;
+  Mount overlay_;
+  std::string upper_dir_;
+  ContainerCgroups cgroups_{ContainerCgroups::Empty()};
+  pid_t init_pid_ = 0;
+  ScopedFd init_pidfd_;
+  std::vector<ScopedFd> ns_fds_;
+  bool destroyed_ = false;
+};
+
+}  // namespace dsec::container

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// Real mounts, namespaces and cgroups (label integration; needs root,
+// busybox-static and erofs-utils, and skips naming what is missing).
+#include "sandbox/container/sandbox.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "sandbox/container/state_dir.h"
+#include "sandbox/container/test_image.h"
+#include "sched/sysfs_file.h"
+
+namespace dsec::container {
+namespace {
+
+using testing::TempDir;
+
+class SandboxTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (::geteuid() != 0) {
+      skip_ = "needs root";
+      return;
+    }
+    auto dir = TempDir::Create("dsec-ctr-test-");
+    if (!dir.ok()) {
+      skip_ = dir.status().ToString();
+      return;
+    }
+    dir_ = new TempDir(std::move(*dir));
+    const std::string base = absl::StrCat(dir_->path(), "/base");
+    const std::string top = absl::StrCat(dir_->path(), "/top");
+    absl::Status s = testing::BuildBusyboxTree(base);
+    if (s.ok()) s = testing::WriteTreeFile(base, "etc/motd", "from base\n");
+    if (s.ok()) s = testing::WriteTreeFile(base, "etc/shadowed", "base\n");
+    if (s.ok()) s = testing::WriteTreeFile(top, "etc/shadowed", "top\n");
+    if (s.ok()) s = testing::MakeErofs(base, absl::StrCat(dir_->path(), "/base.erofs"));
+    if (s.ok()) s = testing::MakeErofs(top, absl::StrCat(dir_->path(), "/top.erofs"));
+    if (!s.ok()) skip_ = s.ToString();
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+  }
+
+  static SandboxConfig Config(const std::string& id) {
+    SandboxConfig c;
+    c.id = absl::StrCat(id, "-", ::getpid());
+    c.layers = {absl::StrCat(dir_->path(), "/base.erofs"), absl::StrCat(dir_->path(), "/top.erofs")};
+    c.state_root = absl::StrCat(dir_->path(), "/state");
+    c.limits.memory_bytes = 128 << 20;
+    c.limits.pids_max = 64;
+    c.upper_size_bytes = 16 << 20;
+    return c;
+  }
+  static ExecResult Run(Sandbox& sb, std::vector<std::string> argv, std::string in = "") {
+    ExecOptions o;
+    o.argv = std::move(argv);
+    o.stdin_data = std::move(in);
+    o.timeout_ms = 20000;
+    auto r = sb.Exec(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ExecResult{};
+  }
+  static ExecResult Sh(Sandbox& sb, const std::string& script) {
+    return Run(sb, {"/bin/sh", "-c", script});
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string skip_;
+};
+
+TEST_F(SandboxTest, RunsACommandAndReportsItsExitCode) {
+  auto sb = Sandbox::Create(Config("basic"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ExecResult r = Sh(**sb, "echo hello; echo oops >&2; exit 7");
+  EXPECT_EQ(r.stdout_data, "hello\n");
+  EXPECT_EQ(r.stderr_data, "oops\n");
+  ASSERT_TRUE(r.exit_code.has_value());
+  EXPECT_EQ(*r.exit_code, 7);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_GT(r.peak_rss_bytes, 0u);
+}
+
+TEST_F(SandboxTest, PassesStdinEnvCwdAndUsesPath) {
+  auto sb = Sandbox::Create(Config("io"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ExecOptions o;
+  o.argv = {"sh", "-c", "cat; echo \"$FOO\"; pwd"};
+  o.env = {"PATH=/bin", "FOO=bar"};
+  o.cwd = "/etc";
+  o.stdin_data = "piped\n";
+  auto r = (*sb)->Exec(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stdout_data, "piped\nbar\n/etc\n");
+  EXPECT_EQ(r->status(), 0);
+}
+
+TEST_F(SandboxTest, MissingCommandIsNotFound) {
+  auto sb = Sandbox::Create(Config("missing"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ExecOptions o;
+  o.argv = {"no-such-command"};
+  auto r = (*sb)->Exec(o);
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
+}
+
+TEST_F(SandboxTest, UpperLayerShadowsLowerAndRootIsTheOverlay) {
+  auto sb = Sandbox::Create(Config("layers"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_EQ(Sh(**sb, "cat /etc/shadowed /etc/motd").stdout_data, "top\nfrom base\n");
+  EXPECT_EQ(Sh(**sb, "hostname").stdout_data, "sandbox\n");
+  // PID namespace: the shell is not PID 1 (init is), and few processes exist.
+  EXPECT_EQ(Sh(**sb, "cat /proc/1/cmdline >/dev/null && echo $$ | grep -qv '^1$' && echo ok")
+                .stdout_data,
+            "ok\n");
+  // Only lo in the net namespace.
+  EXPECT_EQ(Sh(**sb, "ls /sys/class/net").stdout_data, "lo\n");
+}
+
+TEST_F(SandboxTest, ExecProcessesRunWithReducedCapabilitiesAndNoNewPrivs) {
+  auto sb = Sandbox::Create(Config("caps"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ExecResult r = Sh(**sb, "grep -E '^(CapBnd|CapEff|NoNewPrivs|Seccomp):' /proc/self/status");
+  EXPECT_NE(r.stdout_data.find("NoNewPrivs:\t1"), std::string::npos) << r.stdout_data;
+  EXPECT_NE(r.stdout_data.find("Seccomp:\t2"), std::string::npos) << r.stdout_data;
+  EXPECT_NE(r.stdout_data.find("CapBnd:\t00000000800405fb"), std::string::npos) << r.stdout_data;
+}
+
+TEST_F(SandboxTest, ResetDropsWritesAndKeepsTheSandboxUsable) {
+  auto sb = Sandbox::Create(Config("reset"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  Sh(**sb, "echo scribble > /etc/motd; touch /new");
+  EXPECT_EQ(Sh(**sb, "cat /etc/motd; ls /new").stdout_data, "scribble\n/new\n");
+  ASSERT_TRUE((*sb)->Reset().ok());
+  ExecResult r = Sh(**sb, "cat /etc/motd; ls /new 2>/dev/null; echo done");
+  EXPECT_EQ(r.stdout_data, "from base\ndone\n");
+}
+
+TEST_F(SandboxTest, DestroyRemovesMountsCgroupsAndStateDir) {
+  auto sb = Sandbox::Create(Config("destroy"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  const std::string state = (*sb)->state_dir();
+  const std::vector<std::string> cgroups = (*sb)->cgroups().dirs();
+  ASSERT_FALSE(cgroups.empty());
+  pid_t init = (*sb)->init_pid();
+  ASSERT_TRUE((*sb)->Destroy().ok());
+  auto mountinfo = sched::ReadSmallFile("/proc/self/mountinfo");
+  ASSERT_TRUE(mountinfo.ok());
+  EXPECT_EQ(mountinfo->find(state), std::string::npos);
+  for (const auto& d : cgroups) EXPECT_FALSE(sched::PathExists(d)) << d;
+  EXPECT_FALSE(sched::PathExists(state));
+  EXPECT_FALSE(ProcessIdentity(init).has_value());
+}
+
+TEST_F(SandboxTest, CleanupRemovesTheSandboxOfAKilledRuntime) {
+  SandboxConfig config = Config("orphan");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t runtime = ::fork();
+  if (runtime == 0) {
+    // A stand-in runtime process: holds a sandbox with a running command.
+    ::close(ready[0]);
+    auto sb = Sandbox::Create(config);
+    if (!sb.ok()) ::_exit(1);
+    ExecOptions o;
+    o.argv = {"sh", "-c", "echo started; sleep 1000 & sleep 1000"};
+    o.timeout_ms = 600000;
+    char one = 1;
+    (void)!::write(ready[1], &one, 1);
+    (void)(*sb)->Exec(o);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  const std::string state = absl::StrCat(config.state_root, "/", config.id);
+  auto init_record = sched::ReadSmallFile(absl::StrCat(state, "/init"));
+  auto cgroup_record = sched::ReadSmallFile(absl::StrCat(state, "/cgroups"));
+  ASSERT_TRUE(init_record.ok() && cgroup_record.ok());
+  // A live owner's sandbox is left alone.
+  auto none = CleanupOrphans(config.state_root);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, 0);
+  ASSERT_EQ(::kill(runtime, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(runtime, nullptr, 0), runtime);
+
+  auto removed = CleanupOrphans(config.state_root);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 1);
+  EXPECT_FALSE(sched::PathExists(state));
+  auto mountinfo = sched::ReadSmallFile("/proc/self/mountinfo");
+  EXPECT_EQ(mountinfo->find(state), std::string::npos);
+  for (absl::string_view d : absl::StrSplit(*cgroup_record, '\n', absl::SkipEmpty())) {
+    EXPECT_FALSE(sched::PathExists(std::string(d))) << d;
+  }
+  int init_pid = std::stoi(init_record->substr(0, init_record->find(' ')));
+  auto now = ProcessIdentity(init_pid);
+  EXPECT_TRUE(!now || *now != *init_record) << "init survived cleanup";
+}
+
+}  // namespace
+}  // namespace dsec::container

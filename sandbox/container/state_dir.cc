@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/state_dir.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "sandbox/container/cgroups.h"
+#include "sandbox/container/mount.h"
+#include "sched/sysfs_file.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/scoped_fd.h"
+#include "vmm/base/status.h"
+
+namespace dsec::container {
+
+namespace {
+
+absl::Status MkdirAll(const std::string& path, mode_t mode) {
+  std::string partial;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&partial, "/", part);
+    if (::mkdir(partial.c_str(), mode) != 0 && errno != EEXIST) {
+      return ErrnoToStatus(absl::StrCat("mkdir ", partial));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFile(const std::string& path, std::string_view text, bool append) {
+  ScopedFd fd(::open(path.c_str(),
+                     O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0600));
+  if (!fd) return ErrnoToStatus(absl::StrCat("open ", path));
+  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    return ErrnoToStatus(absl::StrCat("write ", path));
+  }
+  return absl::OkStatus();
+}
+
+int RemoveEntry(const char* path, const struct stat*, int type, FTW*) {
+  int rc = (type == FTW_DP) ? ::rmdir(path) : ::unlink(path);
+  return rc == 0 || errno == ENOENT ? 0 : errno;
+}
+
+// Kills the process recorded as "<pid> <starttime>" if it is still that
+// process (the pidfd pins it, the start time tells pid reuse apart).
+void KillRecorded(const std::string& record) {
+  std::vector<absl::string_view> f = absl::StrSplit(absl::StripAsciiWhitespace(record), ' ');
+  int pid = 0;
+  if (f.size() != 2 || !absl::SimpleAtoi(f[0], &pid) || pid <= 1) return;
+  ScopedFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!fd) return;
+  auto now = ProcessIdentity(pid);
+  if (!now || *now != absl::StripAsciiWhitespace(record)) return;
+  ::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
+  // A namespace's init leaves its cgroups before it has killed and reaped
+  // the rest of the namespace; its pidfd turns readable only after that.
+  pollfd p{fd.get(), POLLIN, 0};
+  while (::poll(&p, 1, 5000) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> ProcessIdentity(pid_t pid) {
+  auto stat = sched::ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return std::nullopt;
+  size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  // Fields after "comm)": state is field 3, starttime field 22.
+  std::vector<absl::string_view> f =
+      absl::StrSplit(absl::string_view(*stat).substr(paren + 2), ' ');
+  if (f.size() < 20) return std::nullopt;
+  if (f[0] == "Z" || f[0] == "X") return std::nullopt;  // exited, not yet reaped
+  return absl::StrCat(pid, " ", f[19]);
+}
+
+absl::StatusOr<StateDir> StateDir::Create(const std::string& root, const std::string& id) {
+  DSEC_RETURN_IF_ERROR(MkdirAll(root, 0700));
+  std::string path = absl::StrCat(root, "/", id);
+  if (::mkdir(path.c_str(), 0700) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", path));
+  StateDir dir(path);
+  auto me = ProcessIdentity(::getpid());
+  if (!me) return absl::InternalError("cannot read /proc/self/stat");
+  DSEC_RETURN_IF_ERROR(WriteFile(absl::StrCat(path, "/owner"), *me, false));
+  return dir;
+}
+
+StateDir::StateDir(StateDir&& other) noexcept
+    : path_(std::exchange(other.path_, std::string())) {}
+
+StateDir& StateDir::operator=(StateDir&& other) noexcept {
+  if (this != &other) {
+    if (absl::Status s = Remove(); !s.ok()) DSEC_LOG(warn, "container: {}", s.ToString());
+    path_ = std::exchange(other.path_, std::string());
+  }
+  return *this;
+}
+
+StateDir::~StateDir() {
+  if (absl::Status s = Remove(); !s.ok()) DSEC_LOG(warn, "container: {}", s.ToString());
+}
+
+absl::Status StateDir::RecordCgroup(const std::string& cgroup_dir) const {
+  return WriteFile(absl::StrCat(path_, "/cgroups"), absl::StrCat(cgroup_dir, "\n"), true);
+}
+
+absl::Status StateDir::RecordInit(pid_t pid) const {
+  auto id = ProcessIdentity(pid);
+  if (!id) return absl::NotFoundError(absl::StrCat("init process ", pid, " is gone"));
+  return WriteFile(absl::StrCat(path_, "/init"), *id, false);
+}
+
+absl::Status StateDir::Remove() {
+  if (path_.empty()) return absl::OkStatus();
+  std::string path = std::exchange(path_, std::string());
+  return RemoveTree(path);
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  int rc = ::nftw(path.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+  if (rc != 0 && !(rc == -1 && errno == ENOENT)) {
+    return ErrnoToStatus(absl::StrCat("removing ", path), rc > 0 ? rc : errno);
+  }
+  if (::access(path.c_str(), F_OK) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " still exists (a mount left?)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CleanupOrphans(const std::string& root) {
+  auto entries = sched::ListDirectory(root);
+  if (!entries.ok()) {
+    if (absl::IsNotFound(entries.status())) return 0;
+    return entries.status();
+  }
+  int removed = 0;
+  absl::Status first;
+  auto note = [&first](absl::Status s) {
+    if (!s.ok() && first.ok()) first = s;
+  };
+  for (const std::string& id : *entries) {
+    std::string dir = absl::StrCat(root, "/", id);
+    auto owner = sched::ReadSmallFile(absl::StrCat(dir, "/owner"));
+    if (owner.ok()) {
+      std::vector<absl::string_view> f =
+          absl::StrSplit(absl::StripAsciiWhitespace(*owner), ' ');
+      int pid = 0;
+      if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid)) {
+        auto live = ProcessIdentity(pid);
+        if (live && *live == absl::StripAsciiWhitespace(*owner)) continue;  // still held
+      }
+    }
+    DSEC_LOG(info, "container: removing orphaned sandbox={} dir={}", id, dir);
+    if (auto init = sched::ReadSmallFile(absl::StrCat(dir, "/init")); init.ok()) {
+      KillRecorded(*init);
+    }
+    if (auto cgroups = sched::ReadSmallFile(absl::StrCat(dir, "/cgroups")); cgroups.ok()) {
+      for (absl::string_view cg : absl::StrSplit(*cgroups, '\n', absl::SkipEmpty())) {
+        note(KillAndRemoveCgroup(std::string(cg)));
+      }
+    }
+    auto unmounted = UnmountBelow(dir);
+    note(unmounted.status());
+    absl::Status rm = RemoveTree(dir);
+    note(rm);
+    if (rm.ok()) ++removed;
+  }
+  if (!first.ok()) return first;
+  return removed;
+}
+
+}  // namespace dsec::container

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// A sandbox's state directory (<root>/<id>/): mount points, and the records
+// that let a later runtime process find and remove what a killed one left.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dsec::container {
+
+inline constexpr char kDefaultStateRoot[] = "/run/dsec-vmm/containers";
+
+// Files in <root>/<id>/:
+//   owner      "<pid> <starttime>" of the runtime process holding the sandbox
+//   init       "<pid> <starttime>" of the sandbox's PID 1 (host view)
+//   cgroups    one cgroup directory per line, written before each mkdir
+// Owns the directory: destruction removes the tree (never crossing a mount
+// point that is still there). Move-only. Threads: one owner thread.
+class StateDir {
+ public:
+  // AlreadyExists if <root>/<id> exists.
+  static absl::StatusOr<StateDir> Create(const std::string& root, const std::string& id);
+  StateDir(StateDir&& other) noexcept;
+  StateDir& operator=(StateDir&& other) noexcept;
+  StateDir(const StateDir&) = delete;
+  StateDir& operator=(const StateDir&) = delete;
+  ~StateDir();
+
+  absl::Status RecordCgroup(const std::string& cgroup_dir) const;
+  absl::Status RecordInit(pid_t pid) const;
+  // Removes the tree now.
+  absl::Status Remove();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit StateDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;  // "" once removed or moved from
+};
+
+// "<pid> <starttime>" for a live process, or nullopt.
+std::optional<std::string> ProcessIdentity(pid_t pid);
+
+// Removes every sandbox under `root` whose owner process is gone: kills its
+// init and every process in its cgroups, removes the cgroups, detaches its
+// mounts (loop devices autoclear with them) and deletes its directory.
+// Sandboxes of live runtimes are left alone. Returns how many were removed.
+absl::StatusOr<int> CleanupOrphans(const std::string& root = kDefaultStateRoot);
+
+// rm -rf that stays on one file system; fails if a mount point remains.
+absl::Status RemoveTree(const std::string& path);
+
+}  // namespace dsec::container

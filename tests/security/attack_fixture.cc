@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tests/security/attack_fixture.h"
+
+#include <unistd.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "sandbox/container/state_dir.h"
+#include "sched/sysfs_file.h"
+
+namespace dsec::container::security {
+
+void ContainerAttackTest::SetUpTestSuite() {
+  if (::geteuid() != 0) {
+    skip_ = "needs root (mounts, namespaces, cgroups)";
+    return;
+  }
+  auto dir = testing::TempDir::Create("dsec-sec-");
+  if (!dir.ok()) {
+    skip_ = dir.status().ToString();
+    return;
+  }
+  dir_ = new testing::TempDir(std::move(*dir));
+  const std::string tree = absl::StrCat(dir_->path(), "/tree");
+  absl::Status s = testing::BuildBusyboxTree(tree);
+  if (s.ok()) {
+    s = testing::RunHostCommand(
+            {"/bin/cp", DSEC_ATTACK_PROBE_PATH, absl::StrCat(tree, "/bin/attack_probe")})
+            .status();
+  }
+  if (s.ok()) s = testing::WriteTreeFile(tree, "etc/motd", "original motd\n");
+  if (s.ok()) s = testing::WriteTreeFile(tree, "data/victim", std::string(8192, 'v'));
+  image_ = absl::StrCat(dir_->path(), "/base.erofs");
+  if (s.ok()) s = testing::MakeErofs(tree, image_);
+  if (!s.ok()) skip_ = s.ToString();
+}
+
+void ContainerAttackTest::TearDownTestSuite() {
+  delete dir_;
+  dir_ = nullptr;
+}
+
+void ContainerAttackTest::SetUp() {
+  if (!skip_.empty()) GTEST_SKIP() << skip_;
+}
+
+Sandbox& ContainerAttackTest::NewSandbox(const std::string& name,
+                                         const std::function<void(SandboxConfig&)>& tweak) {
+  SandboxConfig c;
+  c.id = absl::StrCat(name, "-", ::getpid());
+  c.layers = {image_};
+  c.state_root = absl::StrCat(dir_->path(), "/state");
+  c.limits.memory_bytes = 96 << 20;
+  c.limits.pids_max = 64;
+  c.upper_size_bytes = 32 << 20;
+  if (tweak) tweak(c);
+  auto sb = Sandbox::Create(std::move(c));
+  if (!sb.ok()) {
+    ADD_FAILURE() << sb.status();
+    std::abort();  // later steps would dereference it; the process ends here
+  }
+  records_.push_back({(*sb)->state_dir(), (*sb)->cgroups().dirs(), (*sb)->init_pid()});
+  sandboxes_.push_back(std::move(*sb));
+  return *sandboxes_.back();
+}
+
+ExecResult ContainerAttackTest::Run(Sandbox& sb, const ExecOptions& options) {
+  auto r = sb.Exec(options);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : ExecResult{};
+}
+
+ExecResult ContainerAttackTest::Cmd(Sandbox& sb, std::vector<std::string> argv) {
+  ExecOptions o;
+  o.argv = std::move(argv);
+  return Run(sb, o);
+}
+
+ExecResult ContainerAttackTest::Sh(Sandbox& sb, const std::string& script, int64_t timeout_ms) {
+  ExecOptions o;
+  o.argv = {"/bin/sh", "-c", script};
+  o.timeout_ms = timeout_ms;
+  return Run(sb, o);
+}
+
+std::vector<pid_t> ContainerAttackTest::CgroupMembers(const Sandbox& sb) {
+  std::vector<pid_t> pids;
+  for (const std::string& d : sb.cgroups().dirs()) {
+    auto text = sched::ReadSmallFile(absl::StrCat(d, "/cgroup.procs"));
+    if (!text.ok()) continue;
+    for (absl::string_view s : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      int p = 0;
+      if (absl::SimpleAtoi(s, &p) && std::find(pids.begin(), pids.end(), p) == pids.end()) {
+        pids.push_back(p);
+      }
+    }
+  }
+  return pids;
+}
+
+void ContainerAttackTest::TearDown() {
+  for (auto& sb : sandboxes_) {
+    absl::Status s = sb->Destroy();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  sandboxes_.clear();
+  // Nothing of any sandbox may be left on the host.
+  auto mountinfo = sched::ReadSmallFile("/proc/self/mountinfo");
+  ASSERT_TRUE(mountinfo.ok());
+  auto loops = testing::RunHostCommand({"/sbin/losetup", "-a"});
+  for (const Record& r : records_) {
+    EXPECT_EQ(mountinfo->find(r.state_dir), std::string::npos) << "mount left in " << r.state_dir;
+    EXPECT_FALSE(sched::PathExists(r.state_dir)) << r.state_dir;
+    for (const std::string& cg : r.cgroups) {
+      EXPECT_FALSE(sched::PathExists(cg)) << cg;
+    }
+    EXPECT_FALSE(ProcessIdentity(r.init).has_value()) << "init " << r.init << " left";
+  }
+  if (loops.ok()) {
+    EXPECT_EQ(loops->find(dir_->path()), std::string::npos) << *loops;
+  }
+  records_.clear();
+}
+
+}  // namespace dsec::container::security

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared set-up for the container security tests: a busybox + probe EROFS
+// image built once per test process, sandboxes made on it, and a teardown
+// that destroys them and asserts nothing is left on the host.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sandbox/container/sandbox.h"
+#include "sandbox/container/test_image.h"
+
+namespace dsec::container::security {
+
+class ContainerAttackTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite();
+  static void TearDownTestSuite();
+  void SetUp() override;
+  void TearDown() override;
+
+  // A sandbox on the base image, with small limits; `tweak` edits the config.
+  Sandbox& NewSandbox(const std::string& name,
+                      const std::function<void(SandboxConfig&)>& tweak = nullptr);
+  static ExecResult Sh(Sandbox& sb, const std::string& script, int64_t timeout_ms = 20000);
+  static ExecResult Run(Sandbox& sb, const ExecOptions& options);
+  static ExecResult Cmd(Sandbox& sb, std::vector<std::string> argv);
+  // Processes in the sandbox's cgroups (init included).
+  static std::vector<pid_t> CgroupMembers(const Sandbox& sb);
+  static std::string image() { return image_; }
+  static std::string dir() { return dir_->path(); }
+
+ private:
+  struct Record {
+    std::string state_dir;
+    std::vector<std::string> cgroups;
+    pid_t init = 0;
+  };
+  static inline testing::TempDir* dir_ = nullptr;
+  static inline std::string image_;
+  static inline std::string skip_;
+  std::vector<std::unique_ptr<Sandbox>> sandboxes_;
+  std::vector<Record> records_;
+};
+
+}  // namespace dsec::container::security
