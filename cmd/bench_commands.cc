@@ -5,14 +5,20 @@
 #include "CLI/CLI.hpp"
 #include "bench/boot_bench.h"
 #include "bench/smt_bench.h"
+#include "cmd/bench_pmem_commands.h"
+#include "cmd/bench_virtio_commands.h"
 #include "cmd/command.h"
 #include "cmd/default_paths.h"
+#include "cmd/layer_commands.h"
 
 namespace dsec::cmd {
 
 void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (print figures; see docs/benchmarks.md)");
   bench->require_subcommand(1);
+  RegisterVirtioBenchCommands(bench, registry);
+  RegisterPmemBenchCommands(bench, registry);
+  RegisterLayerBenchCommands(bench, registry);
 
   CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");
   auto opts = std::make_shared<bench::BootBenchOptions>();

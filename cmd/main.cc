@@ -5,6 +5,8 @@
 
 #include "CLI/CLI.hpp"
 #include "cmd/command.h"
+#include "cmd/container_commands.h"
+#include "cmd/layer_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dsec-vmm: node-level sandbox runtime (microVM monitor, sandboxes, benchmarks)"};
@@ -14,6 +16,8 @@ int main(int argc, char** argv) {
   dsec::cmd::CommandRegistry registry;
   dsec::cmd::RegisterVmCommands(app, registry);
   dsec::cmd::RegisterBenchCommands(app, registry);
+  dsec::cmd::RegisterLayerCommands(app, registry);
+  dsec::cmd::RegisterContainerCommands(app, registry);
 
   try {
     app.parse(argc, argv);

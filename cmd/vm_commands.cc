@@ -52,6 +52,7 @@ struct VmRunOptions {
   std::vector<std::string> disks;
   std::vector<std::string> nets;
   std::string vsock;
+  std::vector<std::string> pmems;
 };
 
 enum ExitStatus {
@@ -119,6 +120,20 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
   };
 }
 
+// "PATH" or "PATH,ro" (a path containing a comma is taken whole unless it
+// ends in ",ro").
+absl::StatusOr<vm::PmemConfig> ParsePmemArg(const std::string& arg) {
+  vm::PmemConfig pmem;
+  pmem.path = arg;
+  constexpr std::string_view kRo = ",ro";
+  if (arg.size() > kRo.size() && arg.compare(arg.size() - kRo.size(), kRo.size(), kRo) == 0) {
+    pmem.path = arg.substr(0, arg.size() - kRo.size());
+    pmem.read_only = true;
+  }
+  if (pmem.path.empty()) return absl::InvalidArgumentError("--pmem: empty path");
+  return pmem;
+}
+
 int UsageError(const absl::Status& status) {
   std::fprintf(stderr, "dsec-vmm: %s\n", std::string(status.message()).c_str());
   return kExitUsage;
@@ -155,6 +170,11 @@ int RunVm(VmRunOptions& opts) {
     auto net = ParseNetArg(arg);
     if (!net.ok()) return UsageError(net.status());
     config.nets.push_back(*net);
+  }
+  for (const auto& arg : opts.pmems) {
+    auto pmem = ParsePmemArg(arg);
+    if (!pmem.ok()) return UsageError(pmem.status());
+    config.pmems.push_back(*pmem);
   }
   if (!opts.vsock.empty()) {
     auto vsock = ParseVsockArg(opts.vsock);
@@ -284,6 +304,9 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
   run->add_option("--vsock", opts->vsock,
                   "virtio-vsock: CID,SOCKET (host clients connect to SOCKET and send "
                   "'CONNECT <port>\\n'; guest connections to port P reach SOCKET_P)");
+  run->add_option("--pmem", opts->pmems,
+                  "virtio-pmem layer mapped into the guest (DAX): PATH[,ro] (repeatable; ro: "
+                  "read-only memslot, guest writes refused)");
   registry.Add(run, [opts] { return RunVm(*opts); });
 }
 

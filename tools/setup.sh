@@ -12,14 +12,14 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # libraries (CMake find_package / pkg-config)
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-  libspdlog-dev libfmt-dev nlohmann-json3-dev libseccomp-dev liburing-dev
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libseccomp-dev liburing-dev libssl-dev
   # libFuzzer targets (clang with its runtime), run briefly by tools/test.sh
   clang libclang-rt-14-dev
   # peer for `dsec-vmm bench boot --peer qemu`
   qemu-system-x86
   # layers and the container tier: EROFS images, the Debian base layer, and
   # crun as the peer of `bench container`
-  erofs-utils debootstrap crun
+  erofs-utils debootstrap crun busybox-static
   # tests and tools
   python3 procps util-linux iproute2 kmod
 )

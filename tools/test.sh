@@ -3,12 +3,12 @@
 # Runs the test suite: every libFuzzer target briefly (in a separate clang
 # tree, build-fuzz/), then ctest's unit and integration labels. Exits non-zero
 # on any failure. Needs root for the integration tests (KVM, namespaces).
-#   DSEC_FUZZ_SECONDS=N   seconds per fuzzer (default 20; 0 skips fuzzing)
+#   DSEC_FUZZ_SECONDS=N   seconds per fuzzer (default 30; 0 skips fuzzing)
 #   DSEC_TEST_LABELS=RE   ctest label regex (default unit|integration)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fuzz_seconds=${DSEC_FUZZ_SECONDS:-20}
+fuzz_seconds=${DSEC_FUZZ_SECONDS:-30}
 labels=${DSEC_TEST_LABELS:-unit|integration}
 
 [ -d build ] || { echo "test.sh: no build/ — run tools/setup.sh first" >&2; exit 2; }
