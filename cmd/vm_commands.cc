@@ -299,6 +299,13 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
       ->capture_default_str();
   run->add_flag("--quiet-report", opts->quiet_report, "Do not print test-device messages");
   run->add_flag("--rng", opts->config.rng, "Add a virtio-rng device (host getrandom)");
+  CLI::Option* balloon =
+      run->add_flag("--balloon", opts->config.balloon,
+                    "Add a virtio-balloon device (inflated guest pages are released on the host)");
+  run->add_option("--balloon-target-mib", opts->config.balloon_target_mib,
+                  "Initial balloon target in MiB (needs --balloon)")
+      ->capture_default_str()
+      ->needs(balloon);
   run->add_option("--disk", opts->disks, "virtio-blk disk: PATH[,ro] (repeatable)");
   run->add_option("--net", opts->nets, "virtio-net on an existing tap: TAP[,mac=..] (repeatable)");
   run->add_option("--vsock", opts->vsock,

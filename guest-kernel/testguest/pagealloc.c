@@ -9,6 +9,8 @@ extern char tg_image_end[]; /* testguest.ld: end of .bss */
 
 static uint64_t next_free;
 static uint64_t limit;
+static uint64_t *free_list; /* singly linked through each page's first word */
+static uint64_t free_list_pages;
 
 bool pagealloc_init(const struct tg_boot_info *bi)
 {
@@ -58,4 +60,32 @@ void *page_alloc_uninit(uint64_t bytes)
 uint64_t pagealloc_free_bytes(void)
 {
 	return limit - next_free;
+}
+
+void page_free(void *p, uint64_t bytes)
+{
+	uint8_t *page = p;
+
+	for (uint64_t off = 0; off + TG_PAGE_SIZE <= bytes; off += TG_PAGE_SIZE) {
+		uint64_t *link = (uint64_t *)(void *)(page + off);
+		*link = (uint64_t)(uintptr_t)free_list;
+		free_list = link;
+		free_list_pages++;
+	}
+}
+
+void *page_alloc_page(void)
+{
+	if (free_list != 0) {
+		uint64_t *p = free_list;
+		free_list = (uint64_t *)(uintptr_t)*p;
+		free_list_pages--;
+		return p;
+	}
+	return page_alloc_uninit(TG_PAGE_SIZE);
+}
+
+uint64_t pagealloc_free_list_pages(void)
+{
+	return free_list_pages;
 }

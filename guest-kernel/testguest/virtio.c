@@ -386,6 +386,11 @@ uint32_t virtio_config_read32(const struct virtio_dev *d, uint32_t off)
 	return mmio_rd(d->regs, VIRTIO_MMIO_CONFIG + off);
 }
 
+void virtio_config_write32(struct virtio_dev *d, uint32_t off, uint32_t v)
+{
+	mmio_wr(d->regs, VIRTIO_MMIO_CONFIG + off, v);
+}
+
 /* ---- interrupts --------------------------------------------------------- */
 
 /* Lines unmasked by virtio workloads; IRQ0 (the tick) always is. Boot

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * virtio-mmio (version 2 only) driver core and split virtqueues, for the
- * device drivers that run at CPL3 (virtio_rng.c, virtio_blk.c,
+ * device drivers that run at CPL3 (virtio_rng.c, virtio_balloon.c, virtio_blk.c,
  * virtio_net.c, virtio_vsock.c). Section numbers refer to the virtio 1.2
  * specification.
  *
@@ -29,6 +29,7 @@
 #define VIRTIO_ID_NET 1
 #define VIRTIO_ID_BLOCK 2
 #define VIRTIO_ID_RNG 4
+#define VIRTIO_ID_BALLOON 5
 #define VIRTIO_ID_VSOCK 19
 #define VIRTIO_ID_PMEM 27
 
@@ -145,6 +146,8 @@ void virtio_reset(struct virtio_dev *d);
 void virtio_config_read(const struct virtio_dev *d, uint32_t off, void *buf, uint32_t len);
 uint64_t virtio_config_read64(const struct virtio_dev *d, uint32_t off);
 uint32_t virtio_config_read32(const struct virtio_dev *d, uint32_t off);
+/* A driver-writable 32-bit config field (e.g. the balloon's `actual`). */
+void virtio_config_write32(struct virtio_dev *d, uint32_t off, uint32_t v);
 
 /*
  * Interrupts. The device's IRQ reaches head.S through the 8259A, which

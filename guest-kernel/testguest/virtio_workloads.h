@@ -16,6 +16,13 @@
 int workload_virtio_list(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out);
 int workload_virtio_scribble(const struct tg_boot_info *bi, uint64_t slot, struct tg_line *out);
 int workload_rng(const struct tg_boot_info *bi, uint64_t bytes, struct tg_line *out);
+/* Touches MiB, frees it, then inflates/deflates to the device's target. */
+int workload_balloon(const struct tg_boot_info *bi, uint64_t mib, struct tg_line *out);
+/* balloon, then prints `balloon reached`, waits for target 0, deflates and
+ * writes the returned pages. */
+int workload_balloon_cycle(const struct tg_boot_info *bi, uint64_t mib, struct tg_line *out);
+/* Hostile: one inflate buffer holding PFN twice. */
+int workload_balloon_pfn(const struct tg_boot_info *bi, uint64_t pfn, struct tg_line *out);
 int workload_blk_test(const struct tg_boot_info *bi, uint64_t sectors, struct tg_line *out);
 int workload_blk_write_ro(const struct tg_boot_info *bi, uint64_t arg, struct tg_line *out);
 int workload_blk_read(const struct tg_boot_info *bi, uint64_t mib, struct tg_line *out);

@@ -3,6 +3,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "devices/balloon/balloon_backend.h"
+#include "devices/balloon/balloon_device.h"
 #include "devices/blk/blk_device.h"
 #include "devices/blk/disk_image.h"
 #include "devices/net/mac_address.h"
@@ -54,7 +56,7 @@ absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const VmCon
   std::unique_ptr<VirtioDevices> d(new VirtioDevices());
   d->mmio_bus_ = context.mmio_bus;
   d->registrar_ = std::make_unique<KvmNotifyRegistrar>(context.kvm_vm);
-  const size_t wanted = (config.rng ? 1 : 0) + config.disks.size() + config.nets.size() +
+  const size_t wanted = (config.rng ? 1 : 0) + (config.balloon ? 1 : 0) + config.disks.size() + config.nets.size() +
                         (config.vsock ? 1 : 0) + config.pmems.size();
   if (wanted > kMaxDevices) {
     return absl::InvalidArgumentError(
@@ -66,6 +68,20 @@ absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const VmCon
         std::shared_ptr<devices::RngDevice> rng,
         devices::RngDevice::Create(std::make_unique<devices::GetrandomEntropySource>(), {}));
     DSEC_RETURN_IF_ERROR(d->Add("virtio-rng", std::move(rng), context));
+  }
+  if (config.balloon) {
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<devices::MemfdBalloonBackend> backend,
+                          devices::MemfdBalloonBackend::ForGuestMemory(*context.memory));
+    DSEC_ASSIGN_OR_RETURN(std::shared_ptr<devices::BalloonDevice> balloon,
+                          devices::BalloonDevice::Create(std::move(backend), {}));
+    const uint64_t target_pages = config.balloon_target_mib * (1024 * 1024 / 4096);
+    if (target_pages > balloon->ram_pages()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--balloon-target-mib %d exceeds guest RAM", config.balloon_target_mib));
+    }
+    balloon->SetTargetPages(static_cast<uint32_t>(target_pages));
+    d->balloon_ = balloon;
+    DSEC_RETURN_IF_ERROR(d->Add("virtio-balloon", std::move(balloon), context));
   }
   for (size_t i = 0; i < config.disks.size(); ++i) {
     const DiskConfig& disk = config.disks[i];
@@ -201,6 +217,7 @@ VirtioDevices::~VirtioDevices() {
   // Transports first (they reset active devices), then the vsock backend the
   // vsock device points at, then the registrar their notify routes use.
   slots_.clear();
+  balloon_.reset();
   vsock_backend_.reset();
   // No vCPU runs any more: take the write sinks off the bus before their
   // mappings are unmapped, then remove the memslots and unmap.

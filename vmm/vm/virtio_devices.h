@@ -13,9 +13,11 @@
 #include "vmm/bus/bus.h"
 #include "vmm/kvm/kvm_vm.h"
 #include "vmm/memory/guest_memory.h"
+#include "vmm/memory/memfd_guest_memory.h"
 #include "vmm/vm/vm_config.h"
 
 namespace dsec::devices {
+class BalloonControl;
 class UnixVsockBackend;
 class PmemDevice;
 struct PmemMetrics;
@@ -53,7 +55,8 @@ class VirtioDevices {
 
   struct Context {
     kvm::KvmVm* kvm_vm = nullptr;
-    const memory::GuestMemory* memory = nullptr;
+    // Memfd-backed guest RAM (the balloon releases pages by punching holes).
+    const memory::MemfdGuestMemory* memory = nullptr;
     EventLoop* loop = nullptr;
     bus::Bus* mmio_bus = nullptr;
   };
@@ -65,8 +68,13 @@ class VirtioDevices {
   // " virtio_mmio.device=4K@0xd0000000:5 ..." (empty without devices).
   std::string CommandLine() const;
   size_t size() const { return slots_.size(); }
-  // Transport of device i (creation order: rng, disks, nets, vsock, pmems).
+  // Transport of device i (creation order: rng, balloon, disks, nets, vsock,
+  // pmems).
   const virtio::MmioTransport& transport(size_t i) const { return *slots_[i].transport; }
+
+  // The virtio-balloon device's control interface (set the target, read
+  // stats and counters; any thread), or nullptr without VmConfig::balloon.
+  devices::BalloonControl* balloon() const { return balloon_.get(); }
 
   // pmem layer i (the order of VmConfig::pmems): its guest-physical window,
   // its device's counters, and guest writes refused on a read-only layer.
@@ -107,6 +115,8 @@ class VirtioDevices {
   // that reset the pmem devices.
   std::vector<PmemLayer> pmems_;
   std::unique_ptr<devices::UnixVsockBackend> vsock_backend_;
+  // The balloon device (also held by its slot).
+  std::shared_ptr<devices::BalloonControl> balloon_;
   // Destroyed first (declared last): transports reset their devices.
   std::vector<Slot> slots_;
 };

@@ -70,8 +70,13 @@ struct VmConfig {
   std::optional<sched::QosClass> qos;
   ConsoleConfig console;
   // virtio-mmio devices, announced on the kernel command line in this order:
-  // rng, disks, nets, vsock, pmems.
+  // rng, balloon, disks, nets, vsock, pmems.
   bool rng = false;
+  // virtio-balloon (devices/balloon/) over guest RAM; its initial target
+  // (num_pages) is balloon_target_mib MiB, changeable later through
+  // VirtioDevices::balloon().
+  bool balloon = false;
+  uint64_t balloon_target_mib = 0;
   std::vector<DiskConfig> disks;
   std::vector<NetConfig> nets;
   std::optional<VsockConfig> vsock;
