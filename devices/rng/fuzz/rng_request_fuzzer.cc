@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzzes ParseRngRequest with arbitrary chains.
+#include <cstddef>
+#include <cstdint>
+
+#include "devices/rng/rng_request.h"
+#include "devices/virtio/fuzz/fuzz_chain.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace dsec::virtio::fuzz;
+  static auto mem = std::move(*dsec::memory::FakeGuestMemory::Create({{0, kFuzzMemSize}}));
+  FuzzBytes in(data, size);
+  dsec::virtio::DescriptorChain chain = TakeChain(in, *mem);
+  (void)dsec::devices::ParseRngRequest(chain);
+  return 0;
+}
