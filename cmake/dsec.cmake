@@ -13,6 +13,11 @@ if(DSEC_FUZZ)
   list(APPEND DSEC_HOST_LINK_OPTIONS -fsanitize=address)
 endif()
 
+# Every function and object in its own section, so that the static dsec-vmm
+# can drop what no code path reaches (--gc-sections in cmd/): one monitor
+# process runs per VM, and its resident text is a per-VM cost.
+list(APPEND DSEC_HOST_COMPILE_OPTIONS -ffunction-sections -fdata-sections)
+
 function(_dsec_host_target target)
   target_compile_options(${target} PRIVATE ${DSEC_HOST_COMPILE_OPTIONS})
   target_link_options(${target} PRIVATE ${DSEC_HOST_LINK_OPTIONS})

@@ -105,6 +105,7 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
       {"guest_resident_bytes", s.guest_resident_bytes},
       {"vmm_rss_bytes", s.vmm_rss_bytes},
       {"vmm_peak_rss_bytes", s.vmm_peak_rss_bytes},
+      {"vmm_private_dirty_bytes", s.vmm_private_dirty_bytes},
       {"console",
        {{"bytes_in", s.console_bytes_in},
         {"bytes_written", s.console_bytes_written},

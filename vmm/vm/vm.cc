@@ -53,9 +53,10 @@ constexpr uint16_t kI8042CommandPort = 0x64;
 // real-mode emulation); kept out of RAM by the 32-bit hole.
 constexpr uint64_t kKvmTssAddress = 0xfffb'd000;
 
-// "VmRSS:    1234 kB" from /proc/self/status.
-uint64_t ProcStatusKb(const char* key) {
-  std::ifstream in("/proc/self/status");
+// "VmRSS:    1234 kB" from /proc/self/status (or another /proc file with
+// the same "Key: N kB" lines).
+uint64_t ProcStatusKb(const char* key, const char* file = "/proc/self/status") {
+  std::ifstream in(file);
   std::string line;
   const size_t key_len = std::strlen(key);
   while (std::getline(in, line)) {
@@ -506,6 +507,9 @@ void Vm::CollectStats() {
   if (auto r = memory_->ResidentBytes(); r.ok()) s.guest_resident_bytes = *r;
   s.vmm_rss_bytes = ProcStatusKb("VmRSS") * 1024;
   s.vmm_peak_rss_bytes = ProcStatusKb("VmHWM") * 1024;
+  const uint64_t private_dirty = ProcStatusKb("Private_Dirty", "/proc/self/smaps_rollup") * 1024;
+  s.vmm_private_dirty_bytes =
+      private_dirty > s.guest_resident_bytes ? private_dirty - s.guest_resident_bytes : 0;
   auto cm = console_->metrics();
   s.console_bytes_in = cm.bytes_in;
   s.console_bytes_written = cm.bytes_written;

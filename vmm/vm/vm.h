@@ -86,6 +86,10 @@ struct VmStats {
   uint64_t guest_resident_bytes = 0;  // guest RAM the host has backed (mincore)
   uint64_t vmm_rss_bytes = 0;         // VmRSS of the whole process at stop
   uint64_t vmm_peak_rss_bytes = 0;    // VmHWM
+  // Private_Dirty of the whole process minus the guest RAM it backs: what
+  // one more monitor costs the host (its text and read-only data are file
+  // pages shared by every monitor and not in this figure).
+  uint64_t vmm_private_dirty_bytes = 0;
   uint64_t console_bytes_in = 0;
   uint64_t console_bytes_written = 0;
   uint64_t console_bytes_dropped = 0;
