@@ -38,20 +38,23 @@ class FuzzBytes {
   size_t size_;
 };
 
-// Up to 8 readable and 8 writable buffers from `in`; the rest of `in` fills
-// guest memory from address 0.
+// Up to 7 readable and 7 writable non-empty buffers from `in` (the queue
+// drops zero-length descriptors); an address selector with its top bit set
+// points outside guest memory, the rest lie inside it as the queue checks.
+// Then the remaining input fills guest memory from address 0.
 inline DescriptorChain TakeChain(FuzzBytes& in, const memory::GuestMemory& mem) {
   DescriptorChain chain;
-  const uint8_t counts = in.Take<uint8_t>();
-  const int readable = counts & 7, writable = (counts >> 4) & 7;
+  const uint8_t readable = in.Take<uint8_t>() % 8;
+  const uint8_t writable = in.Take<uint8_t>() % 8;
   for (int i = 0; i < readable + writable; ++i) {
-    uint32_t addr = in.Take<uint32_t>();
-    uint16_t len = in.Take<uint16_t>();
-    GuestBuffer b{addr % (kFuzzMemSize + 4096), static_cast<uint32_t>(len % 2048) + 1u};
-    (i < readable ? chain.readable : chain.writable).push_back(b);
+    const uint32_t sel = in.Take<uint32_t>();
+    const uint16_t len = std::max<uint16_t>(in.Take<uint16_t>(), 1);
+    const uint64_t gpa =
+        (sel & 0x80000000u) ? (static_cast<uint64_t>(sel) << 20) : sel % kFuzzMemSize;
+    (i < readable ? chain.readable : chain.writable).push_back({gpa, len});
   }
-  (void)mem.Write(0, std::span<const uint8_t>(in.data(),
-                                              std::min<size_t>(in.size(), kFuzzMemSize)));
+  const size_t n = std::min<size_t>(in.size(), kFuzzMemSize);
+  (void)mem.Write(0, std::span<const uint8_t>(in.data(), n));
   return chain;
 }
 
