@@ -13,6 +13,7 @@ packages=(
   # libraries (CMake find_package / pkg-config)
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libseccomp-dev liburing-dev libssl-dev
+  zlib1g-dev
   # libFuzzer targets (clang with its runtime), run briefly by tools/test.sh
   clang libclang-rt-14-dev
   # peer for `dsec-vmm bench boot --peer qemu`
