@@ -179,6 +179,30 @@ tg_ud:
 	outb %al, $0xa1
 	iretq
 4:
+	cmpl $TG_SYS_HALT, %eax
+	jne 5f
+	/* Sleep until the next interrupt (the 100 Hz tick at the latest). The
+	 * STI shadow covers HLT, so an interrupt pending since the UD2 wakes
+	 * it at once instead of being lost. The interrupt nests on this stack
+	 * (CPL0 -> CPL0) and returns here; IRETQ restores the caller's IF. */
+	sti
+	hlt
+	iretq
+5:
+	cmpl $TG_SYS_INB, %eax
+	jne 6f
+	movl %edi, %edx
+	inb %dx, %al
+	movzbl %al, %eax
+	iretq
+6:
+	cmpl $TG_SYS_OUTB, %eax
+	jne 7f
+	movl %edi, %edx
+	movl %esi, %eax
+	outb %al, %dx
+	iretq
+7:
 	cmpl $TG_SYS_RESET, %eax
 	jne 3f
 	movb $TG_I8042_RESET, %al

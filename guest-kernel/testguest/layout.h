@@ -61,6 +61,9 @@
 #define TG_SYS_RESET 3
 #define TG_SYS_PARK 4              /* cli; hlt forever: where an AP ends */
 #define TG_SYS_PIC_MASK 5          /* EDI = 8259A masks: bits 7:0 master, 15:8 slave */
+#define TG_SYS_HALT 6              /* sti; hlt: sleep until the next interrupt */
+#define TG_SYS_INB 7               /* EDI = port -> EAX = byte read */
+#define TG_SYS_OUTB 8              /* EDI = port, ESI = byte */
 
 /* Exit codes (the test device's SHUTDOWN value / isa-debug-exit value). */
 #define TG_EXIT_OK 0

@@ -61,6 +61,34 @@ static inline void sys_pic_mask(uint16_t mask)
 	__asm__ volatile("call tg_ucall" : "+a"(nr) : "D"((uint32_t)mask) : "memory");
 }
 
+/* Sleeps (sti; hlt at CPL0) until the next interrupt: at most one timer
+ * tick (10 ms). The vCPU blocks in the host instead of spinning. */
+static inline void sys_halt(void)
+{
+	uint32_t nr = TG_SYS_HALT;
+
+	__asm__ volatile("call tg_ucall" : "+a"(nr) : : "memory");
+}
+
+/* One byte of port I/O (the PIT calibration in memload.c). */
+static inline uint8_t sys_inb(uint16_t port)
+{
+	uint32_t v = TG_SYS_INB;
+
+	__asm__ volatile("call tg_ucall" : "+a"(v) : "D"((uint32_t)port) : "rdx", "memory");
+	return (uint8_t)v;
+}
+
+static inline void sys_outb(uint16_t port, uint8_t value)
+{
+	uint32_t nr = TG_SYS_OUTB;
+
+	__asm__ volatile("call tg_ucall"
+			 : "+a"(nr)
+			 : "D"((uint32_t)port), "S"((uint32_t)value)
+			 : "rdx", "memory");
+}
+
 static inline uint64_t rdtsc(void)
 {
 	uint32_t lo, hi;

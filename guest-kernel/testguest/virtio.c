@@ -448,6 +448,15 @@ bool virtio_irq_wait(struct virtio_dev *d, uint32_t ticks)
 	return true;
 }
 
+void virtio_irq_unmask(struct virtio_dev *d)
+{
+	if (d->slot.irq < 16 && d->slot.irq != 0) {
+		pic_unmasked |= (uint16_t)(1u << d->slot.irq);
+		pic_update();
+	}
+	d->irq_waited = virtio_irq_count(d);
+}
+
 void virtio_irq_quiesce(struct virtio_dev *d, struct virtq *const *queues, size_t n)
 {
 	for (size_t i = 0; i < n; i++)

@@ -162,6 +162,10 @@ void virtio_config_write32(struct virtio_dev *d, uint32_t off, uint32_t v);
 void virtio_irq_arm(struct virtio_dev *d, struct virtq *const *queues, size_t n);
 bool virtio_irq_wait(struct virtio_dev *d, uint32_t ticks);
 void virtio_irq_quiesce(struct virtio_dev *d, struct virtq *const *queues, size_t n);
+/* Unmasks the device's line without touching the queues' flags: for a
+ * driver that polls its queues but wants configuration change interrupts
+ * (the balloon service). */
+void virtio_irq_unmask(struct virtio_dev *d);
 /* Interrupts seen on the device's line since virtio_open. */
 uint64_t virtio_irq_count(const struct virtio_dev *d);
 /* Reads InterruptStatus and writes it back to InterruptACK. */

@@ -4,14 +4,12 @@
 #include "console.h"
 #include "fmt.h"
 #include "layout.h"
+#include "memload.h"
 #include "smp.h"
 #include "syscall.h"
 #include "virtio_workloads.h"
 
 extern volatile uint64_t tg_ticks; /* incremented by the IRQ0 handler (head.S) */
-
-#define TOUCH_BASE (16ull << 20)
-#define PAGE_SIZE 4096ull
 
 struct workload {
 	const char *name;
@@ -55,33 +53,6 @@ static int run_spin(const struct tg_boot_info *bi, uint64_t n, struct tg_line *o
 	line_kv(out, "iterations", i);
 	line_kv(out, "cycles", cycles);
 	line_kv(out, "ticks", tg_ticks - t0);
-	return TG_EXIT_OK;
-}
-
-static int run_touch(const struct tg_boot_info *bi, uint64_t mib, struct tg_line *out)
-{
-	uint64_t size = mib << 20, pages = 0;
-
-	/* Only the low 4 GiB is mapped; the map must call it all RAM. */
-	if (mib == 0 || mib > 4096 || TOUCH_BASE + size > 0x100000000ull ||
-	    !bootinfo_ram_covers(bi, TOUCH_BASE, size)) {
-		line_reset(out);
-		line_str(out, "error touch-does-not-fit addr=");
-		line_hex(out, TOUCH_BASE);
-		line_str(out, " size=");
-		line_hex(out, size);
-		return TG_EXIT_ERROR;
-	}
-	uint64_t c0 = rdtsc();
-	for (uint64_t off = 0; off < size; off += PAGE_SIZE) {
-		*(volatile uint8_t *)(uintptr_t)(TOUCH_BASE + off) = (uint8_t)pages;
-		pages++;
-	}
-	uint64_t cycles = rdtsc() - c0;
-	result_start(out, "touch");
-	line_kv(out, "mib", mib);
-	line_kv(out, "pages", pages);
-	line_kv(out, "cycles", cycles);
 	return TG_EXIT_OK;
 }
 
@@ -161,7 +132,9 @@ static int run_fault(const struct tg_boot_info *bi, uint64_t arg, struct tg_line
 static const struct workload kWorkloads[] = {
 	{ "boot", false, run_boot, 0 },
 	{ "spin", true, run_spin, 0 },
-	{ "touch", true, run_touch, 0 },
+	{ "touch", true, workload_touch, 0 },
+	{ "idle", true, workload_idle, 0 },
+	{ "phases", true, 0, workload_phases },
 	{ "ticks", true, run_ticks, 0 },
 	{ "flood", true, run_flood, 0 },
 	{ "triple-fault", false, run_triple_fault, 0 },
