@@ -2,20 +2,16 @@
 // Integration tests on real memory of this process: the pagemap sampler over
 // a real memfd (sees reads and writes, keeps content), and the controller's
 // MADV_PAGEOUT into a zram swap device the test creates and always removes.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/swap.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "balloon/host_memory.h"
 #include "balloon/pagemap_sampler.h"
 #include "balloon/reclaim_controller.h"
+#include "balloon/zram_swap.h"
 #include "gtest/gtest.h"
 #include "vmm/base/mmap.h"
 #include "vmm/memory/memfd_guest_memory.h"
@@ -79,52 +75,6 @@ TEST(PagemapSamplerIntegrationTest, RefusesPrivateMappings) {
   EXPECT_EQ(sampler->Track(1, ::getpid(), ram).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// A zram swap device for this test only: created with hot_add, removed (swapoff,
-// reset, hot_remove) in the destructor even if the test fails.
-class ZramSwap {
- public:
-  ZramSwap() {
-    std::ifstream add("/sys/class/zram-control/hot_add");
-    if (!(add >> id_)) {
-      id_ = -1;
-      return;
-    }
-    dev_ = absl::StrCat("/dev/zram", id_);
-    if (!Write(absl::StrCat("/sys/block/zram", id_, "/disksize"), "128M")) return;
-    // mkswap by hand: the v1 swap header (include/linux/swap.h union swap_header).
-    std::vector<uint8_t> page(4096, 0);
-    const uint32_t version = 1, last_page = (128 * kMiB) / 4096 - 1;
-    std::memcpy(&page[1024], &version, 4);
-    std::memcpy(&page[1028], &last_page, 4);
-    std::memcpy(&page[4096 - 10], "SWAPSPACE2", 10);
-    int fd = ::open(dev_.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    const bool written = ::pwrite(fd, page.data(), page.size(), 0) == 4096;
-    ::fsync(fd);
-    ::close(fd);
-    on_ = written && ::swapon(dev_.c_str(), 0) == 0;
-  }
-  ~ZramSwap() {
-    if (on_) ::swapoff(dev_.c_str());
-    if (id_ >= 0) {
-      Write(absl::StrCat("/sys/block/zram", id_, "/reset"), "1");
-      Write("/sys/class/zram-control/hot_remove", absl::StrCat(id_));
-    }
-  }
-  bool on() const { return on_; }
-
- private:
-  static bool Write(const std::string& path, const std::string& v) {
-    std::ofstream out(path);
-    out << v;
-    out.flush();
-    return out.good();
-  }
-  int id_ = -1;
-  std::string dev_;
-  bool on_ = false;
-};
-
 class MemfdVm : public ReclaimVm {
  public:
   explicit MemfdVm(memory::MemfdGuestMemory* mem) : mem_(mem) {}
@@ -162,8 +112,9 @@ class OneColdRange : public WorkingSetSource {
 
 TEST(PageoutIntegrationTest, ColdGuestMemoryGoesToZramAndRefaultsAreCounted) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for zram and swapon";
-  ZramSwap zram;
-  if (!zram.on()) GTEST_SKIP() << "zram hot_add/swapon not available on this host";
+  // Removed (swapoff, reset, hot_remove) when the test ends, even on failure.
+  auto zram = ZramSwap::Create(128 * kMiB);
+  if (!zram.ok()) GTEST_SKIP() << "zram swap not available on this host: " << zram.status();
   auto mem = memory::MemfdGuestMemory::Create({{0, kRam}}, {}).value();
   ASSERT_TRUE(mem->Fill(0, 0x77, kRam).ok());
   const HostRange cold{reinterpret_cast<uint64_t>(mem->regions()[0].host), 32 * kMiB};
@@ -190,6 +141,21 @@ TEST(PageoutIntegrationTest, ColdGuestMemoryGoesToZramAndRefaultsAreCounted) {
   std::printf("paged out %llu MiB to zram, %llu MiB refaulted\n",
               static_cast<unsigned long long>(m.reclaimed_bytes / kMiB),
               static_cast<unsigned long long>(m.refault_bytes / kMiB));
+}
+
+TEST(ZramSwapIntegrationTest, IsSwappedOnAndRemovedOnDestruction) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for zram and swapon";
+  auto zram = ZramSwap::Create(16 * kMiB);
+  if (!zram.ok()) GTEST_SKIP() << "zram swap not available on this host: " << zram.status();
+  const std::string dev = (*zram)->device();
+  const std::string sys = "/sys/block/zram" + std::to_string((*zram)->id());
+  auto swaps = ReadSwaps();
+  ASSERT_TRUE(swaps.ok());
+  EXPECT_GE(swaps->devices, 1);
+  EXPECT_TRUE((*zram)->MmStat().ok());
+  zram->reset();
+  EXPECT_NE(::access(dev.c_str(), F_OK), 0) << dev << " left behind";
+  EXPECT_NE(::access(sys.c_str(), F_OK), 0) << sys << " left behind";
 }
 
 }  // namespace

@@ -135,12 +135,18 @@ uint64_t ReclaimController::CountRefaults(Entry& e) {
     if (!now.ok()) continue;
     // Pages back in memory since the last look: refaults (the guest touched
     // them; nothing else maps guest RAM).
-    if (*now > p.resident_pages) refaulted += *now - p.resident_pages;
+    if (*now > p.resident_pages) {
+      const uint64_t back =
+          std::min(*now - p.resident_pages, p.paged_pages - p.refaulted_pages);
+      p.refaulted_pages += back;
+      refaulted += back;
+    }
     p.resident_pages = *now;
   }
-  // Ranges entirely back in memory need no more watching.
-  std::erase_if(e.paged_out,
-                [](const PagedOut& p) { return p.resident_pages == p.range.size / kPage; });
+  // Ranges whose paged-out pages all came back need no more watching.
+  std::erase_if(e.paged_out, [](const PagedOut& p) {
+    return p.resident_pages == p.range.size / kPage || p.refaulted_pages >= p.paged_pages;
+  });
   return refaulted * kPage;
 }
 
@@ -154,10 +160,11 @@ void ReclaimController::PageOut(Entry& e, const HostRange& r) {
   }
   absl::StatusOr<uint64_t> after = ResidentPages(r);
   if (!after.ok()) return;
-  if (*before > *after) e.metrics.reclaimed_bytes += (*before - *after) * kPage;
   // Re-paging a watched range: keep one record of it.
   std::erase_if(e.paged_out, [&](const PagedOut& p) { return p.range.addr == r.addr; });
-  e.paged_out.push_back({r, *after});
+  if (*before <= *after) return;  // nothing left memory: nothing to refault
+  e.metrics.reclaimed_bytes += (*before - *after) * kPage;
+  e.paged_out.push_back({r, *after, *before - *after, 0});
   if (e.paged_out.size() > options_.max_tracked_pageouts) e.paged_out.erase(e.paged_out.begin());
 }
 
@@ -183,6 +190,8 @@ absl::Status ReclaimController::TickVm(Entry& e, bool swap, int64_t now) {
   e.metrics.refault_bytes += obs.refault_bytes;
   if (absl::StatusOr<uint64_t> rss = e.vm->ResidentBytes(); rss.ok()) {
     e.metrics.resident_bytes = *rss;
+    obs.resident_known = true;
+    obs.resident_pages = *rss / kPage;
   }
   devices::BalloonControl* balloon = e.vm->balloon();
   if (balloon != nullptr) {

@@ -88,6 +88,11 @@ class ReclaimController {
   struct PagedOut {
     HostRange range;
     uint64_t resident_pages = 0;  // after pageout / at the last check
+    // Pages this pageout took out of memory, and how many came back: a range
+    // the guest never touched "pages out" nothing, and its first touch
+    // later is not a refault.
+    uint64_t paged_pages = 0;
+    uint64_t refaulted_pages = 0;
   };
   struct Entry {
     std::shared_ptr<ReclaimVm> vm;

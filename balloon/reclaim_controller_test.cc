@@ -153,6 +153,28 @@ TEST_F(ReclaimControllerTest, PagesOutColdMemoryCountsReclaimAndRefaultsAndBacks
   EXPECT_GT(Metrics().slowdown, 0.05);
 }
 
+TEST_F(ReclaimControllerTest, FirstTouchOfNeverResidentMemoryIsNoRefault) {
+  ReclaimKnobs k;
+  k.aggressiveness = 1.0;
+  Start(k);
+  SetSwap(true);
+  mem_->set_swap(true);
+  // 8 MiB the guest never touched (beyond the resident 64 MiB) looks cold,
+  // plus 4 MiB that is resident.
+  source_->next.cold = {{{kBase + 64 * kMiB, 8 * kMiB}, 5}, {{kBase, 4 * kMiB}, 5}};
+  clock_.AdvanceNs(kSec);
+  ASSERT_TRUE(controller_->Tick().ok());
+  EXPECT_EQ(Metrics().reclaimed_bytes, 4 * kMiB);
+  // The guest now touches all 12 MiB for the first time / again: only the
+  // 4 MiB that left memory are refaults.
+  source_->next.cold.clear();
+  mem_->Touch(kBase + 64 * kMiB, 8 * kMiB);
+  mem_->Touch(kBase, 4 * kMiB);
+  clock_.AdvanceNs(kSec);
+  ASSERT_TRUE(controller_->Tick().ok());
+  EXPECT_EQ(Metrics().refault_bytes, 4 * kMiB);
+}
+
 TEST_F(ReclaimControllerTest, VmWithoutBalloonStillPagesOut) {
   ReclaimKnobs k;
   k.aggressiveness = 1.0;

@@ -62,7 +62,16 @@ void DecideBalloon(const ReclaimKnobs& knobs, const VmObservation& obs, VmPolicy
     return;
   }
   if (obs.now_ns < state.balloon_hold_until_ns || aggr == 0) return;
-  const uint64_t grow = static_cast<uint64_t>(aggr * static_cast<double>(free_pages - min_free_pages));
+  uint64_t excess = free_pages - min_free_pages;
+  if (obs.resident_known) {
+    // Only guest-free memory the host backs is worth taking: the guest uses
+    // ram - balloon - free pages, the rest of what is resident is free.
+    const uint64_t held = obs.balloon_pages + free_pages;
+    const uint64_t used = obs.ram_pages > held ? obs.ram_pages - held : 0;
+    const uint64_t resident_free = obs.resident_pages > used ? obs.resident_pages - used : 0;
+    excess = std::min(excess, resident_free);
+  }
+  const uint64_t grow = static_cast<uint64_t>(aggr * static_cast<double>(excess));
   if (grow < knobs.min_balloon_step_pages) return;
   const uint64_t cap = obs.ram_pages > min_free_pages ? obs.ram_pages - min_free_pages : 0;
   const uint64_t target = std::min({obs.balloon_pages + grow, cap, uint64_t{UINT32_MAX}});

@@ -49,6 +49,12 @@ struct VmObservation {
   bool has_balloon = false;
   bool driver_active = false;
   uint64_t ram_pages = 0;  // 4 KiB pages of guest RAM
+  // Guest RAM pages resident in the host (0 with resident_known false).
+  // Inflating the balloon over guest-free pages the host never backed
+  // releases nothing, so growth is capped at the guest-free pages that are
+  // resident: resident - (ram - balloon - free).
+  bool resident_known = false;
+  uint64_t resident_pages = 0;
   uint32_t target_pages = 0;
   uint64_t balloon_pages = 0;
   uint64_t deflated_unrequested_pages = 0;  // cumulative (device metric)

@@ -54,6 +54,29 @@ TEST_F(ReclaimPolicyTest, NeverTakesTheLastMinFree) {
   EXPECT_EQ(*d.target_pages, (1024 - 64) * kMiB / 4096);  // capped at RAM - min_free
 }
 
+TEST_F(ReclaimPolicyTest, InflatesOnlyOverGuestFreeMemoryTheHostBacks) {
+  // 1 GiB guest, 900 MiB free, but the host backs only the 124 MiB in use:
+  // inflating would release nothing.
+  obs_.resident_known = true;
+  obs_.resident_pages = 124 * kMiB / 4096;
+  Stats(900);
+  EXPECT_FALSE(Decide().target_pages.has_value());
+  // After a burst was freed: 600 MiB resident, 124 in use -> 476 MiB worth it.
+  obs_.resident_pages = 600 * kMiB / 4096;
+  Stats(900);
+  PolicyDecision d = Decide();
+  ASSERT_TRUE(d.target_pages.has_value());
+  EXPECT_EQ(*d.target_pages, 476 / 2 * kMiB / 4096);
+  // Pages already in the balloon are not "in use": same answer with a
+  // 100 MiB balloon and 100 MiB less free memory.
+  obs_.balloon_pages = 100 * kMiB / 4096;
+  obs_.target_pages = obs_.balloon_pages;
+  Stats(800);
+  d = Decide();
+  ASSERT_TRUE(d.target_pages.has_value());
+  EXPECT_EQ(*d.target_pages, (100 + 476 / 2) * kMiB / 4096);
+}
+
 TEST_F(ReclaimPolicyTest, SmallStepsAreNotWorthAConfigChange) {
   Stats(65);
   EXPECT_FALSE(Decide().target_pages.has_value());

@@ -6,6 +6,7 @@
 #include "bench/boot_bench.h"
 #include "bench/smt_bench.h"
 #include "cmd/bench_pmem_commands.h"
+#include "cmd/bench_reclaim_commands.h"
 #include "cmd/bench_virtio_commands.h"
 #include "cmd/command.h"
 #include "cmd/default_paths.h"
@@ -19,6 +20,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterVirtioBenchCommands(bench, registry);
   RegisterPmemBenchCommands(bench, registry);
   RegisterLayerBenchCommands(bench, registry);
+  RegisterReclaimBenchCommands(bench, registry);
 
   CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");
   auto opts = std::make_shared<bench::BootBenchOptions>();

@@ -17,6 +17,8 @@
 #include "cmd/command.h"
 #include "cmd/default_paths.h"
 #include "cmd/device_args.h"
+#include "cmd/vm_control.h"
+#include "cmd/vm_reclaim.h"
 #include "nlohmann/json.hpp"
 #include "sched/placement.h"
 #include "vmm/base/logging.h"
@@ -53,6 +55,14 @@ struct VmRunOptions {
   std::vector<std::string> nets;
   std::string vsock;
   std::vector<std::string> pmems;
+  ReclaimRunOptions reclaim;
+  std::string control;
+};
+
+struct VmCtlOptions {
+  std::string socket;
+  uint64_t target_mib = 0;
+  int timeout_ms = 5000;
 };
 
 enum ExitStatus {
@@ -182,6 +192,13 @@ int RunVm(VmRunOptions& opts) {
     if (!vsock.ok()) return UsageError(vsock.status());
     config.vsock = *vsock;
   }
+  auto reclaim_mode = ParseReclaimMode(opts.reclaim.mode);
+  if (!reclaim_mode.ok()) return UsageError(reclaim_mode.status());
+  if ((*reclaim_mode == ReclaimMode::kBalloon || *reclaim_mode == ReclaimMode::kBoth) &&
+      !config.balloon) {
+    return UsageError(absl::InvalidArgumentError(
+        absl::StrCat("--reclaim ", opts.reclaim.mode, " needs --balloon")));
+  }
   if (config.kernel_path.empty()) {
     config.kernel_path = DefaultTestGuestPath();
     if (config.kernel_path.empty()) {
@@ -222,6 +239,35 @@ int RunVm(VmRunOptions& opts) {
     machine->Wait();
     return kExitInternal;
   }
+  // The reclaim controller (its own thread) and the control socket (its own
+  // thread): neither runs on a vCPU or the device event loop.
+  std::unique_ptr<VmReclaim> reclaim;
+  if (*reclaim_mode != ReclaimMode::kOff) {
+    auto started = VmReclaim::Start(*machine, opts.reclaim);
+    if (!started.ok()) {
+      std::fprintf(stderr, "dsec-vmm: reclaim: %s\n", std::string(started.status().message()).c_str());
+      machine->RequestStop(vm::StopReason::kInternalError, "reclaim controller failed to start");
+      machine->Wait();
+      return started.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                           : kExitInternal;
+    }
+    reclaim = std::move(*started);
+  }
+  std::unique_ptr<ControlServer> control;
+  if (!opts.control.empty()) {
+    vm::Vm* m = machine.get();
+    VmReclaim* r = reclaim.get();
+    auto server = ControlServer::Start(
+        opts.control, [m, r](const ControlRequest& req) { return HandleVmControl(*m, r, req); });
+    if (!server.ok()) {
+      std::fprintf(stderr, "dsec-vmm: --control: %s\n", std::string(server.status().message()).c_str());
+      reclaim.reset();
+      machine->RequestStop(vm::StopReason::kInternalError, "control socket failed");
+      machine->Wait();
+      return kExitUsage;
+    }
+    control = std::move(*server);
+  }
   pollfd fds[2] = {{machine->stop_requested_fd(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
   for (;;) {
     int n = ::poll(fds, sigfd.valid() ? 2 : 1, -1);
@@ -235,7 +281,16 @@ int RunVm(VmRunOptions& opts) {
       }
     }
   }
+  control.reset();  // closes the socket and unlinks its path
+  if (reclaim != nullptr) reclaim->Stop();
   vm::VmStats stats = machine->Wait();
+  nlohmann::json reclaim_json = nullptr;
+  if (reclaim != nullptr) {
+    reclaim_json = reclaim->MetricsJson();
+    reclaim.reset();
+    // One line, for scripts and `bench reclaim`.
+    std::fprintf(stderr, "dsec-vmm: reclaim %s\n", reclaim_json.dump().c_str());
+  }
   std::fprintf(stderr, "dsec-vmm: vm stopped: reason=%s exit_code=%u detail=\"%s\"\n",
                std::string(vm::StopReasonName(stats.stop.reason)).c_str(),
                stats.stop.guest_exit_code, stats.stop.detail.c_str());
@@ -248,10 +303,24 @@ int RunVm(VmRunOptions& opts) {
   }
   if (!opts.stats_json.empty()) {
     std::ofstream out(opts.stats_json);
-    out << StatsToJson(stats).dump(2) << "\n";
+    nlohmann::json j = StatsToJson(stats);
+    j["reclaim"] = reclaim_json;
+    out << j.dump(2) << "\n";
     if (!out) std::fprintf(stderr, "dsec-vmm: could not write %s\n", opts.stats_json.c_str());
   }
   return ExitStatusFor(stats.stop);
+}
+
+// `vm ctl`: 0 when the VM answered ok, 1 for an error answer, 5 when the
+// socket could not be reached or did not answer.
+int RunVmCtl(const VmCtlOptions& opts, const nlohmann::json& request) {
+  absl::StatusOr<nlohmann::json> resp = ControlCall(opts.socket, request, opts.timeout_ms);
+  if (!resp.ok()) {
+    std::fprintf(stderr, "dsec-vmm: %s\n", std::string(resp.status().message()).c_str());
+    return kExitInternal;
+  }
+  std::printf("%s\n", resp->dump(2).c_str());
+  return resp->value("ok", false) ? 0 : 1;
 }
 
 }  // namespace
@@ -307,6 +376,29 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
                   "Initial balloon target in MiB (needs --balloon)")
       ->capture_default_str()
       ->needs(balloon);
+  run->add_option("--reclaim", opts->reclaim.mode,
+                  "Reclaim controller: off, balloon (needs --balloon), pageout (MADV_PAGEOUT of "
+                  "cold guest RAM where swap/zram exists), both (needs --balloon)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "balloon", "pageout", "both"}));
+  run->add_option("--reclaim-min-free-mib", opts->reclaim.knobs.min_free_mib,
+                  "Free guest memory the balloon always leaves")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  run->add_option("--reclaim-aggressiveness", opts->reclaim.knobs.aggressiveness,
+                  "Share of excess free / cold memory reclaimed per tick (0..1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  run->add_option("--reclaim-max-slowdown", opts->reclaim.knobs.max_slowdown,
+                  "Pause pageout while the estimated refault slowdown is above this fraction")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10.0));
+  run->add_option("--reclaim-interval-ms", opts->reclaim.interval_ms, "Controller tick period")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{600'000}));
+  run->add_option("--control", opts->control,
+                  "Control socket (unix, 0600, removed at exit): one JSON request per line, "
+                  "see `vm ctl`");
   run->add_option("--disk", opts->disks, "virtio-blk disk: PATH[,ro] (repeatable)");
   run->add_option("--net", opts->nets, "virtio-net on an existing tap: TAP[,mac=..] (repeatable)");
   run->add_option("--vsock", opts->vsock,
@@ -316,6 +408,24 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
                   "virtio-pmem layer mapped into the guest (DAX): PATH[,ro] (repeatable; ro: "
                   "read-only memslot, guest writes refused)");
   registry.Add(run, [opts] { return RunVm(*opts); });
+
+  CLI::App* ctl = vm_cmd->add_subcommand("ctl", "Talk to a running `vm run --control PATH`");
+  ctl->require_subcommand(1);
+  auto ctl_opts = std::make_shared<VmCtlOptions>();
+  ctl->add_option("--socket", ctl_opts->socket, "The VM's control socket")->required();
+  ctl->add_option("--timeout-ms", ctl_opts->timeout_ms, "Wait this long for the answer")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600'000));
+  CLI::App* ctl_stats = ctl->add_subcommand(
+      "stats", "Print balloon, guest statistics, reclaim metrics and monitor memory (JSON)");
+  registry.Add(ctl_stats, [ctl_opts] { return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "stats"}}); });
+  CLI::App* ctl_balloon = ctl->add_subcommand("balloon", "Set the balloon target");
+  ctl_balloon->add_option("--target-mib", ctl_opts->target_mib, "Balloon target in MiB")
+      ->required()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  registry.Add(ctl_balloon, [ctl_opts] {
+    return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "balloon"}, {"target_mib", ctl_opts->target_mib}});
+  });
 }
 
 }  // namespace dsec::cmd
