@@ -5,6 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "bench/boot_bench.h"
 #include "bench/smt_bench.h"
+#include "cmd/bench_container_commands.h"
 #include "cmd/bench_pmem_commands.h"
 #include "cmd/bench_reclaim_commands.h"
 #include "cmd/bench_virtio_commands.h"
@@ -20,6 +21,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterVirtioBenchCommands(bench, registry);
   RegisterPmemBenchCommands(bench, registry);
   RegisterLayerBenchCommands(bench, registry);
+  RegisterContainerBenchCommands(bench, registry);
   RegisterReclaimBenchCommands(bench, registry);
 
   CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");

@@ -8,14 +8,18 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cmd/container_layers.h"
+#include "cmd/default_paths.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
+#include "sandbox/layers/layer_store.h"
 #include "vmm/base/logging.h"
 
 namespace dsec::cmd {
@@ -29,7 +33,8 @@ constexpr int kExitNotFound = 127;
 
 struct RunOptions {
   std::string tier = "container";
-  std::vector<std::string> layers;
+  std::vector<std::string> layers;  // image files or store references; none = base:bookworm
+  std::string store;                // layer store for references
   uint64_t memory_mib = 512;
   uint64_t pids = 512;
   double cpus = 0;
@@ -59,6 +64,12 @@ int Run(const RunOptions& o) {
     fprintf(stderr, "dsec-vmm: no command given (sandbox run ... -- CMD ARGS)\n");
     return 2;
   }
+  // The default state root lives in memory (a tmpfs if /run is on disk).
+  if (o.state_dir == container::kDefaultStateRoot) {
+    if (auto m = container::MountStateRootTmpfs(o.state_dir); !m.ok()) {
+      DSEC_LOG(warn, "container: state root on tmpfs: {}", m.status().ToString());
+    }
+  }
   // Sandboxes a killed runtime left behind go first.
   if (auto removed = container::CleanupOrphans(o.state_dir); !removed.ok()) {
     DSEC_LOG(warn, "container: orphan cleanup: {}", removed.status().ToString());
@@ -67,7 +78,18 @@ int Run(const RunOptions& o) {
   if (::getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = static_cast<uint32_t>(::getpid());
   container::SandboxConfig config;
   config.id = absl::StrFormat("run-%d-%08x", ::getpid(), rnd);
-  config.layers = o.layers;
+  ContainerLayerOptions layer_options;
+  layer_options.store_root = o.store;
+  layer_options.dsec_vmm = SelfExePath();
+  layer_options.build_script = FindBaseLayerScript(layer_options.dsec_vmm);
+  auto images = ResolveContainerLayers(o.layers, layer_options);
+  if (!images.ok()) {
+    fprintf(stderr, "dsec-vmm: layers: %s\n", std::string(images.status().message()).c_str());
+    return absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())
+               ? 2
+               : kExitRuntimeError;
+  }
+  config.layers = std::move(*images);
   config.limits.memory_bytes = o.memory_mib << 20;
   config.limits.pids_max = o.pids;
   if (o.cpus > 0) {
@@ -137,10 +159,15 @@ void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
       "run", "Create a sandbox, run CMD ARGS in it, print its output, exit with its status "
              "(124 timeout, 125 runtime error, 127 command not found)");
   run->add_option("--tier", opts->tier, "Sandbox tier")->check(CLI::IsMember({"container"}));
-  run->add_option("--layers", opts->layers, "EROFS layer images, lowest first")
-      ->required()
-      ->delimiter(',')
-      ->check(CLI::ExistingFile);
+  run->add_option("--layers,--layer", opts->layers,
+                  "EROFS image files or layer-store references (name:version, sha256:...; a "
+                  "reference brings its parents), lowest first; default base:bookworm, built on "
+                  "first use")
+      ->delimiter(',');
+  const char* store_env = std::getenv("DSEC_LAYER_STORE");
+  opts->store = store_env != nullptr && *store_env != '\0' ? store_env : layers::kDefaultStoreRoot;
+  run->add_option("--store", opts->store, "Layer store for references (env DSEC_LAYER_STORE)")
+      ->capture_default_str();
   run->add_option("--memory-mib", opts->memory_mib, "Memory limit (MiB; swap held to it)");
   run->add_option("--pids", opts->pids, "Process limit");
   run->add_option("--cpus", opts->cpus, "CPU quota in CPUs (0 = none)");

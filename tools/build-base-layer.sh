@@ -54,7 +54,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "build-base-layer.sh: needs root (debootstrap, mounts, chown)" >&2
   exit 2
 fi
-for tool in debootstrap mkfs.erofs unshare chroot; do
+for tool in debootstrap mkfs.erofs unshare chroot flock; do
   command -v "$tool" >/dev/null || { echo "build-base-layer.sh: $tool missing (run tools/setup.sh)" >&2; exit 2; }
 done
 dsec_vmm=${DSEC_VMM:-}
@@ -64,6 +64,10 @@ fi
 
 base_dir=$cache/base-$suite
 mkdir -p "$cache"
+# Two first uses at once (two `dsec-vmm sandbox run`): one debootstraps,
+# the other waits and reuses its tree.
+exec 9>"$cache/base-$suite.lock"
+flock 9
 
 # --- base layer -----------------------------------------------------------
 # The ".complete" marker sits next to the tree (not in it, or it would be
@@ -71,7 +75,11 @@ mkdir -p "$cache"
 if [ ! -f "$base_dir.complete" ]; then
   echo "build-base-layer.sh: debootstrap --variant=minbase $suite into $base_dir (a few minutes)"
   rm -rf "$base_dir.partial"
-  debootstrap --variant=minbase "$suite" "$base_dir.partial" "$mirror"
+  if ! debootstrap --variant=minbase "$suite" "$base_dir.partial" "$mirror"; then
+    echo "build-base-layer.sh: debootstrap of $suite from $mirror failed: the first build needs" \
+         "network access to the Debian archive (or --mirror URL of a reachable mirror)" >&2
+    exit 1
+  fi
   # Per-build leftovers that would make every base layer differ.
   rm -rf "$base_dir.partial"/var/cache/apt/archives/*.deb \
          "$base_dir.partial"/var/log/bootstrap.log "$base_dir.partial"/var/lib/apt/lists/*_Packages

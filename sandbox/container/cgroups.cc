@@ -333,6 +333,47 @@ absl::Status ContainerCgroups::Remove() {
   return first;
 }
 
+absl::Status ContainerCgroups::SetMemoryLimit(uint64_t bytes) const {
+  const Dir* d = Find("memory");
+  if (!d) return absl::UnavailableError("no memory cgroup");
+  if (d->v2) return sched::WriteSmallFile(absl::StrCat(d->path, "/memory.max"), absl::StrCat(bytes));
+  const std::string limit = absl::StrCat(d->path, "/memory.limit_in_bytes");
+  const std::string memsw = absl::StrCat(d->path, "/memory.memsw.limit_in_bytes");
+  const bool has_memsw = sched::PathExists(memsw);
+  // memsw must stay >= the memory limit: raise memory last, lower it first.
+  auto current = sched::ReadSmallFile(limit);
+  uint64_t cur = 0;
+  bool raising = current.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*current), &cur) &&
+                 bytes > cur;
+  if (has_memsw && raising) DSEC_RETURN_IF_ERROR(sched::WriteSmallFile(memsw, absl::StrCat(bytes)));
+  DSEC_RETURN_IF_ERROR(sched::WriteSmallFile(limit, absl::StrCat(bytes)));
+  if (has_memsw && !raising) DSEC_RETURN_IF_ERROR(sched::WriteSmallFile(memsw, absl::StrCat(bytes)));
+  return absl::OkStatus();
+}
+
+absl::Status ContainerCgroups::SetPidsMax(uint64_t max) const {
+  const Dir* d = Find("pids");
+  if (!d) return absl::UnavailableError("no pids cgroup");
+  return sched::WriteSmallFile(absl::StrCat(d->path, "/pids.max"),
+                               max == 0 ? std::string("max") : absl::StrCat(max));
+}
+
+std::optional<uint64_t> ContainerCgroups::MemoryUsageBytes() const {
+  const Dir* d = Find("memory");
+  if (!d) return std::nullopt;
+  auto text = sched::ReadSmallFile(
+      absl::StrCat(d->path, d->v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+  uint64_t v = 0;
+  if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) return std::nullopt;
+  return v;
+}
+
+uint64_t ContainerCgroups::PidsLimitHits() const {
+  const Dir* d = Find("pids");
+  if (!d) return 0;
+  return ReadKeyed(absl::StrCat(d->path, "/pids.events"), "max");
+}
+
 absl::Status KillAndRemoveCgroup(const std::string& dir) {
   absl::Status last;
   // A zombie still counts as a member until its parent reaps it, so rmdir

@@ -83,6 +83,13 @@ class ContainerCgroups {
   uint64_t OomKills() const;
   // Kills what is left and removes every directory.
   absl::Status Remove();
+  // For pools that reuse one cgroup for many runs (sandbox/fncall): change
+  // the memory (+memsw) limit or pids.max, read current memory usage, and
+  // count how often pids.max refused a fork (pids.events "max").
+  absl::Status SetMemoryLimit(uint64_t bytes) const;
+  absl::Status SetPidsMax(uint64_t max) const;
+  std::optional<uint64_t> MemoryUsageBytes() const;
+  uint64_t PidsLimitHits() const;
 
   const std::vector<std::string>& dirs() const { return dirs_; }
 

@@ -291,9 +291,16 @@ void RunExecLauncher(const ExecPlan& plan) {
     (void)!::write(plan.pid_report_fd, &p, sizeof(p));
     ::_exit(0);
   }
+  RunExecProcess(plan);
+}
+
+void RunExecProcess(const ExecPlan& plan) {
+  const int err_fd = plan.error_fd;
   // The exec process, PID > 1 in the sandbox's pid namespace.
   char go = 0;
-  if (::read(plan.go_fd, &go, 1) != 1) Fail(err_fd, kWaitGo, errno ? errno : EPIPE);
+  if (plan.go_fd >= 0 && ::read(plan.go_fd, &go, 1) != 1) {
+    Fail(err_fd, kWaitGo, errno ? errno : EPIPE);
+  }
   if (::setsid() < 0) Fail(err_fd, kSetsid, errno);
   if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 ||
       ::dup2(plan.stderr_fd, 2) < 0) {
@@ -321,6 +328,45 @@ void RunExecLauncher(const ExecPlan& plan) {
     if (errno != ENOENT || last == ENOENT) last = errno;
   }
   Fail(3, kExec, last);
+}
+
+
+void FailChild(int fd, int32_t step, int err) { Fail(fd, step, err); }
+
+int LockDownProcess(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t* step) {
+  return LockDown(seccomp, uid, gid, step);
+}
+
+void BuildSandboxRoot(const RootPlan& plan) {
+  const int report = plan.report_fd;
+  if (::unshare(CLONE_NEWCGROUP) != 0) Fail(report, kUnshareCgroup, errno);
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    Fail(report, kMakePrivate, errno);
+  }
+  if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
+  BuildDev(report);
+  for (const auto& [source, target] : plan.binds) {
+    // Relative to the new root: strip leading slashes.
+    const char* rel = target.c_str();
+    while (*rel == '/') ++rel;
+    if (::mount(source.c_str(), rel, nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        ::mount(nullptr, rel, nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, nullptr) != 0) {
+      Fail(report, kMaskPath, errno);
+    }
+  }
+  if (plan.read_only_dev &&
+      ::mount(nullptr, "dev", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+              nullptr) != 0) {
+    Fail(report, kMountDev, errno);
+  }
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) Fail(report, kPivotRoot, errno);
+  if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
+  if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);
+  MountProcAndSys(report);
+  if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) {
+    Fail(report, kHostname, errno);
+  }
+  LoopbackUp(report);
 }
 
 }  // namespace dsec::container

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sandbox/container/seccomp_policy.h"
@@ -69,5 +70,37 @@ struct ExecPlan {
 // go byte, then: new session, stdio, cwd, rlimits, capabilities,
 // no_new_privs, seccomp, execve. Never returns.
 [[noreturn]] void RunExecLauncher(const ExecPlan& plan);
+// The exec process's part of RunExecLauncher, for a process already in the
+// sandbox's namespaces: waits for the go byte (unless go_fd < 0), then
+// new session, stdio, cwd, rlimits, lockdown, execve. Never returns.
+[[noreturn]] void RunExecProcess(const ExecPlan& plan);
+
+
+// --- Shared with other tiers (sandbox/fncall) ------------------------------
+
+// Reports `step`/`err` as a ChildError on `fd` and exits the child (127).
+[[noreturn]] void FailChild(int fd, int32_t step, int err);
+
+struct RootPlan {
+  std::string merged;  // directory that becomes "/" (a mount point)
+  std::string hostname;
+  // Host directories bound (recursively, nosuid, nodev) onto paths relative
+  // to the new root once /dev is built, before pivot_root.
+  std::vector<std::pair<std::string, std::string>> binds;
+  bool read_only_dev = false;  // remount /dev read-only once built
+  int report_fd = -1;          // ChildError on failure
+};
+
+// The root-building part of RunInit, for a process already in new mount,
+// pid, uts, ipc and net namespaces and in its cgroups: unshares the cgroup
+// namespace, makes mounts private, builds /dev, applies `binds`, pivots into
+// `merged`, mounts the masked /proc and read-only /sys, sets the hostname
+// and brings lo up. Async-signal-safe; on failure reports and exits.
+void BuildSandboxRoot(const RootPlan& plan);
+
+// Drops capabilities to SafeCapabilities(), takes uid/gid if non-zero, sets
+// no_new_privs and loads `seccomp` (if set). 0 or an errno; `*step` names
+// the step that failed. Async-signal-safe.
+int LockDownProcess(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t* step);
 
 }  // namespace dsec::container

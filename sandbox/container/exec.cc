@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/container/child_process.h"
+#include "sandbox/container/exec_helper.h"
 #include "sandbox/container/output_limiter.h"
 #include "sched/isolation.h"
 #include "vmm/base/clock.h"
@@ -127,9 +128,24 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   target.cgroups->ResetPeak();
   const uint64_t oom_before = target.cgroups->OomKills();
 
-  pid_t launcher = ::fork();
-  if (launcher < 0) return ErrnoToStatus("fork");
-  if (launcher == 0) RunExecLauncher(plan);
+  int32_t child = 0;
+  // The helper's process is born in the cgroups: no migration, no go byte.
+  bool via_helper = false;
+  if (target.helper != nullptr && target.helper->running()) {
+    auto spawned = target.helper->Spawn(plan);
+    if (spawned.ok()) {
+      child = *spawned;
+      via_helper = true;
+    } else if (!absl::IsUnavailable(spawned.status())) {
+      return spawned.status();
+    }
+  }
+  pid_t launcher = 0;
+  if (!via_helper) {
+    launcher = ::fork();
+    if (launcher < 0) return ErrnoToStatus("fork");
+    if (launcher == 0) RunExecLauncher(plan);
+  }
   in.read.Reset();
   out.write.Reset();
   err.write.Reset();
@@ -137,20 +153,21 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   go.read.Reset();
   error.write.Reset();
 
-  int32_t child = 0;
-  ssize_t got;
-  do {
-    got = ::read(pid_pipe.read.get(), &child, sizeof(child));
-  } while (got < 0 && errno == EINTR);
-  int launcher_status = 0;
-  while (::waitpid(launcher, &launcher_status, 0) < 0 && errno == EINTR) {
-  }
-  if (got != sizeof(child) || child <= 0) {
-    ChildError e;
-    if (::read(error.read.get(), &e, sizeof(e)) == sizeof(e)) {
-      return ErrnoToStatus(absl::StrCat("exec: ", ChildStepName(e.step)), e.err);
+  if (!via_helper) {
+    ssize_t got;
+    do {
+      got = ::read(pid_pipe.read.get(), &child, sizeof(child));
+    } while (got < 0 && errno == EINTR);
+    int launcher_status = 0;
+    while (::waitpid(launcher, &launcher_status, 0) < 0 && errno == EINTR) {
     }
-    return absl::InternalError("exec: launcher died without reporting");
+    if (got != sizeof(child) || child <= 0) {
+      ChildError e;
+      if (::read(error.read.get(), &e, sizeof(e)) == sizeof(e)) {
+        return ErrnoToStatus(absl::StrCat("exec: ", ChildStepName(e.step)), e.err);
+      }
+      return absl::InternalError("exec: launcher died without reporting");
+    }
   }
   ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
   if (!pidfd) return ErrnoToStatus("pidfd_open exec process");
@@ -166,15 +183,17 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
     result.peak_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
     return true;
   };
-  absl::Status joined = target.cgroups->AddProcess(child);
-  if (joined.ok() && target.isolation) joined = target.isolation->AddProcess(child);
+  absl::Status joined = via_helper ? absl::OkStatus() : target.cgroups->AddProcess(child);
+  if (joined.ok() && target.isolation && !via_helper) {
+    joined = target.isolation->AddProcess(child);
+  }
   if (!joined.ok()) {
     ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
     reap(0);
     return Annotate(joined, "exec: joining the sandbox cgroups");
   }
   char one = 1;
-  if (::write(go.write.get(), &one, 1) != 1) {
+  if (!via_helper && ::write(go.write.get(), &one, 1) != 1) {
     ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
     reap(0);
     return ErrnoToStatus("exec: starting the process");

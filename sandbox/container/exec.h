@@ -22,6 +22,8 @@ class SandboxIsolation;
 
 namespace dsec::container {
 
+class ExecHelper;
+
 struct ExecOptions {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH unless it has a '/'
   std::vector<std::string> env;   // KEY=VALUE; empty = the sandbox's default env
@@ -65,6 +67,9 @@ struct ExecTarget {
   pid_t init_pid = 0;
   uint64_t nofile = 1024;
   const std::vector<std::string>* default_env = nullptr;
+  // Optional (exec_helper.h): clones the process inside the cgroups. When
+  // absent or gone, a launcher is forked and the process migrated.
+  ExecHelper* helper = nullptr;
 };
 
 // Runs `options` in `target`. Errors: InvalidArgument (empty argv), NotFound

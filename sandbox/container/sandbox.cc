@@ -170,8 +170,16 @@ absl::Status Sandbox::StartInit() {
   go_read.Reset();
   report_write.Reset();
 
-  absl::Status joined = cgroups_.AddProcess(init_pid_);
+  // The exec helper is moved into the cgroups right after init: a second
+  // migration within the first one's RCU grace period does not wait for
+  // another (exec_helper.h).
+  auto helper = ExecHelper::Start(seccomp_);
+  absl::Status joined = helper.status();
+  if (joined.ok()) helper_ = std::move(*helper);
+  if (joined.ok()) joined = cgroups_.AddProcess(init_pid_);
+  if (joined.ok()) joined = cgroups_.AddProcess(helper_.pid());
   if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(init_pid_);
+  if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(helper_.pid());
   char one = 1;
   if (joined.ok() && ::write(go_write.get(), &one, 1) != 1) joined = ErrnoToStatus("start init");
   go_write.Reset();
@@ -198,6 +206,7 @@ absl::Status Sandbox::StartInit() {
     }
     ns_fds_.push_back(std::move(fd));
   }
+  if (joined.ok()) joined = helper_.Join(init_pid_);
   if (!joined.ok()) {
     (void)StopInit();
     return joined;
@@ -207,6 +216,7 @@ absl::Status Sandbox::StartInit() {
 
 absl::Status Sandbox::StopInit() {
   ns_fds_.clear();
+  helper_.Stop();
   if (!init_pidfd_) return absl::OkStatus();
   // SIGKILL to a pid namespace's init kills every process in it.
   ::syscall(SYS_pidfd_send_signal, init_pidfd_.get(), SIGKILL, nullptr, 0);
@@ -233,6 +243,7 @@ absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {
   target.init_pid = init_pid_;
   target.nofile = config_.nofile;
   target.default_env = &config_.env;
+  target.helper = &helper_;
   return RunExec(target, options);
 }
 

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/exec.h"
+#include "sandbox/container/exec_helper.h"
 #include "sandbox/container/mount.h"
 #include "sandbox/container/seccomp_policy.h"
 #include "sandbox/container/state_dir.h"
@@ -89,6 +90,7 @@ class Sandbox {
   pid_t init_pid_ = 0;
   ScopedFd init_pidfd_;
   std::vector<ScopedFd> ns_fds_;
+  ExecHelper helper_;  // clones exec processes inside the cgroups
   bool destroyed_ = false;
 };
 

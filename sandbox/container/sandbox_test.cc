@@ -212,5 +212,29 @@ TEST_F(SandboxTest, CleanupRemovesTheSandboxOfAKilledRuntime) {
   EXPECT_TRUE(!now || *now != *init_record) << "init survived cleanup";
 }
 
+// Execs are cloned by a per-sandbox helper inside the cgroups
+// (exec_helper.h). It lives outside the sandbox's pid namespace, and when a
+// timeout's cgroup sweep kills it, execs fall back to the launcher.
+TEST_F(SandboxTest, ExecHelperIsInvisibleInsideAndItsLossIsSurvived) {
+  auto sb = Sandbox::Create(Config("helper"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  // `echo` and the glob are shell builtins: init and the shell itself.
+  ExecResult r = Sh(**sb, "set -- /proc/[0-9]*; echo $#");
+  EXPECT_EQ(r.stdout_data, "2\n");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Sh(**sb, "echo again").stdout_data, "again\n");
+  ExecOptions slow;
+  slow.argv = {"sleep", "30"};
+  slow.timeout_ms = 200;
+  auto t = (*sb)->Exec(slow);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->timed_out);
+  EXPECT_GE(t->stray_processes_killed, 1);  // the helper, swept with the strays
+  ExecResult after = Sh(**sb, "echo still; exit 3");
+  EXPECT_EQ(after.stdout_data, "still\n");
+  EXPECT_EQ(after.status(), 3);
+  ASSERT_TRUE((*sb)->Reset().ok());
+  EXPECT_EQ(Sh(**sb, "echo reset").stdout_data, "reset\n");
+}
+
 }  // namespace
 }  // namespace dsec::container

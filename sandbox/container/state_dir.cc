@@ -5,7 +5,11 @@
 #include <ftw.h>
 #include <poll.h>
 #include <signal.h>
+#include <linux/magic.h>
+#include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -180,6 +184,37 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
   }
   if (!first.ok()) return first;
   return removed;
+}
+
+absl::StatusOr<bool> MountStateRootTmpfs(const std::string& root) {
+  auto on_tmpfs = [&root]() -> absl::StatusOr<bool> {
+    struct statfs fs;
+    if (::statfs(root.c_str(), &fs) != 0) return ErrnoToStatus(absl::StrCat("statfs ", root));
+    return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
+  };
+  DSEC_RETURN_IF_ERROR(MkdirAll(root, 0700));
+  DSEC_ASSIGN_OR_RETURN(bool already, on_tmpfs());
+  if (already) return false;
+  // Two runtimes starting at once: the lock is on the directory below the
+  // mount, so the second sees the first's tmpfs when it gets the lock.
+  ScopedFd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return ErrnoToStatus(absl::StrCat("open ", root));
+  if (::flock(dir.get(), LOCK_EX) != 0) return ErrnoToStatus(absl::StrCat("flock ", root));
+  DSEC_ASSIGN_OR_RETURN(already, on_tmpfs());
+  if (already) return false;
+  // Never hide sandboxes recorded on the disk below (CleanupOrphans and
+  // their runtimes find them by path).
+  ScopedFd probe(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!probe) return ErrnoToStatus(absl::StrCat("open ", root));
+  char buf[256];
+  long n = ::syscall(SYS_getdents64, probe.get(), buf, sizeof(buf));
+  if (n < 0) return ErrnoToStatus(absl::StrCat("getdents64 ", root));
+  if (n > 48) return false;  // more than "." and ".." (24 bytes each)
+  if (::mount("tmpfs", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=0700,size=64m") != 0) {
+    return ErrnoToStatus(absl::StrCat("mount tmpfs on ", root));
+  }
+  return true;
 }
 
 }  // namespace dsec::container

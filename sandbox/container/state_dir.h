@@ -54,4 +54,14 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root = kDefaultStateRoot);
 // rm -rf that stays on one file system; fails if a mount point remains.
 absl::Status RemoveTree(const std::string& path);
 
+// Mounts a tmpfs (64 MiB, mode 0700) on `root` unless it already is on
+// tmpfs or ramfs, or holds entries already (never hiding recorded
+// sandboxes). Sandbox state is bookkeeping (records, mount points) that
+// dies with the host's mounts and cgroups, so it belongs on /run-like
+// memory: on a disk file system every mkdir/rmdir of a sandbox's life goes
+// through the journal, which stalls for milliseconds while the node builds
+// code. Hosts without systemd may have /run on disk. The mount stays (like
+// /run) for every later runtime. Returns whether it mounted.
+absl::StatusOr<bool> MountStateRootTmpfs(const std::string& root = kDefaultStateRoot);
+
 }  // namespace dsec::container

@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "bench/container_bench.h"
+
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/crun_peer.h"
+#include "bench/process_runner.h"
+#include "nlohmann/json.hpp"
+#include "sandbox/container/cgroups.h"
+#include "sandbox/container/mount.h"
+#include "sandbox/container/sandbox.h"
+#include "sandbox/container/test_image.h"
+#include "sched/sysfs_file.h"
+#include "vmm/base/status.h"
+
+namespace dsec::bench {
+
+namespace {
+
+using container::Sandbox;
+using container::SandboxConfig;
+
+double NowS() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+struct Setup {
+  std::string image;
+  std::string state_root;
+  uint64_t image_bytes = 0;
+};
+
+SandboxConfig Config(const Setup& s, const std::string& id) {
+  SandboxConfig c;  // default limits, upper size and env: as `sandbox run`
+  c.id = id;
+  c.layers = {s.image};
+  c.state_root = s.state_root;
+  return c;
+}
+
+struct CycleMs {
+  double create = 0, exec = 0, destroy = 0;
+};
+
+// One Sandbox::Create + Exec(`true`) + Destroy.
+absl::StatusOr<CycleMs> OwnCycle(const Setup& s, const std::string& id) {
+  CycleMs t;
+  double t0 = NowS();
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(Config(s, id)));
+  double t1 = NowS();
+  container::ExecOptions exec;
+  exec.argv = {"true"};
+  DSEC_ASSIGN_OR_RETURN(container::ExecResult r, sb->Exec(exec));
+  double t2 = NowS();
+  if (r.status() != 0) return absl::InternalError(absl::StrCat("`true` exited ", r.status()));
+  DSEC_RETURN_IF_ERROR(sb->Destroy());
+  double t3 = NowS();
+  t.create = (t1 - t0) * 1e3;
+  t.exec = (t2 - t1) * 1e3;
+  t.destroy = (t3 - t2) * 1e3;
+  return t;
+}
+
+// Cycles back to back on `workers` threads, `count` in all. Returns wall s.
+absl::StatusOr<double> Sustained(const Setup& s, int count, int workers, const std::string& tag) {
+  std::atomic<int> next{0};
+  std::vector<absl::Status> errors(static_cast<size_t>(workers));
+  double start = NowS();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = next++; i < count; i = next++) {
+        auto t = OwnCycle(s, absl::StrCat("b", ::getpid(), "-", tag, w, "-", i));
+        if (!t.ok()) {
+          errors[static_cast<size_t>(w)] = t.status();
+          next = count;
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  double wall = NowS() - start;
+  for (const absl::Status& e : errors) {
+    if (!e.ok()) return e;
+  }
+  return wall;
+}
+
+uint64_t ReadU64(const std::string& path) {
+  auto text = sched::ReadSmallFile(path);
+  uint64_t v = 0;
+  if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) return 0;
+  return v;
+}
+
+// This process in a fresh v1 memory cgroup of its own (a child of the one
+// it was in), so that everything charged from now on — its own pages, the
+// kernel objects it allocates with accounting (mounts, namespaces, page
+// tables, task structs of the inits it clones, per-cpu data of the
+// sandboxes' memory cgroups) and every sandbox cgroup below it — adds up
+// in one hierarchical counter. Moved back and removed on destruction.
+class MemoryProbe {
+ public:
+  static absl::StatusOr<std::unique_ptr<MemoryProbe>> Create() {
+    DSEC_ASSIGN_OR_RETURN(std::string mountinfo, sched::ReadSmallFile("/proc/self/mountinfo"));
+    DSEC_ASSIGN_OR_RETURN(std::string self, sched::ReadSmallFile("/proc/self/cgroup"));
+    DSEC_ASSIGN_OR_RETURN(auto found,
+                          container::FindControllers(mountinfo, self, sched::ReadSmallFile));
+    for (const container::ControllerDir& c : found) {
+      if (c.controller != "memory") continue;
+      // On v2 a cgroup holding this process cannot also hold the sandboxes'
+      // cgroups with the memory controller enabled (no internal processes).
+      if (c.v2) return absl::UnavailableError("memory controller on cgroup v2");
+      std::string dir = absl::StrCat(c.parent, "/dsec-bench-ctr-", ::getpid());
+      if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus("mkdir " + dir);
+      std::unique_ptr<MemoryProbe> p(new MemoryProbe(c.parent, dir));
+      DSEC_RETURN_IF_ERROR(
+          sched::WriteSmallFile(dir + "/cgroup.procs", absl::StrCat(::getpid())));
+      p->moved_ = true;
+      return p;
+    }
+    return absl::UnavailableError("no memory cgroup controller");
+  }
+  ~MemoryProbe() {
+    if (moved_) (void)sched::WriteSmallFile(parent_ + "/cgroup.procs", absl::StrCat(::getpid()));
+    ::rmdir(dir_.c_str());
+  }
+  uint64_t UsageBytes() const { return ReadU64(dir_ + "/memory.usage_in_bytes"); }
+
+ private:
+  MemoryProbe(std::string parent, std::string dir) : parent_(std::move(parent)), dir_(std::move(dir)) {}
+  std::string parent_, dir_;
+  bool moved_ = false;
+};
+
+struct Meminfo {
+  int64_t used = 0;    // MemTotal - MemAvailable
+  int64_t kernel = 0;  // SUnreclaim + KernelStack + PageTables + Percpu
+};
+Meminfo ReadMeminfo() {
+  Meminfo m;
+  auto text = sched::ReadSmallFile("/proc/meminfo");
+  if (!text.ok()) return m;
+  auto kib = [&](const char* key) {
+    return static_cast<int64_t>(MeminfoKib(*text, key).value_or(0)) * 1024;
+  };
+  m.used = kib("MemTotal") - kib("MemAvailable");
+  m.kernel = kib("SUnreclaim") + kib("KernelStack") + kib("PageTables") + kib("Percpu");
+  return m;
+}
+
+struct IdleFigures {
+  std::string method;
+  std::optional<double> cgroup_kib;          // growth of the probe cgroup / sandbox
+  std::optional<double> sandbox_cgroup_kib;  // mean of each sandbox's own memory cgroup
+  double host_kib = 0;                       // MemTotal - MemAvailable growth / sandbox
+  double kernel_kib = 0;                     // kernel counters' growth / sandbox
+};
+
+absl::StatusOr<IdleFigures> MeasureIdle(const Setup& s, int count) {
+  IdleFigures f;
+  auto probe = MemoryProbe::Create();
+  if (!probe.ok()) {
+    f.method = absl::StrCat("meminfo only (", probe.status().message(), ")");
+  } else {
+    f.method = "own memory cgroup";
+  }
+  // Warm-up: the runtime's first sandboxes fault in code and caches.
+  for (int i = 0; i < 2; ++i) {
+    DSEC_RETURN_IF_ERROR(OwnCycle(s, absl::StrCat("b", ::getpid(), "-warm", i)).status());
+  }
+  uint64_t before = probe.ok() ? (*probe)->UsageBytes() : 0;
+  Meminfo m0 = ReadMeminfo();
+  std::vector<std::unique_ptr<Sandbox>> idle;
+  uint64_t own_sum = 0;
+  for (int i = 0; i < count; ++i) {
+    DSEC_ASSIGN_OR_RETURN(auto sb, Sandbox::Create(Config(s, absl::StrCat("b", ::getpid(), "-idle", i))));
+    idle.push_back(std::move(sb));
+  }
+  uint64_t after = probe.ok() ? (*probe)->UsageBytes() : 0;
+  Meminfo m1 = ReadMeminfo();
+  for (const auto& sb : idle) {
+    for (const std::string& d : sb->cgroups().dirs()) own_sum += ReadU64(d + "/memory.usage_in_bytes");
+  }
+  idle.clear();  // destroys them
+  if (probe.ok()) {
+    f.cgroup_kib = PerItemKib(static_cast<int64_t>(before), static_cast<int64_t>(after), count);
+    f.sandbox_cgroup_kib = PerItemKib(0, static_cast<int64_t>(own_sum), count);
+  }
+  f.host_kib = PerItemKib(m0.used, m1.used, count);
+  f.kernel_kib = PerItemKib(m0.kernel, m1.kernel, count);
+  return f;
+}
+
+std::string Ms(double v) { return absl::StrCat(static_cast<int64_t>(v * 1000 + 0.5) / 1000.0); }
+
+}  // namespace
+
+LatencySummary Summarize(const std::vector<double>& samples) {
+  LatencySummary s;
+  s.n = samples.size();
+  if (samples.empty()) return s;
+  s.p50 = Percentile(samples, 50);
+  s.p99 = Percentile(samples, 99);
+  s.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(s.n);
+  auto [lo, hi] = std::minmax_element(samples.begin(), samples.end());
+  s.min = *lo;
+  s.max = *hi;
+  return s;
+}
+
+double PerSecond(size_t count, double wall_s) {
+  return wall_s > 0 ? static_cast<double>(count) / wall_s : 0;
+}
+
+double PerItemKib(int64_t before_bytes, int64_t after_bytes, int items) {
+  if (items <= 0) return 0;
+  return static_cast<double>(after_bytes - before_bytes) / 1024.0 / items;
+}
+
+std::optional<uint64_t> MeminfoKib(std::string_view meminfo, std::string_view key) {
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(meminfo.data(), meminfo.size()), '\n', absl::SkipEmpty())) {
+    size_t colon = line.find(':');
+    if (colon == absl::string_view::npos ||
+        line.substr(0, colon) != absl::string_view(key.data(), key.size())) {
+      continue;
+    }
+    absl::string_view rest = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    absl::ConsumeSuffix(&rest, "kB");
+    uint64_t v = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &v)) return v;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+int RunContainerBench(const ContainerBenchOptions& o) {
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "bench container: %s\n", s.ToString().c_str());
+    return 1;
+  };
+  if (::geteuid() != 0) return fail(absl::PermissionDeniedError("needs root"));
+  auto dir = container::testing::TempDir::Create("dsec-bench-ctr-");
+  if (!dir.ok()) return fail(dir.status());
+  Setup s;
+  s.image = dir->path() + "/busybox.erofs";
+  // Both runtimes keep their state on one tmpfs, as /run is on a systemd
+  // host (`sandbox run` makes its default root one; see state_dir.h).
+  const std::string run_dir = dir->path() + "/run";
+  if (::mkdir(run_dir.c_str(), 0700) != 0) return fail(ErrnoToStatus("mkdir " + run_dir));
+  auto run_mount = container::Mount::Tmpfs(run_dir, 256ull << 20);
+  if (!run_mount.ok()) return fail(run_mount.status());
+  s.state_root = o.state_on_disk ? dir->path() + "/state" : run_dir + "/state";
+  absl::Status built = container::testing::BuildBusyboxTree(dir->path() + "/tree");
+  if (built.ok()) built = container::testing::MakeErofs(dir->path() + "/tree", s.image);
+  if (!built.ok()) return fail(built);
+  struct stat st;
+  if (::stat(s.image.c_str(), &st) == 0) s.image_bytes = static_cast<uint64_t>(st.st_size);
+
+  std::unique_ptr<CrunPeer> crun;
+  std::string crun_note;
+  if (!o.crun.empty()) {
+    const SandboxConfig defaults;
+    auto peer = CrunPeer::Create(o.crun, s.image, dir->path() + "/crun", run_dir + "/crun",
+                                 defaults.limits.memory_bytes, defaults.limits.pids_max);
+    if (peer.ok()) {
+      crun = std::move(*peer);
+    } else {
+      crun_note = std::string(peer.status().message());
+      std::fprintf(stderr, "bench container: no crun figures: %s\n", crun_note.c_str());
+    }
+  }
+
+  // Latency, interleaved: own cycle, crun, CLI. One untimed round first.
+  std::vector<double> create, exec, destroy, cycle, create_exec, crun_ms, cli_ms;
+  const std::string tag = absl::StrCat("b", ::getpid());
+  for (int i = -1; i < o.iterations; ++i) {
+    auto t = OwnCycle(s, absl::StrCat(tag, "-lat", i + 1));
+    if (!t.ok()) return fail(t.status());
+    if (crun) {
+      auto c = crun->Run(absl::StrCat("dsec-bench-crun-", ::getpid(), "-", i + 1));
+      if (!c.ok()) return fail(c.status());
+      if (i >= 0) crun_ms.push_back(*c);
+    }
+    if (!o.self_exe.empty()) {
+      auto c = TimedRun({o.self_exe, "sandbox", "run", "--tier", "container", "--layers", s.image,
+                         "--state-dir", s.state_root, "--", "true"},
+                        -1, dir->path() + "/cli.err");
+      if (!c.ok()) return fail(c.status());
+      if (i >= 0) cli_ms.push_back(*c);
+    }
+    if (i < 0) continue;
+    create.push_back(t->create);
+    exec.push_back(t->exec);
+    destroy.push_back(t->destroy);
+    cycle.push_back(t->create + t->exec + t->destroy);
+    create_exec.push_back(t->create + t->exec);
+  }
+  crun.reset();  // its namespace and mounts go; threads start below
+
+  auto serial = Sustained(s, o.sustained, 1, "s");
+  if (!serial.ok()) return fail(serial.status());
+  auto parallel = Sustained(s, o.sustained, o.workers, "w");
+  if (!parallel.ok()) return fail(parallel.status());
+  const double per_s_serial = PerSecond(static_cast<size_t>(o.sustained), *serial);
+  const double per_s_workers = PerSecond(static_cast<size_t>(o.sustained), *parallel);
+  const bool workers_better = per_s_workers > per_s_serial;
+  const double per_s = workers_better ? per_s_workers : per_s_serial;
+  const std::string per_s_mode = workers_better ? absl::StrCat(o.workers, " workers") : "serial";
+
+  auto idle = MeasureIdle(s, o.idle);
+  if (!idle.ok()) return fail(idle.status());
+  const double idle_kib = idle->cgroup_kib.value_or(idle->host_kib);
+
+  const LatencySummary c = Summarize(cycle), cr = Summarize(create), ex = Summarize(exec),
+                       de = Summarize(destroy), cu = Summarize(crun_ms), cl = Summarize(cli_ms);
+  const double ratio = c.p50 > 0 && cu.n ? cu.p50 / c.p50 : 0;
+  const double cli_ratio = cl.p50 > 0 && cu.n ? cu.p50 / cl.p50 : 0;
+  const unsigned cpus = std::thread::hardware_concurrency();
+
+  if (o.json) {
+    nlohmann::json j = {
+        {"iterations", o.iterations},
+        {"image_bytes", s.image_bytes},
+        {"create_exec_p50_ms", c.p50},
+        {"create_exec_p99_ms", c.p99},
+        {"create_p50_ms", cr.p50},
+        {"create_exec_only_p50_ms", Summarize(create_exec).p50},
+        {"exec_p50_ms", ex.p50},
+        {"destroy_p50_ms", de.p50},
+        {"per_s", per_s},
+        {"per_s_serial", per_s_serial},
+        {"per_s_workers", per_s_workers},
+        {"workers", o.workers},
+        {"per_s_mode", per_s_mode},
+        {"idle_kib", idle_kib},
+        {"idle_method", idle->method},
+        {"idle_sandboxes", o.idle},
+        {"idle_host_kib", idle->host_kib},
+        {"idle_kernel_kib", idle->kernel_kib},
+        {"cpus", cpus},
+        {"state_on_disk", o.state_on_disk},
+    };
+    j["idle_sandbox_cgroup_kib"] =
+        idle->sandbox_cgroup_kib ? nlohmann::json(*idle->sandbox_cgroup_kib) : nlohmann::json();
+    if (cl.n) {
+      j["cli_p50_ms"] = cl.p50;
+      j["cli_p99_ms"] = cl.p99;
+    }
+    if (cu.n) {
+      j["crun_p50_ms"] = cu.p50;
+      j["crun_p99_ms"] = cu.p99;
+      j["ratio"] = ratio;
+      if (cl.n) j["cli_ratio"] = cli_ratio;
+    } else {
+      j["crun_p50_ms"] = nullptr;
+      j["crun_note"] = crun_note;
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("bench container: busybox-static root (EROFS image %llu KiB), %d iterations, %u CPUs\n",
+              static_cast<unsigned long long>(s.image_bytes / 1024), o.iterations, cpus);
+  std::printf("%-40s %9s %9s %9s\n", "", "p50 ms", "p99 ms", "mean ms");
+  auto row = [](const char* name, const LatencySummary& l) {
+    std::printf("%-40s %9s %9s %9s\n", name, Ms(l.p50).c_str(), Ms(l.p99).c_str(),
+                Ms(l.mean).c_str());
+  };
+  row("  create", cr);
+  row("  exec true", ex);
+  row("  destroy", de);
+  row("  create+exec (without destroy)", Summarize(create_exec));
+  row("create+exec+destroy (in process)", c);
+  if (cl.n) row("dsec-vmm sandbox run -- true (process)", cl);
+  if (cu.n) {
+    row("crun run (process)", cu);
+    std::printf("crun / container tier, p50: %.2fx (target >= 2x)%s\n", ratio,
+                cl.n ? absl::StrCat("; crun / CLI: ", Ms(cli_ratio), "x").c_str() : "");
+  } else {
+    std::printf("crun: not measured (%s)\n", crun_note.c_str());
+  }
+  std::printf("sustained: %.0f/s serial, %.0f/s with %d workers -> per_s %.0f (%s; target >= 100)\n",
+              per_s_serial, per_s_workers, o.workers, per_s, per_s_mode.c_str());
+  std::printf("idle sandbox: %.0f KiB (%s, %d sandboxes; target <= 1024)\n", idle_kib,
+              idle->method.c_str(), o.idle);
+  if (idle->sandbox_cgroup_kib) {
+    std::printf("  of which in the sandbox's own memory cgroup: %.0f KiB\n",
+                *idle->sandbox_cgroup_kib);
+  }
+  std::printf("  host-wide cross-check (noisy): MemAvailable drop %.0f KiB, kernel counters %.0f KiB\n",
+              idle->host_kib, idle->kernel_kib);
+  return 0;
+}
+
+}  // namespace dsec::bench
