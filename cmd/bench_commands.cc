@@ -6,6 +6,7 @@
 #include "bench/boot_bench.h"
 #include "bench/smt_bench.h"
 #include "cmd/bench_container_commands.h"
+#include "cmd/bench_fncall_commands.h"
 #include "cmd/bench_pmem_commands.h"
 #include "cmd/bench_reclaim_commands.h"
 #include "cmd/bench_virtio_commands.h"
@@ -21,6 +22,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterVirtioBenchCommands(bench, registry);
   RegisterPmemBenchCommands(bench, registry);
   RegisterLayerBenchCommands(bench, registry);
+  RegisterFncallBenchCommands(bench, registry);
   RegisterContainerBenchCommands(bench, registry);
   RegisterReclaimBenchCommands(bench, registry);
 

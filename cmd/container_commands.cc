@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "cmd/container_layers.h"
 #include "cmd/default_paths.h"
+#include "cmd/fncall_commands.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/layers/layer_store.h"
@@ -33,6 +34,7 @@ constexpr int kExitNotFound = 127;
 
 struct RunOptions {
   std::string tier = "container";
+  std::string lang = "python";  // --tier fncall
   std::vector<std::string> layers;  // image files or store references; none = base:bookworm
   std::string store;                // layer store for references
   uint64_t memory_mib = 512;
@@ -56,6 +58,11 @@ void WriteAll(FILE* f, const std::string& data) {
 
 int Run(const RunOptions& o) {
   log::SetLevel(o.log_level);
+  if (o.tier == "fncall") {
+    return RunFncall({o.lang, o.layers, o.store, o.memory_mib, o.pids, o.timeout_s,
+                      o.output_cap_bytes, o.output_rate_bytes, o.env, o.cwd == "/" ? "/tmp" : o.cwd,
+                      o.log_level, o.command});
+  }
   if (o.tier != "container") {
     fprintf(stderr, "dsec-vmm: tier \"%s\" is not available (only \"container\")\n", o.tier.c_str());
     return 2;
@@ -158,7 +165,9 @@ void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
   CLI::App* run = sandbox->add_subcommand(
       "run", "Create a sandbox, run CMD ARGS in it, print its output, exit with its status "
              "(124 timeout, 125 runtime error, 127 command not found)");
-  run->add_option("--tier", opts->tier, "Sandbox tier")->check(CLI::IsMember({"container"}));
+  run->add_option("--tier", opts->tier, "Sandbox tier")->check(CLI::IsMember({"container", "fncall"}));
+  run->add_option("--lang", opts->lang, "fncall tier: python (CODE is Python) or bash (CODE is a script)")
+      ->check(CLI::IsMember({"python", "bash"}));
   run->add_option("--layers,--layer", opts->layers,
                   "EROFS image files or layer-store references (name:version, sha256:...; a "
                   "reference brings its parents), lowest first; default base:bookworm, built on "

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cmd/fncall_commands.h"
+
+#include <spawn.h>
+#include <sys/random.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cmd/container_layers.h"
+#include "cmd/default_paths.h"
+#include "sandbox/container/state_dir.h"
+#include "sandbox/fncall/pool.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+extern char** environ;
+
+namespace dsec::cmd {
+
+namespace {
+
+constexpr int kExitLimit = 124;
+constexpr int kExitRuntimeError = 125;
+constexpr char kPythonToolkit[] = "python:1";
+
+// `build-base-layer.sh --store STORE --toolkit python 1 python3`, output on
+// stderr.
+absl::Status BuildPythonToolkit(const ContainerLayerOptions& o) {
+  if (o.build_script.empty()) {
+    return absl::FailedPreconditionError(
+        "the python:1 layer is missing and tools/build-base-layer.sh was not found "
+        "(set DSEC_BASE_LAYER_SCRIPT)");
+  }
+  fprintf(stderr, "dsec-vmm: building the python:1 toolkit layer (apt-get install python3 over "
+                  "base:bookworm; once)\n");
+  fflush(stderr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    if (!absl::StartsWith(*e, "DSEC_VMM=")) env_strings.push_back(*e);
+  }
+  env_strings.push_back(absl::StrCat("DSEC_VMM=", o.dsec_vmm));
+  std::vector<std::string> args = {"/bin/bash", o.build_script, "--store", o.store_root,
+                                   "--toolkit", "python", "1", "python3"};
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, 2, 1);
+  pid_t pid = 0;
+  int err = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return ErrnoToStatus("spawn build-base-layer.sh", err);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "building the python:1 layer failed (status ", status, "); see the output above"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ResolveFncallLayers(const std::string& lang,
+                                                             const std::vector<std::string>& layers,
+                                                             const std::string& store) {
+  ContainerLayerOptions o;
+  o.store_root = store;
+  o.dsec_vmm = SelfExePath();
+  o.build_script = FindBaseLayerScript(o.dsec_vmm);
+  if (!layers.empty()) return ResolveContainerLayers(layers, o);
+  // base:bookworm, built on first use.
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> base, ResolveContainerLayers({}, o));
+  if (lang != "python") return base;
+  auto python = ResolveContainerLayers({kPythonToolkit}, o);
+  if (absl::IsNotFound(python.status())) {
+    DSEC_RETURN_IF_ERROR(BuildPythonToolkit(o));
+    python = ResolveContainerLayers({kPythonToolkit}, o);
+  }
+  return python;
+}
+
+int RunFncall(const FncallRunOptions& o) {
+  log::SetLevel(o.log_level);
+  if (o.lang != "python" && o.lang != "bash") {
+    fprintf(stderr, "dsec-vmm: --lang must be python or bash\n");
+    return 2;
+  }
+  if (o.command.empty()) {
+    fprintf(stderr, "dsec-vmm: no code given (sandbox run --tier fncall -- CODE [ARGS])\n");
+    return 2;
+  }
+  if (auto removed = container::CleanupOrphans(fncall::kDefaultStateRoot); !removed.ok()) {
+    DSEC_LOG(warn, "fncall: orphan cleanup: {}", removed.status().ToString());
+  }
+  auto images = ResolveFncallLayers(o.lang, o.layers, o.store);
+  if (!images.ok()) {
+    fprintf(stderr, "dsec-vmm: layers: %s\n", std::string(images.status().message()).c_str());
+    return absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())
+               ? 2
+               : kExitRuntimeError;
+  }
+  uint32_t rnd = 0;
+  if (::getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = static_cast<uint32_t>(::getpid());
+  fncall::PoolConfig config;
+  config.id = absl::StrFormat("run-%d-%08x", ::getpid(), rnd);
+  config.layers = std::move(*images);
+  config.language = o.lang == "python" ? fncall::Language::kPython : fncall::Language::kBash;
+  config.limits.memory_bytes = o.memory_mib << 20;
+  config.limits.pids = o.pids;
+  config.limits.timeout_ms = o.timeout_s * 1000;
+  config.limits.output_cap_bytes = o.output_cap_bytes;
+  config.limits.output_rate_bytes_per_s = o.output_rate_bytes;
+  config.max_workers = 1;
+  config.min_idle = 1;
+  for (const std::string& e : o.env) config.env.push_back(e);
+  auto pool = fncall::Pool::Create(std::move(config));
+  if (!pool.ok()) {
+    fprintf(stderr, "dsec-vmm: creating the fncall pool: %s\n", pool.status().ToString().c_str());
+    return kExitRuntimeError;
+  }
+  fncall::CallRequest req;
+  req.code = o.command[0];
+  req.args.assign(o.command.begin() + 1, o.command.end());
+  req.cwd = o.cwd;
+  if (::isatty(0) == 0) {
+    // Piped stdin goes to the call (a terminal does not).
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(0, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) req.stdin_data.append(buf, static_cast<size_t>(n));
+    }
+  }
+  auto result = (*pool)->Call(req);
+  if (!result.ok()) {
+    fprintf(stderr, "dsec-vmm: %s\n", result.status().ToString().c_str());
+    return kExitRuntimeError;
+  }
+  fwrite(result->stdout_data.data(), 1, result->stdout_data.size(), stdout);
+  fflush(stdout);
+  fwrite(result->stderr_data.data(), 1, result->stderr_data.size(), stderr);
+  if (result->output_dropped_bytes > 0) {
+    fprintf(stderr, "dsec-vmm: %llu output bytes dropped\n",
+            static_cast<unsigned long long>(result->output_dropped_bytes));
+  }
+  int status = result->status();
+  if (result->killed_by != fncall::KilledBy::kNone) {
+    fprintf(stderr, "dsec-vmm: call killed: %s limit\n", fncall::KilledByName(result->killed_by));
+    status = kExitLimit;
+  }
+  if (absl::Status s = (*pool)->Destroy(); !s.ok()) {
+    fprintf(stderr, "dsec-vmm: destroying the pool: %s\n", s.ToString().c_str());
+    return kExitRuntimeError;
+  }
+  return status;
+}
+
+}  // namespace dsec::cmd

@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/fncall/worker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sandbox/container/output_limiter.h"
+#include "sandbox/container/state_dir.h"
+#include "sched/sysfs_file.h"
+#include "vmm/base/clock.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+namespace dsec::fncall {
+
+namespace {
+
+// struct clone_args of clone3(2), version 2.
+struct CloneArgs {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
+};
+constexpr uint64_t kClonePidfd = 0x1000;
+constexpr char kZygotePath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// Memory the zygote may use while it starts, before its baseline is known.
+constexpr uint64_t kStartupHeadroom = 128ull << 20;
+// How long a killed call's zygote gets to report, and how often a running
+// call's pids/OOM counters are looked at.
+constexpr int64_t kKillGraceNs = 5'000'000'000;
+constexpr int64_t kCheckIntervalNs = 20'000'000;
+
+int64_t NowNs() { return MonotonicClock::Get().NowNs(); }
+
+struct Pipe {
+  ScopedFd read, write;
+  static absl::StatusOr<Pipe> Create() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+    return Pipe{ScopedFd(fds[0]), ScopedFd(fds[1])};
+  }
+};
+
+absl::Status MkdirMode(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return ErrnoToStatus(absl::StrCat("mkdir ", path));
+  }
+  if (::chmod(path.c_str(), mode) != 0) return ErrnoToStatus(absl::StrCat("chmod ", path));
+  return absl::OkStatus();
+}
+
+bool Drain(int fd, container::OutputLimiter& limiter, std::string* out) {
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      limiter.Admit(std::string_view(buf, static_cast<size_t>(n)), out);
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN;
+  }
+}
+
+ssize_t WriteNoSigpipe(int fd, const char* data, size_t len) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  ssize_t n = ::write(fd, data, len);
+  int err = errno;
+  if (n < 0 && err == EPIPE) {
+    timespec zero{0, 0};
+    sigtimedwait(&pipe_set, nullptr, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = err;
+  return n;
+}
+
+// Sends `frame` with `fds` attached to its first byte.
+absl::Status SendWithFds(int sock, const std::string& frame, const int (&fds)[3]) {
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(fds))];
+  std::memset(cbuf, 0, sizeof(cbuf));
+  iovec iov{const_cast<char*>(frame.data()), frame.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof(cbuf);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(fds));
+  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+  ssize_t n;
+  do {
+    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return ErrnoToStatus("fncall: send call");
+  size_t sent = static_cast<size_t>(n);
+  while (sent < frame.size()) {
+    n = ::send(sock, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus("fncall: send call");
+    sent += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* KilledByName(KilledBy k) {
+  switch (k) {
+    case KilledBy::kNone: return "none";
+    case KilledBy::kTimeout: return "timeout";
+    case KilledBy::kMemory: return "memory";
+    case KilledBy::kOutputCap: return "output-cap";
+    case KilledBy::kPids: return "pids";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& options) {
+  std::unique_ptr<Worker> w(new Worker(options));
+  // Any error below destroys `w`, which undoes what was done.
+  absl::Status s = w->Launch();
+  if (!s.ok()) {
+    (void)w->Destroy();
+    return s;
+  }
+  return w;
+}
+
+absl::Status Worker::Launch() {
+  const WorkerOptions& o = options_;
+  DSEC_RETURN_IF_ERROR(MkdirMode(o.dir, 0700));
+  scratch_dir_ = absl::StrCat(o.dir, "/scratch");
+  DSEC_RETURN_IF_ERROR(MkdirMode(scratch_dir_, 0755));
+  DSEC_ASSIGN_OR_RETURN(scratch_, container::Mount::Tmpfs(scratch_dir_, o.scratch_bytes));
+  DSEC_RETURN_IF_ERROR(MkdirMode(absl::StrCat(scratch_dir_, "/tmp"), 01777));
+  DSEC_RETURN_IF_ERROR(MkdirMode(absl::StrCat(scratch_dir_, "/shm"), 01777));
+
+  container::ResourceLimits limits;
+  limits.memory_bytes = o.limits.memory_bytes + kStartupHeadroom;
+  limits.pids_max = o.limits.pids + 1;
+  auto record = o.record_cgroup ? o.record_cgroup
+                                : [](const std::string&) { return absl::OkStatus(); };
+  DSEC_ASSIGN_OR_RETURN(cgroups_, container::ContainerCgroups::Create(o.id, limits, false, record));
+
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoToStatus("socketpair");
+  }
+  control_ = ScopedFd(sv[0]);
+  ScopedFd zygote_end(sv[1]);
+  DSEC_ASSIGN_OR_RETURN(Pipe go, Pipe::Create());
+  DSEC_ASSIGN_OR_RETURN(Pipe report, Pipe::Create());
+
+  ZygotePlan plan;
+  plan.root.merged = o.root;
+  plan.root.hostname = o.hostname;
+  plan.root.binds = {{absl::StrCat(scratch_dir_, "/tmp"), "/tmp"},
+                     {absl::StrCat(scratch_dir_, "/shm"), "/dev/shm"}};
+  plan.root.read_only_dev = true;
+  plan.root.report_fd = report.write.get();
+  plan.language = o.language;
+  plan.interpreter = o.interpreter;
+  plan.seccomp = o.seccomp;
+  plan.control_fd = zygote_end.get();
+  plan.go_fd = go.read.get();
+  plan.report_fd = report.write.get();
+  plan.env = {kZygotePath, "HOME=/tmp", "LC_ALL=C.UTF-8",
+              absl::StrCat("DSEC_FNCALL_WORKER_SEQ=", o.sequence)};
+  if (o.language == Language::kPython) {
+    plan.argv = {o.interpreter, "-I", "-B", "-c", PythonZygoteScript(),
+                 absl::StrCat(zygote_end.get()), absl::StrJoin(o.preload, ",")};
+  }
+  plan.Finalize();
+
+  int pidfd = -1;
+  CloneArgs args{};
+  args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | kClonePidfd;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  long pid = ::syscall(SYS_clone3, &args, sizeof(args));
+  if (pid < 0) return ErrnoToStatus("clone3 fncall worker");
+  if (pid == 0) RunZygote(plan);
+  pid_ = static_cast<pid_t>(pid);
+  pidfd_ = ScopedFd(pidfd);
+  zygote_end.Reset();
+  go.read.Reset();
+  report.write.Reset();
+
+  DSEC_RETURN_IF_ERROR(cgroups_.AddProcess(pid_));
+  char one = 1;
+  if (::write(go.write.get(), &one, 1) != 1) return ErrnoToStatus("fncall: start worker");
+  go.write.Reset();
+
+  const int64_t deadline = NowNs() + o.setup_timeout_ms * 1'000'000;
+  // The report pipe: a ChildError, or EOF once the zygote exec'd (python)
+  // or closed it (bash).
+  container::ChildError e{};
+  size_t got = 0;
+  while (true) {
+    int64_t left_ms = (deadline - NowNs()) / 1'000'000;
+    if (left_ms <= 0) return absl::DeadlineExceededError("fncall worker: setup timed out");
+    pollfd p{report.read.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 1000)));
+    if (n < 0 && errno != EINTR) return ErrnoToStatus("poll");
+    if (n <= 0) continue;
+    ssize_t r = ::read(report.read.get(), reinterpret_cast<char*>(&e) + got, sizeof(e) - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+    if (got == sizeof(e)) {
+      return ErrnoToStatus(absl::StrCat("fncall worker setup: ", ZygoteStepName(e.step)), e.err);
+    }
+  }
+  auto ready = ReadFrame(deadline);
+  if (!ready.ok()) return Annotate(ready.status(), "fncall worker setup");
+  if (ready->size() != 2 || (*ready)[0] != "ready") {
+    return absl::InternalError("fncall worker: zygote sent something other than ready");
+  }
+  baseline_bytes_ = cgroups_.MemoryUsageBytes().value_or(0);
+  oom_kills_ = cgroups_.OomKills();
+  pids_hits_ = cgroups_.PidsLimitHits();
+  DSEC_RETURN_IF_ERROR(ApplyLimits(o.limits));
+  DSEC_LOG(debug, "fncall: worker {} ready pid={} baseline={}", o.id, pid_, baseline_bytes_);
+  return absl::OkStatus();
+}
+
+absl::Status Worker::ApplyLimits(const CallLimits& limits) {
+  uint64_t memory = limits.memory_bytes == 0 ? 0 : limits.memory_bytes + baseline_bytes_;
+  if (memory != 0 && memory != memory_limit_) {
+    DSEC_RETURN_IF_ERROR(cgroups_.SetMemoryLimit(memory));
+    memory_limit_ = memory;
+  }
+  uint64_t pids = limits.pids == 0 ? 0 : limits.pids + 1;
+  if (pids != pids_limit_) {
+    DSEC_RETURN_IF_ERROR(cgroups_.SetPidsMax(pids));
+    pids_limit_ = pids;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Worker::ReadFrame(int64_t deadline_ns) {
+  while (true) {
+    DSEC_ASSIGN_OR_RETURN(auto frame, reader_.Next());
+    if (frame) return std::move(*frame);
+    int64_t left_ms = (deadline_ns - NowNs() + 999'999) / 1'000'000;
+    if (left_ms <= 0) return absl::DeadlineExceededError("zygote did not answer in time");
+    pollfd p{control_.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 1000)));
+    if (n < 0 && errno != EINTR) return ErrnoToStatus("poll");
+    if (n <= 0) continue;
+    char buf[4096];
+    ssize_t r = ::recv(control_.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) {
+      siginfo_t info{};
+      std::string how = "the zygote exited";
+      // EOF can come before the exit is complete: give it a moment.
+      pollfd exited{pidfd_.get(), POLLIN, 0};
+      if (pidfd_) (void)::poll(&exited, 1, 1000);
+      if (pidfd_ && ::waitid(static_cast<idtype_t>(3), static_cast<id_t>(pidfd_.get()), &info,
+                             WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid != 0) {
+        how = info.si_code == CLD_EXITED ? absl::StrCat("the zygote exited with ", info.si_status)
+                                         : absl::StrCat("the zygote was killed by signal ",
+                                                        info.si_status);
+      }
+      return absl::InternalError(how);
+    }
+    reader_.Append(std::string_view(buf, static_cast<size_t>(r)));
+  }
+}
+
+absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
+                                        const std::vector<std::string>& env,
+                                        const CallLimits& limits, bool* delivered) {
+  *delivered = false;
+  if (broken_ || destroyed_) return absl::FailedPreconditionError("fncall worker is broken");
+  std::vector<std::string> fields = {"call", request.code, request.cwd.empty() ? "/tmp" : request.cwd,
+                                     absl::StrCat(request.args.size())};
+  fields.insert(fields.end(), request.args.begin(), request.args.end());
+  fields.push_back(absl::StrCat(env.size()));
+  fields.insert(fields.end(), env.begin(), env.end());
+  std::string frame = EncodeFrame(fields);
+  if (frame.size() - 4 > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("call of ", frame.size(), " bytes exceeds ", kMaxFrameBytes));
+  }
+  for (const std::string& e : env) {
+    if (e.find('=') == std::string::npos || e.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("env entry \"", e, "\" is not KEY=VALUE"));
+    }
+  }
+  broken_ = true;  // until the call completes cleanly
+  DSEC_RETURN_IF_ERROR(ApplyLimits(limits));
+  DSEC_ASSIGN_OR_RETURN(Pipe in, Pipe::Create());
+  DSEC_ASSIGN_OR_RETURN(Pipe out, Pipe::Create());
+  DSEC_ASSIGN_OR_RETURN(Pipe err, Pipe::Create());
+  // Counters as the last call left them (read at its end): two file reads
+  // fewer on every call's clock. The usage is read now: page cache the
+  // zygote held may have been reclaimed since it became ready.
+  cgroups_.ResetPeak();
+  const uint64_t oom_before = oom_kills_;
+  const uint64_t pids_before = pids_hits_;
+  const uint64_t usage_before = cgroups_.MemoryUsageBytes().value_or(baseline_bytes_);
+
+  const Clock& clock = MonotonicClock::Get();
+  const int64_t start = clock.NowNs();
+  const int64_t deadline = start + std::max<int64_t>(limits.timeout_ms, 1) * 1'000'000;
+  const int fds[3] = {in.read.get(), out.write.get(), err.write.get()};
+  DSEC_RETURN_IF_ERROR(SendWithFds(control_.get(), frame, fds));
+  *delivered = true;
+  in.read.Reset();
+  out.write.Reset();
+  err.write.Reset();
+  for (ScopedFd* fd : {&out.read, &err.read, &in.write}) ::fcntl(fd->get(), F_SETFL, O_NONBLOCK);
+  if (request.stdin_data.empty()) in.write.Reset();
+  size_t stdin_off = 0;
+
+  CallResult result;
+  container::OutputLimiter limiter(limits.output_cap_bytes, limits.output_rate_bytes_per_s, &clock);
+  std::optional<std::vector<std::string>> done;
+  bool killed = false;
+  int64_t next_check = start + kCheckIntervalNs;
+  int64_t stop_at = deadline;
+  auto kill_call = [&](KilledBy why) {
+    if (killed) return;
+    killed = true;
+    result.killed_by = why;
+    // Everything in the worker's cgroups but the zygote, which then reaps
+    // them and reports.
+    auto n = container::KillCgroupProcesses(cgroups_.dirs(), pid_, clock.NowNs() + kKillGraceNs);
+    if (!n.ok()) DSEC_LOG(warn, "fncall: killing a call: {}", n.status().ToString());
+    stop_at = clock.NowNs() + kKillGraceNs;
+  };
+  while (true) {
+    if (done && !out.read.valid() && !err.read.valid()) break;
+    int64_t now = clock.NowNs();
+    if (now >= stop_at) {
+      if (done) break;  // pipes held open past the end: cannot happen, but never hang
+      if (killed) return absl::InternalError("fncall: zygote did not report a killed call");
+      kill_call(KilledBy::kTimeout);
+      continue;
+    }
+    if (!done && !killed && now >= next_check) {
+      next_check = now + kCheckIntervalNs;
+      if (cgroups_.PidsLimitHits() > pids_before) kill_call(KilledBy::kPids);
+      else if (cgroups_.OomKills() > oom_before) kill_call(KilledBy::kMemory);
+      continue;
+    }
+    pollfd p[4];
+    p[0] = {out.read.get(), POLLIN, 0};
+    p[1] = {err.read.get(), POLLIN, 0};
+    p[2] = {in.write.get(), POLLOUT, 0};
+    p[3] = {done ? -1 : control_.get(), POLLIN, 0};
+    int64_t until = done ? stop_at : std::min(stop_at, next_check);
+    int wait_ms = static_cast<int>(std::min<int64_t>((until - now + 999'999) / 1'000'000, 1000));
+    int ready = ::poll(p, 4, wait_ms);
+    if (ready < 0 && errno != EINTR) return ErrnoToStatus("fncall: poll");
+    if (ready <= 0) continue;
+    if (p[0].revents && !Drain(out.read.get(), limiter, &result.stdout_data)) out.read.Reset();
+    if (p[1].revents && !Drain(err.read.get(), limiter, &result.stderr_data)) err.read.Reset();
+    if (limiter.dropped_by_cap() > 0 && !done) kill_call(KilledBy::kOutputCap);
+    if (p[2].revents) {
+      ssize_t w = WriteNoSigpipe(in.write.get(), request.stdin_data.data() + stdin_off,
+                                 request.stdin_data.size() - stdin_off);
+      if (w > 0) stdin_off += static_cast<size_t>(w);
+      if ((w < 0 && errno != EAGAIN) || stdin_off == request.stdin_data.size()) in.write.Reset();
+    }
+    if (p[3].revents) {
+      char buf[512];
+      ssize_t r = ::recv(control_.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        return absl::InternalError("fncall: the worker's zygote died during the call");
+      }
+      if (r > 0) reader_.Append(std::string_view(buf, static_cast<size_t>(r)));
+      DSEC_ASSIGN_OR_RETURN(done, reader_.Next());
+      if (done) {
+        // Every process of the call is gone: the pipes are at EOF once read.
+        in.write.Reset();
+        stop_at = clock.NowNs() + kKillGraceNs;
+      }
+    }
+  }
+  const std::vector<std::string>& d = *done;
+  int value = 0;
+  long long rss_kib = 0;
+  if (d.size() != 4 || d[0] != "done" || (d[1] != "exit" && d[1] != "signal") ||
+      !absl::SimpleAtoi(d[2], &value) || !absl::SimpleAtoi(d[3], &rss_kib)) {
+    return absl::InternalError("fncall: malformed done frame from the zygote");
+  }
+  if (d[1] == "exit") result.exit_code = value;
+  else result.signal = value;
+  result.peak_rss_bytes = static_cast<uint64_t>(std::max<long long>(rss_kib, 0)) * 1024;
+  result.wall_ns = clock.NowNs() - start;
+  result.output_dropped_bytes = limiter.dropped_bytes();
+  if (auto peak = cgroups_.PeakMemoryBytes(); peak) {
+    result.peak_memory_bytes = *peak > usage_before ? *peak - usage_before : 0;
+  }
+  oom_kills_ = cgroups_.OomKills();
+  pids_hits_ = cgroups_.PidsLimitHits();
+  result.oom_killed = oom_kills_ > oom_before;
+  result.pids_limited = pids_hits_ > pids_before;
+  if (result.killed_by == KilledBy::kNone) {
+    if (result.oom_killed) result.killed_by = KilledBy::kMemory;
+    else if (result.pids_limited) result.killed_by = KilledBy::kPids;
+  }
+  broken_ = false;
+  return result;
+}
+
+absl::Status Worker::WipeScratch() {
+  for (const char* sub : {"/tmp", "/shm"}) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(absl::StrCat(scratch_dir_, sub), ec), end;
+    if (ec) return absl::InternalError(absl::StrCat("fncall: list scratch: ", ec.message()));
+    for (; it != end; it.increment(ec)) {
+      if (ec) break;
+      std::filesystem::remove_all(it->path(), ec);
+      if (ec) break;
+    }
+    if (ec) {
+      broken_ = true;
+      return absl::InternalError(absl::StrCat("fncall: wipe scratch: ", ec.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Worker::~Worker() {
+  if (absl::Status s = Destroy(); !s.ok()) {
+    DSEC_LOG(warn, "fncall: worker {} destroy: {}", options_.id, s.ToString());
+  }
+}
+
+absl::Status Worker::Destroy() {
+  if (destroyed_) return absl::OkStatus();
+  destroyed_ = true;
+  broken_ = true;
+  control_.Reset();
+  if (pidfd_) {
+    // SIGKILL to a pid namespace's init kills every process in it.
+    ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    siginfo_t info{};
+    while (::waitid(static_cast<idtype_t>(3), static_cast<id_t>(pidfd_.get()), &info, WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+    pidfd_.Reset();
+  }
+  absl::Status first = cgroups_.Remove();
+  absl::Status s = scratch_.Unmount();
+  if (first.ok()) first = s;
+  if (first.ok() && !options_.dir.empty()) first = container::RemoveTree(options_.dir);
+  return first;
+}
+
+}  // namespace dsec::fncall
