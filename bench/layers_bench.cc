@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <random>
@@ -174,10 +175,12 @@ absl::StatusOr<Cost> MountAndReadAll(const std::vector<std::string>& images, con
 }
 
 absl::StatusOr<Cost> BuildErofs(layers::LayerStore& store, const std::string& src, const char* name,
-                                std::vector<std::string> parents, std::string* digest) {
+                                std::vector<std::string> parents, const std::string& compression,
+                                std::string* digest) {
   uint64_t self0 = SelfWriteBytes();
   double t0 = NowS();
-  DSEC_ASSIGN_OR_RETURN(layers::BuildResult r, store.Build(src, {name, "1", std::move(parents), ""}));
+  layers::BuildRequest req{name, "1", std::move(parents), "", compression};
+  DSEC_ASSIGN_OR_RETURN(layers::BuildResult r, store.Build(src, req));
   *digest = r.layer.digest;
   return Cost{NowS() - t0, SelfWriteBytes() - self0};
 }
@@ -207,14 +210,54 @@ absl::StatusOr<Cost> ExtractAll(const std::string& tar, const std::vector<std::s
   return total;
 }
 
-struct Results {
-  Cost erofs, targz, rebuild_erofs, rebuild_targz;
-  uint64_t files = 0, tree_bytes = 0, image_bytes = 0, archive_bytes = 0;
+// One EROFS variant: its own store (uncompressed and compressed layers of
+// the same tree have different digests anyway) and image paths.
+struct ErofsVariant {
+  std::string compression;
+  std::string store_dir;
+  Cost full, rebuild;
+  uint64_t image_bytes = 0;
 };
+
+struct Results {
+  ErofsVariant plain, packed;
+  Cost targz, rebuild_targz;
+  uint64_t files = 0, tree_bytes = 0, archive_bytes = 0;
+};
+
+// Builds the three layers of `v` (full) and makes a root from them.
+absl::Status RunErofsFull(const std::vector<std::string>& src, const std::string& mnt, ErofsVariant* v,
+                          layers::LayerStore* store, std::string digest[3]) {
+  std::vector<std::string> images(3);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> parents;
+    if (i == 1) parents.push_back(digest[0]);  // the toolkit is a diff on base
+    DSEC_ASSIGN_OR_RETURN(Cost c, BuildErofs(*store, src[i], kLayerNames[i], parents, v->compression, &digest[i]));
+    v->full += c;
+    images[i] = store->ImagePath(digest[i]);
+    struct stat st;
+    if (stat(images[i].c_str(), &st) == 0) v->image_bytes += static_cast<uint64_t>(st.st_size);
+  }
+  DSEC_ASSIGN_OR_RETURN(Cost mount_cost, MountAndReadAll(images, mnt));
+  v->full += mount_cost;
+  return absl::OkStatus();
+}
+
+// The toolkit changed: rebuild that layer of `v` and make a fresh root.
+absl::Status RunErofsRebuild(const std::vector<std::string>& src, const std::string& mnt, ErofsVariant* v,
+                             layers::LayerStore* store, std::string digest[3]) {
+  DSEC_ASSIGN_OR_RETURN(Cost rb, BuildErofs(*store, src[1], kLayerNames[1], {digest[0]}, v->compression, &digest[1]));
+  v->rebuild += rb;
+  std::vector<std::string> images;
+  for (int i = 0; i < 3; ++i) images.push_back(store->ImagePath(digest[i]));
+  DSEC_ASSIGN_OR_RETURN(Cost rm, MountAndReadAll(images, mnt));
+  v->rebuild += rm;
+  return absl::OkStatus();
+}
 
 absl::Status Run(const LayersBenchOptions& o, const std::string& work, Results* res) {
   std::mt19937_64 rng(o.seed);
-  std::vector<std::string> src, images(3), archives;
+  std::vector<std::string> src, archives;
   for (int i = 0; i < 3; ++i) {
     src.push_back(JoinPath(work, absl::StrCat("src/", kLayerNames[i])));
     archives.push_back(JoinPath(work, absl::StrCat("tgz/", kLayerNames[i], ".tar.gz")));
@@ -228,26 +271,29 @@ absl::Status Run(const LayersBenchOptions& o, const std::string& work, Results* 
     DSEC_RETURN_IF_ERROR(GenerateTree(src[i], bytes, rng, &res->files));
     res->tree_bytes += bytes;
   }
-  layers::LayerStoreOptions so;
-  so.root = JoinPath(work, "store");
-  so.mkfs = o.mkfs;
-  DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(so));
-  std::string digest[3];
+  ErofsVariant* variants[] = {&res->plain, &res->packed};
+  res->plain.store_dir = JoinPath(work, "store");
+  res->packed.store_dir = JoinPath(work, "store-z");
+  std::vector<layers::LayerStore> stores;
+  for (ErofsVariant* v : variants) {
+    layers::LayerStoreOptions so;
+    so.root = v->store_dir;
+    so.mkfs = o.mkfs;
+    DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(so));
+    stores.push_back(std::move(store));
+  }
+  const std::string mnt = JoinPath(work, "mnt");
+  std::string digest[2][3];
   // Full: build all three layers in each format, then make a root.
+  for (int k = 0; k < 2; ++k) {
+    DSEC_RETURN_IF_ERROR(RunErofsFull(src, mnt, variants[k], &stores[k], digest[k]));
+  }
   for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> parents;
-    if (i == 1) parents.push_back(digest[0]);  // the toolkit is a diff on base
-    DSEC_ASSIGN_OR_RETURN(Cost c, BuildErofs(store, src[i], kLayerNames[i], parents, &digest[i]));
-    res->erofs += c;
-    images[i] = store.ImagePath(digest[i]);
-    struct stat st;
-    if (stat(images[i].c_str(), &st) == 0) res->image_bytes += static_cast<uint64_t>(st.st_size);
     DSEC_ASSIGN_OR_RETURN(Cost t, PackTarGz(o.tar, src[i], archives[i]));
     res->targz += t;
+    struct stat st;
     if (stat(archives[i].c_str(), &st) == 0) res->archive_bytes += static_cast<uint64_t>(st.st_size);
   }
-  DSEC_ASSIGN_OR_RETURN(Cost mount_cost, MountAndReadAll(images, JoinPath(work, "mnt")));
-  res->erofs += mount_cost;
   DSEC_ASSIGN_OR_RETURN(Cost extract_cost, ExtractAll(o.tar, archives, JoinPath(work, "root")));
   res->targz += extract_cost;
 
@@ -257,11 +303,9 @@ absl::Status Run(const LayersBenchOptions& o, const std::string& work, Results* 
   std::string extra = JoinPath(src[1], "upgrade");
   if (mkdir(extra.c_str(), 0755) != 0) return ErrnoStatus("mkdir " + extra);
   DSEC_RETURN_IF_ERROR(GenerateTree(extra, 1 << 20, rng2, &more_files));
-  DSEC_ASSIGN_OR_RETURN(Cost rb, BuildErofs(store, src[1], kLayerNames[1], {digest[0]}, &digest[1]));
-  images[1] = store.ImagePath(digest[1]);
-  res->rebuild_erofs += rb;
-  DSEC_ASSIGN_OR_RETURN(Cost rm, MountAndReadAll(images, JoinPath(work, "mnt")));
-  res->rebuild_erofs += rm;
+  for (int k = 0; k < 2; ++k) {
+    DSEC_RETURN_IF_ERROR(RunErofsRebuild(src, mnt, variants[k], &stores[k], digest[k]));
+  }
   if (unlink(archives[1].c_str()) != 0) return ErrnoStatus("unlink " + archives[1]);
   DSEC_ASSIGN_OR_RETURN(Cost rt, PackTarGz(o.tar, src[1], archives[1]));
   res->rebuild_targz += rt;
@@ -271,6 +315,13 @@ absl::Status Run(const LayersBenchOptions& o, const std::string& work, Results* 
 }
 
 }  // namespace
+
+std::string PickBenchCompressor(const std::vector<std::string>& available) {
+  for (const char* preferred : {"lz4", "lz4hc", "deflate", "lzma"}) {
+    if (std::find(available.begin(), available.end(), preferred) != available.end()) return preferred;
+  }
+  return available.empty() ? std::string() : available.front();
+}
 
 int RunLayersBench(const LayersBenchOptions& o) {
   struct statfs fs;
@@ -283,12 +334,31 @@ int RunLayersBench(const LayersBenchOptions& o) {
                  o.work_dir.c_str());
     return 2;
   }
+  std::string compression = o.compression;
+  if (compression.empty()) {
+    auto available = layers::AvailableErofsCompressors(o.mkfs);
+    if (!available.ok()) {
+      std::fprintf(stderr, "bench layers: %s\n", available.status().ToString().c_str());
+      return 1;
+    }
+    compression = PickBenchCompressor(*available);
+  }
+  absl::Status usable = layers::CheckCompressionAvailable(compression, o.mkfs);
+  if (usable.ok() && !layers::IsCompressed(compression)) {
+    usable = absl::InvalidArgumentError("--compress none: the compressed variant needs a compressor");
+  }
+  if (!usable.ok()) {
+    std::fprintf(stderr, "bench layers: %s\n", usable.ToString().c_str());
+    return 2;
+  }
   auto work = layers::MakeTempDir(o.work_dir, "dsec-bench-layers-");
   if (!work.ok()) {
     std::fprintf(stderr, "bench layers: %s\n", work.status().ToString().c_str());
     return 1;
   }
   Results r;
+  r.plain.compression = layers::kNoCompression;
+  r.packed.compression = compression;
   absl::Status s = Run(o, *work, &r);
   absl::Status cleanup = layers::RemoveTree(*work);
   if (!s.ok() || !cleanup.ok()) {
@@ -297,42 +367,59 @@ int RunLayersBench(const LayersBenchOptions& o) {
   }
   auto mib = [](uint64_t b) { return static_cast<double>(b) / kMiB; };
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  const ErofsVariant& p = r.plain;
+  const ErofsVariant& z = r.packed;
   nlohmann::json j = {
       {"files", r.files},
       {"tree_mib", mib(r.tree_bytes)},
-      {"erofs_image_mib", mib(r.image_bytes)},
+      {"compression", z.compression},
+      {"erofs_image_mib", mib(p.image_bytes)},
+      {"erofs_z_image_mib", mib(z.image_bytes)},
       {"targz_archive_mib", mib(r.archive_bytes)},
-      {"erofs_s", r.erofs.seconds},
+      // Uncompressed (DAX-capable) EROFS: the keys the issue names.
+      {"erofs_s", p.full.seconds},
       {"targz_s", r.targz.seconds},
-      {"erofs_write_mib", mib(r.erofs.write_bytes)},
+      {"erofs_write_mib", mib(p.full.write_bytes)},
       {"targz_write_mib", mib(r.targz.write_bytes)},
-      {"speedup", ratio(r.targz.seconds, r.erofs.seconds)},
-      {"write_ratio", ratio(mib(r.targz.write_bytes), mib(r.erofs.write_bytes))},
-      {"rebuild_erofs_s", r.rebuild_erofs.seconds},
+      {"speedup", ratio(r.targz.seconds, p.full.seconds)},
+      {"write_ratio", ratio(mib(r.targz.write_bytes), mib(p.full.write_bytes))},
+      // Compressed EROFS (container tier).
+      {"erofs_z_s", z.full.seconds},
+      {"erofs_z_write_mib", mib(z.full.write_bytes)},
+      {"speedup_z", ratio(r.targz.seconds, z.full.seconds)},
+      {"write_ratio_z", ratio(mib(r.targz.write_bytes), mib(z.full.write_bytes))},
+      {"rebuild_erofs_s", p.rebuild.seconds},
       {"rebuild_targz_s", r.rebuild_targz.seconds},
-      {"rebuild_erofs_write_mib", mib(r.rebuild_erofs.write_bytes)},
+      {"rebuild_erofs_write_mib", mib(p.rebuild.write_bytes)},
       {"rebuild_targz_write_mib", mib(r.rebuild_targz.write_bytes)},
-      {"rebuild_speedup", ratio(r.rebuild_targz.seconds, r.rebuild_erofs.seconds)},
-      {"rebuild_write_ratio",
-       ratio(mib(r.rebuild_targz.write_bytes), mib(r.rebuild_erofs.write_bytes))},
+      {"rebuild_speedup", ratio(r.rebuild_targz.seconds, p.rebuild.seconds)},
+      {"rebuild_write_ratio", ratio(mib(r.rebuild_targz.write_bytes), mib(p.rebuild.write_bytes))},
+      {"rebuild_erofs_z_s", z.rebuild.seconds},
+      {"rebuild_erofs_z_write_mib", mib(z.rebuild.write_bytes)},
+      {"rebuild_speedup_z", ratio(r.rebuild_targz.seconds, z.rebuild.seconds)},
+      {"rebuild_write_ratio_z", ratio(mib(r.rebuild_targz.write_bytes), mib(z.rebuild.write_bytes))},
   };
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("bench layers: base + toolkit + workspace, %llu files, %.1f MiB (EROFS images %.1f MiB, "
-              "tar.gz %.1f MiB)\n",
-              static_cast<unsigned long long>(r.files), mib(r.tree_bytes), mib(r.image_bytes),
-              mib(r.archive_bytes));
-  std::printf("  build all + make root   EROFS %7.2f s %8.1f MiB written | tar.gz %7.2f s %8.1f MiB"
-              " | %.2fx faster, %.2fx fewer bytes\n",
-              r.erofs.seconds, mib(r.erofs.write_bytes), r.targz.seconds, mib(r.targz.write_bytes),
-              j["speedup"].get<double>(), j["write_ratio"].get<double>());
-  std::printf("  toolkit changed: rebuild EROFS %7.2f s %8.1f MiB written | tar.gz %7.2f s %8.1f MiB"
-              " | %.2fx faster, %.2fx fewer bytes\n",
-              r.rebuild_erofs.seconds, mib(r.rebuild_erofs.write_bytes), r.rebuild_targz.seconds,
-              mib(r.rebuild_targz.write_bytes), j["rebuild_speedup"].get<double>(),
-              j["rebuild_write_ratio"].get<double>());
+              "EROFS %s images %.1f MiB, tar.gz %.1f MiB)\n",
+              static_cast<unsigned long long>(r.files), mib(r.tree_bytes), mib(p.image_bytes),
+              z.compression.c_str(), mib(z.image_bytes), mib(r.archive_bytes));
+  std::printf("  EROFS = uncompressed (DAX-capable, microVM pmem); EROFS-z = compressed with %s "
+              "(container tier only)\n",
+              z.compression.c_str());
+  auto row = [&](const char* what, const char* variant, const Cost& e, const Cost& t) {
+    std::printf("  %-24s %-7s %7.2f s %8.1f MiB written | tar.gz %7.2f s %8.1f MiB | %.2fx faster, "
+                "%.2fx fewer bytes\n",
+                what, variant, e.seconds, mib(e.write_bytes), t.seconds, mib(t.write_bytes),
+                ratio(t.seconds, e.seconds), ratio(mib(t.write_bytes), mib(e.write_bytes)));
+  };
+  row("build all + make root", "EROFS", p.full, r.targz);
+  row("", "EROFS-z", z.full, r.targz);
+  row("toolkit changed: rebuild", "EROFS", p.rebuild, r.rebuild_targz);
+  row("", "EROFS-z", z.rebuild, r.rebuild_targz);
   std::printf("  (bytes written: write_bytes of /proc/self/io, reaped children included;"
               " writeback not timed)\n");
   return 0;

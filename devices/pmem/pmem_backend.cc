@@ -8,6 +8,8 @@
 #include <cerrno>
 
 #include "absl/strings/str_format.h"
+#include "devices/pmem/pmem_image_check.h"
+#include "vmm/base/logging.h"
 #include "vmm/base/status.h"
 
 namespace dsec::devices {
@@ -16,6 +18,16 @@ absl::StatusOr<std::unique_ptr<FilePmemBackend>> FilePmemBackend::Create(int fd,
                                                                          uint64_t expected_size) {
   ScopedFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!dup.valid()) return ErrnoStatus("fcntl(F_DUPFD_CLOEXEC)");
+  // Once per layer at VM start: a compressed EROFS layer still works, but
+  // without DAX (pmem_image_check.h), so say so rather than refuse.
+  std::string no_dax = ErofsDaxIncompatibilityOfFile(dup.get());
+  if (!no_dax.empty()) {
+    char link[64];
+    absl::SNPrintF(link, sizeof(link), "/proc/self/fd/%d", dup.get());
+    char path[4096];
+    ssize_t n = ::readlink(link, path, sizeof(path) - 1);
+    DSEC_LOG(warn, "device=pmem image={} {}", n > 0 ? std::string(path, static_cast<size_t>(n)) : "?", no_dax);
+  }
   return std::unique_ptr<FilePmemBackend>(new FilePmemBackend(std::move(dup), expected_size));
 }
 

@@ -6,15 +6,84 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "sandbox/layers/subprocess.h"
 #include "vmm/base/scoped_fd.h"
 #include "vmm/base/status.h"
 
 namespace dsec::layers {
+namespace {
+
+constexpr uint32_t kErofsMagic = 0xE0F5E1E2u;
+constexpr size_t kErofsSuperblockOffset = 1024;
+constexpr size_t kErofsSuperblockBytes = 128;
+
+uint32_t Le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+bool AllOf(const std::string& s, bool (*pred)(char)) {
+  return std::all_of(s.begin(), s.end(), pred);
+}
+
+}  // namespace
+
+bool IsCompressed(const std::string& spec) { return !spec.empty() && spec != kNoCompression; }
+
+absl::Status ValidateCompressionSpec(const std::string& spec) {
+  if (!IsCompressed(spec)) return absl::OkStatus();
+  std::vector<std::string> parts = absl::StrSplit(spec, ',');
+  auto alg_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  bool ok = parts.size() <= 2 && !parts[0].empty() && parts[0].size() <= 16 && AllOf(parts[0], alg_char) &&
+            (parts.size() == 1 || (!parts[1].empty() && parts[1].size() <= 2 && AllOf(parts[1], digit)));
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad compression '", spec, "': expected none, ALG or ALG,LEVEL (e.g. lz4hc or lz4hc,12)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string CompressionAlgorithm(const std::string& spec) { return spec.substr(0, spec.find(',')); }
+
+absl::StatusOr<std::vector<std::string>> AvailableErofsCompressors(const std::string& mkfs) {
+  auto result = RunCommand({mkfs, "--help"}, {"LC_ALL=C"});
+  if (!result.ok()) return Annotate(result.status(), "mkfs.erofs --help (package erofs-utils)");
+  // The list is the last line of the help text, on stderr.
+  static constexpr char kPrefix[] = "Available compressors are:";
+  size_t pos = result->stderr_tail.rfind(kPrefix);
+  std::vector<std::string> algs;
+  if (pos != std::string::npos) {
+    std::string line = result->stderr_tail.substr(pos + sizeof(kPrefix) - 1);
+    line = line.substr(0, line.find('\n'));
+    for (absl::string_view a : absl::StrSplit(line, ',')) {
+      a = absl::StripAsciiWhitespace(a);
+      if (!a.empty()) algs.emplace_back(a);
+    }
+  }
+  if (algs.empty()) {
+    return absl::UnavailableError(absl::StrCat(mkfs, " offers no compressor (its --help lists none)"));
+  }
+  return algs;
+}
+
+absl::Status CheckCompressionAvailable(const std::string& spec, const std::string& mkfs) {
+  DSEC_RETURN_IF_ERROR(ValidateCompressionSpec(spec));
+  if (!IsCompressed(spec)) return absl::OkStatus();
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> algs, AvailableErofsCompressors(mkfs));
+  if (std::find(algs.begin(), algs.end(), CompressionAlgorithm(spec)) == algs.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("compressor '", CompressionAlgorithm(spec), "' is not offered by ",
+                                                   mkfs, " (available: none, ", absl::StrJoin(algs, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<uint64_t> BuildErofsImage(const std::string& src_dir, const std::string& image_path,
                                          const ErofsBuildOptions& options) {
@@ -22,8 +91,10 @@ absl::StatusOr<uint64_t> BuildErofsImage(const std::string& src_dir, const std::
   if (lstat(image_path.c_str(), &st) == 0) {
     return absl::AlreadyExistsError(absl::StrCat(image_path, " exists"));
   }
+  DSEC_RETURN_IF_ERROR(CheckCompressionAvailable(options.compression, options.mkfs));
   std::vector<std::string> argv = {options.mkfs, "--quiet", "--preserve-mtime"};
   if (!options.uuid.empty()) argv.push_back("-U" + options.uuid);
+  if (IsCompressed(options.compression)) argv.push_back("-z" + options.compression);
   argv.push_back(image_path);
   argv.push_back(src_dir);
   // SOURCE_DATE_EPOCH sets the superblock build time (and clamps newer mtimes).
@@ -47,14 +118,36 @@ absl::Status CheckErofsImage(const std::string& image_path) {
   ScopedFd fd(open(image_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", image_path));
   uint8_t magic[4];
-  ssize_t n = pread(fd.get(), magic, sizeof(magic), 1024);
+  ssize_t n = pread(fd.get(), magic, sizeof(magic), kErofsSuperblockOffset);
   if (n < 0) return ErrnoStatus(absl::StrCat("pread ", image_path));
-  uint32_t value = static_cast<uint32_t>(magic[0]) | static_cast<uint32_t>(magic[1]) << 8 |
-                   static_cast<uint32_t>(magic[2]) << 16 | static_cast<uint32_t>(magic[3]) << 24;
-  if (n != 4 || value != 0xE0F5E1E2u) {
+  if (n != 4 || Le32(magic) != kErofsMagic) {
     return absl::InvalidArgumentError(absl::StrCat(image_path, " is not an EROFS image"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ErofsSuperblockInfo> DecodeErofsSuperblock(const uint8_t* image, size_t len) {
+  if (len < kErofsSuperblockOffset + kErofsSuperblockBytes) {
+    return absl::InvalidArgumentError("too short for an EROFS superblock");
+  }
+  const uint8_t* sb = image + kErofsSuperblockOffset;
+  if (Le32(sb) != kErofsMagic) return absl::InvalidArgumentError("no EROFS superblock magic");
+  ErofsSuperblockInfo info;
+  info.block_size_bits = sb[12];
+  info.feature_incompat = Le32(sb + 80);
+  info.compressed = (info.feature_incompat & kErofsIncompatCompressionMask) != 0;
+  return info;
+}
+
+absl::StatusOr<ErofsSuperblockInfo> ReadErofsSuperblock(const std::string& image_path) {
+  ScopedFd fd(open(image_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", image_path));
+  uint8_t buf[kErofsSuperblockOffset + kErofsSuperblockBytes];
+  ssize_t n = pread(fd.get(), buf, sizeof(buf), 0);
+  if (n < 0) return ErrnoStatus(absl::StrCat("pread ", image_path));
+  auto info = DecodeErofsSuperblock(buf, static_cast<size_t>(n));
+  if (!info.ok()) return Annotate(info.status(), image_path);
+  return info;
 }
 
 ScopedMount::~ScopedMount() {

@@ -3,6 +3,7 @@
 // (file-backed mount(2)), plus the overlay mount that stacks them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +12,32 @@
 #include "absl/status/statusor.h"
 
 namespace dsec::layers {
+
+// Data compression of a layer image: "none" (the default), or a mkfs.erofs
+// compressor with an optional level, "ALG" or "ALG,LEVEL" (e.g. "lz4hc" or
+// "lz4hc,12"; which algorithms exist depends on the erofs-utils build:
+// AvailableErofsCompressors). Only uncompressed images can be mapped with
+// DAX (pmem-dax: the guest kernel reads compressed files through its own
+// page cache), so compression is for the container tier, where the host
+// page cache holds the decompressed pages once for every sandbox.
+inline constexpr char kNoCompression[] = "none";
+
+// Syntax check only (no mkfs): "none", or ALG ([a-z0-9]{1,16}) optionally
+// followed by ",LEVEL" (1-2 digits). InvalidArgument naming the spec.
+absl::Status ValidateCompressionSpec(const std::string& spec);
+// True unless `spec` is empty or "none".
+bool IsCompressed(const std::string& spec);
+// The algorithm of a valid spec ("lz4hc" for "lz4hc,12").
+std::string CompressionAlgorithm(const std::string& spec);
+
+// The compressors `mkfs` offers (its --help ends with "Available compressors
+// are: lz4hc, lz4"), in its order (mkfs.erofs lists the strongest first).
+// Unavailable when mkfs cannot be run or lists none.
+absl::StatusOr<std::vector<std::string>> AvailableErofsCompressors(const std::string& mkfs = "mkfs.erofs");
+
+// ValidateCompressionSpec, then InvalidArgument (listing what is available)
+// when the algorithm is not one `mkfs` offers. "none" needs no mkfs call.
+absl::Status CheckCompressionAvailable(const std::string& spec, const std::string& mkfs = "mkfs.erofs");
 
 struct ErofsBuildOptions {
   std::string mkfs = "mkfs.erofs";  // program, looked up in PATH
@@ -21,18 +48,41 @@ struct ErofsBuildOptions {
   // not older than it, so callers pass the newest mtime in the tree + 1:
   // every timestamp is kept and the image does not depend on the clock.
   int64_t build_time = 0;
+  // kNoCompression (DAX-capable) or a compression spec (see above).
+  std::string compression = kNoCompression;
 };
 
-// Builds an uncompressed EROFS image of `src_dir` at `image_path` (which must
-// not exist) keeping owners, modes, device nodes, xattrs, hard links and
-// mtimes. Uncompressed, so that pmem-dax can map the image with DAX. Returns
-// the bytes mkfs.erofs wrote to storage (wait4 accounting).
+// Builds an EROFS image of `src_dir` at `image_path` (which must not exist)
+// keeping owners, modes, device nodes, xattrs, hard links and mtimes.
+// Uncompressed unless options.compression says otherwise (uncompressed is
+// what pmem-dax can map with DAX). A compressor this mkfs.erofs lacks is
+// InvalidArgument. Returns the bytes mkfs.erofs wrote to storage (wait4
+// accounting).
 absl::StatusOr<uint64_t> BuildErofsImage(const std::string& src_dir, const std::string& image_path,
                                          const ErofsBuildOptions& options);
 
 // OK if `image_path` is a regular file that starts with an EROFS superblock
 // (magic 0xE0F5E1E2 at offset 1024); InvalidArgument otherwise.
 absl::Status CheckErofsImage(const std::string& image_path);
+
+// What the superblock (EROFS on-disk format, fs/erofs/erofs_fs.h: struct
+// erofs_super_block at byte 1024) says about an image.
+struct ErofsSuperblockInfo {
+  uint32_t feature_incompat = 0;  // at superblock offset 80
+  uint8_t block_size_bits = 0;    // blkszbits, offset 12
+  // The image may hold compressed files: one of the incompat bits that only
+  // compressed images carry is set (LZ4_0PADDING 0x1, COMPR_CFGS /
+  // BIG_PCLUSTER 0x2, ZTAILPACKING 0x10, FRAGMENTS / DEDUPE 0x20). Such
+  // files are not DAX-mapped by the guest kernel.
+  bool compressed = false;
+};
+inline constexpr uint32_t kErofsIncompatCompressionMask = 0x1 | 0x2 | 0x10 | 0x20;
+
+// Decodes the superblock from the first `len` bytes of an image (at least
+// 1024 + 128). InvalidArgument when too short or without the EROFS magic.
+absl::StatusOr<ErofsSuperblockInfo> DecodeErofsSuperblock(const uint8_t* image, size_t len);
+// Reads and decodes the superblock of the image file.
+absl::StatusOr<ErofsSuperblockInfo> ReadErofsSuperblock(const std::string& image_path);
 
 // A mount this process made; unmounted (lazily, MNT_DETACH) on destruction.
 // Move-only. Used by one thread; lives as long as its owner needs the tree.

@@ -35,7 +35,7 @@ std::string LayerMetadataToJson(const LayerMetadata& m) {
       {"digest", m.digest},   {"parents", m.parents},
       {"size", m.size},       {"content_bytes", m.content_bytes},
       {"entries", m.entries}, {"created", m.created},
-      {"source", m.source},
+      {"source", m.source},   {"compression", m.compression},
   };
   return j.dump(2) + "\n";
 }
@@ -53,11 +53,15 @@ absl::StatusOr<LayerMetadata> LayerMetadataFromJson(const std::string& json) {
     m.entries = j.value("entries", uint64_t{0});
     m.created = j.at("created").get<std::string>();
     m.source = j.value("source", std::string());
+    m.compression = j.value("compression", std::string("none"));
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("layer metadata: ", e.what()));
   }
   if (!IsDigest(m.digest)) {
     return absl::InvalidArgumentError(absl::StrCat("layer metadata: bad digest '", m.digest, "'"));
+  }
+  if (m.compression.empty()) {
+    return absl::InvalidArgumentError("layer metadata: empty compression (use \"none\")");
   }
   for (const auto& p : m.parents) {
     if (!IsDigest(p)) return absl::InvalidArgumentError(absl::StrCat("layer metadata: bad parent '", p, "'"));

@@ -21,6 +21,11 @@ struct LayerMetadata {
   uint64_t entries = 0;        // files + directories + other entries
   std::string created;  // RFC 3339 UTC, e.g. "2026-01-31T12:00:00Z"
   std::string source;   // where the tree came from, e.g. "dir:/src", "pack_diff:/upper"
+  // How the image's file data is stored: "none" (uncompressed, DAX-capable:
+  // pmem-dax can map it into microVMs) or the mkfs.erofs compressor spec it
+  // was built with, e.g. "lz4hc" (container tier; erofs_image.h). Metadata
+  // written before the field existed reads as "none".
+  std::string compression = "none";
 
   // "<name>:<version>".
   std::string Tag() const { return name + ":" + version; }
@@ -29,7 +34,7 @@ struct LayerMetadata {
 };
 
 // Pretty-printed JSON object with the keys name, version, digest, parents,
-// size, content_bytes, entries, created, source.
+// size, content_bytes, entries, created, source, compression.
 std::string LayerMetadataToJson(const LayerMetadata& m);
 // InvalidArgument on malformed JSON, missing keys or a malformed digest.
 absl::StatusOr<LayerMetadata> LayerMetadataFromJson(const std::string& json);

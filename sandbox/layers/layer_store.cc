@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sandbox/layers/fs_util.h"
+#include "sandbox/layers/sha256.h"
 #include "sandbox/layers/tree_digest.h"
 #include "vmm/base/scoped_fd.h"
 #include "vmm/base/status.h"
@@ -55,6 +56,20 @@ std::string NowRfc3339() {
 std::string UuidFromHex(const std::string& hex) {
   return absl::StrCat(hex.substr(0, 8), "-", hex.substr(8, 4), "-", hex.substr(12, 4), "-",
                       hex.substr(16, 4), "-", hex.substr(20, 12));
+}
+
+// The digest of a compressed layer: the tree digest (which covers the
+// parents) followed by the compression spec, hashed again. Uncompressed
+// layers keep the tree digest itself.
+std::string LayerDigest(const TreeDigest& tree, const std::string& compression) {
+  if (!IsCompressed(compression)) return tree.Name();
+  Sha256 h;
+  h.Update(tree.digest.data(), tree.digest.size());
+  const uint8_t separator = 0;
+  h.Update(&separator, 1);
+  h.Update("erofs-compression:");
+  h.Update(compression);
+  return "sha256:" + ToHex(h.Finish());
 }
 
 bool IsHex(const std::string& s) {
@@ -186,6 +201,8 @@ absl::StatusOr<BuildResult> LayerStore::Build(const std::string& src_dir, const 
     return absl::InvalidArgumentError(absl::StrCat("bad layer name or version '", request.name, ":",
                                                    request.version, "' (use [A-Za-z0-9._+-])"));
   }
+  DSEC_RETURN_IF_ERROR(ValidateCompressionSpec(request.compression));
+  const std::string compression = IsCompressed(request.compression) ? request.compression : kNoCompression;
   std::vector<std::string> parents;
   {
     DSEC_ASSIGN_OR_RETURN(ScopedFd lock, Lock(JoinPath(root(), "lock"), /*exclusive=*/false));
@@ -201,7 +218,8 @@ absl::StatusOr<BuildResult> LayerStore::Build(const std::string& src_dir, const 
   LayerMetadata& m = result.layer;
   m.name = request.name;
   m.version = request.version;
-  m.digest = tree.Name();
+  m.digest = LayerDigest(tree, compression);
+  m.compression = compression;
   m.parents = parents;
   m.content_bytes = tree.stats.content_bytes;
   m.entries = tree.stats.regular_files + tree.stats.directories + tree.stats.other_entries;
@@ -222,6 +240,7 @@ absl::StatusOr<BuildResult> LayerStore::Build(const std::string& src_dir, const 
     opts.mkfs = options_.mkfs;
     opts.uuid = UuidFromHex(hex);
     opts.build_time = tree.stats.max_mtime_sec + 1;
+    opts.compression = compression;
     auto written = options_.builder(src_dir, JoinPath(build_dir, hex + ".erofs"), opts);
     if (!written.ok()) {
       RemoveTree(build_dir).IgnoreError();

@@ -39,6 +39,12 @@ struct BuildRequest {
   std::string version;
   std::vector<std::string> parents;  // references (tag, digest, prefix), bottom first
   std::string source;                // recorded in metadata; default "dir:<src>"
+  // kNoCompression (default: the image can be DAX-mapped by pmem-dax) or a
+  // mkfs.erofs compressor spec such as "lz4hc" (erofs_image.h), recorded in
+  // the metadata. A compressed layer's digest also covers the spec, so the
+  // same tree built both ways gives two layers; uncompressed digests are
+  // those of the tree alone, as before.
+  std::string compression = kNoCompression;
 };
 
 struct BuildResult {

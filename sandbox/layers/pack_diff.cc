@@ -187,6 +187,8 @@ absl::Status StageDiff(const std::string& upper, const std::string& staging,
 
 absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper, BuildRequest request,
                                      const PackDiffOptions& options) {
+  // Before the copy: a bad spec should not cost a staging pass.
+  DSEC_RETURN_IF_ERROR(ValidateCompressionSpec(request.compression));
   DSEC_ASSIGN_OR_RETURN(std::string dir, MakeTempDir(JoinPath(store.root(), "tmp"), "diff-"));
   absl::StatusOr<BuildResult> result = [&]() -> absl::StatusOr<BuildResult> {
     // Held while staging so that LayerStore::Gc leaves this directory alone.
