@@ -309,10 +309,12 @@ void RunExecProcess(const ExecPlan& plan) {
   if (::dup3(err_fd, 3, O_CLOEXEC) < 0 && err_fd != 3) Fail(err_fd, kStdio, errno);
   if (err_fd == 3) ::fcntl(3, F_SETFD, FD_CLOEXEC);
   ::syscall(SYS_close_range, 4, ~0u, 0);
+  // Handlers first, then the mask: a vfork-style clone (exec_helper.cc)
+  // shares the helper's memory, where a runtime's handler must not run.
+  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
   if (::chdir(plan.cwd.c_str()) != 0) Fail(3, kChdir, errno);
   rlimit nofile{plan.nofile, plan.nofile};
   rlimit core{0, 0};

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -93,6 +94,10 @@ bool WriteFull(int fd, const void* buf, size_t len) {
 
 void Reply(int sock, int32_t v) { (void)WriteFull(sock, &v, sizeof(v)); }
 
+constexpr size_t kChildStackBytes = 256 << 10;
+
+int ExecChild(void* plan) { RunExecProcess(*static_cast<const ExecPlan*>(plan)); }
+
 // The helper's body (a fork of the runtime, single-threaded; glibc's fork
 // leaves malloc usable, and nothing here takes other locks).
 [[noreturn]] void HelperMain(int sock, pid_t parent, const SeccompProgram* seccomp) {
@@ -121,6 +126,7 @@ void Reply(int sock, int32_t v) { (void)WriteFull(sock, &v, sizeof(v)); }
     ::close(fd);
   }
   Reply(sock, 0);
+  char* stack = nullptr;  // for exec processes (CLONE_VM), made once
   while (true) {
     uint32_t len = 0;
     char control[CMSG_SPACE(sizeof(int) * kRequestFds)];
@@ -163,10 +169,28 @@ void Reply(int sock, int32_t v) { (void)WriteFull(sock, &v, sizeof(v)); }
       plan.stderr_fd = fds[2];
       plan.error_fd = fds[3];
       plan.Finalize();
-      // A sibling: the runtime is its parent and waits for it.
-      long pid = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
-      if (pid == 0) RunExecProcess(plan);
-      result = pid > 0 ? static_cast<int32_t>(pid) : -errno;
+      // A sibling: the runtime is its parent and waits for it. CLONE_VM |
+      // CLONE_VFORK, as posix_spawn does: the helper's address space (a
+      // copy of the whole runtime's) is not copied for a process that
+      // execs right away (a fork of a 10 MiB process costs ~0.5 ms more
+      // here, growing with the runtime's size); the helper sleeps until
+      // the child has exec'd or exited. RunExecProcess allocates nothing
+      // and writes no shared memory; signals stay blocked until it has
+      // reset every handler.
+      if (stack == nullptr) {
+        void* m = ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (m == MAP_FAILED) ::_exit(1);
+        stack = static_cast<char*>(m);
+      }
+      sigset_t all, old;
+      sigfillset(&all);
+      ::pthread_sigmask(SIG_SETMASK, &all, &old);
+      int pid = ::clone(&ExecChild, stack + kChildStackBytes,
+                        CLONE_PARENT | CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
+      int clone_errno = errno;
+      ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      result = pid > 0 ? static_cast<int32_t>(pid) : -clone_errno;
     }
     for (int fd : fds) {
       if (fd >= 0) ::close(fd);

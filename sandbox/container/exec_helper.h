@@ -12,7 +12,11 @@
 // error fds by SCM_RIGHTS): the helper clones the exec process with
 // CLONE_PARENT, so it is born in the cgroups and namespaces and is still
 // the runtime's child (the runtime waits for it, reads its rusage and
-// kills it as before), and runs RunExecProcess.
+// kills it as before), and runs RunExecProcess. The clone is vfork-style
+// (CLONE_VM | CLONE_VFORK on a stack of the helper's, as posix_spawn):
+// the helper's address space is the whole runtime's, and copying its page
+// tables for a process that execs at once cost more than the rest of the
+// clone (exec_helper.cc).
 //
 // The helper stays in the runtime's pid namespace: sandbox processes cannot
 // see or signal it. It dies with the runtime (PR_SET_PDEATHSIG) and with the

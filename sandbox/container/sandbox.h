@@ -65,6 +65,9 @@ class Sandbox {
 
   const std::string& id() const { return config_.id; }
   pid_t init_pid() const { return init_pid_; }
+  // The exec helper's pid while it serves (it lives in the sandbox's
+  // cgroups next to init), else 0.
+  pid_t exec_helper_pid() const { return helper_.running() ? helper_.pid() : 0; }
   const std::string& state_dir() const { return state_.path(); }
   // The writable layer's directory on the host (what pack_diff captures).
   std::string upper_dir() const { return upper_dir_; }

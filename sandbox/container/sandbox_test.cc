@@ -236,5 +236,32 @@ TEST_F(SandboxTest, ExecHelperIsInvisibleInsideAndItsLossIsSurvived) {
   EXPECT_EQ(Sh(**sb, "echo reset").stdout_data, "reset\n");
 }
 
+
+// Exec processes are vfork-style clones sharing the helper's memory until
+// they exec (exec_helper.h): one that fails before or at execve must leave
+// the helper intact and serving, with nothing else left in the cgroups.
+TEST_F(SandboxTest, FailedExecsLeaveTheExecHelperServing) {
+  auto sb = Sandbox::Create(Config("vfork"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  for (int i = 0; i < 3; ++i) {
+    ExecOptions missing;
+    missing.argv = {"no-such-command"};
+    EXPECT_TRUE(absl::IsNotFound((*sb)->Exec(missing).status()));
+    ExecOptions bad_cwd;
+    bad_cwd.argv = {"true"};
+    bad_cwd.cwd = "/no/such/dir";
+    EXPECT_FALSE((*sb)->Exec(bad_cwd).ok());
+    ExecResult r = Sh(**sb, absl::StrCat("echo round ", i));
+    EXPECT_EQ(r.stdout_data, absl::StrCat("round ", i, "\n"));
+  }
+  // Members: init and the same helper (a lost helper would leave init alone).
+  for (const std::string& d : (*sb)->cgroups().dirs()) {
+    auto procs = sched::ReadSmallFile(absl::StrCat(d, "/cgroup.procs"));
+    ASSERT_TRUE(procs.ok());
+    std::vector<std::string> members = absl::StrSplit(*procs, '\n', absl::SkipEmpty());
+    EXPECT_EQ(members.size(), 2u) << d << ": " << *procs;
+  }
+}
+
 }  // namespace
 }  // namespace dsec::container
