@@ -8,6 +8,7 @@
 #include "cmd/command.h"
 #include "cmd/container_commands.h"
 #include "cmd/layer_commands.h"
+#include "cmd/serve_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dsec-vmm: node-level sandbox runtime (microVM monitor, sandboxes, benchmarks)"};
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     dsec::cmd::RegisterBenchCommands(app, registry);
     dsec::cmd::RegisterLayerCommands(app, registry);
     dsec::cmd::RegisterContainerCommands(app, registry);
+    dsec::cmd::RegisterServeCommands(app, registry);
   }
 
   try {

@@ -14,6 +14,8 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libseccomp-dev liburing-dev libssl-dev
   zlib1g-dev
+  # the node daemon's HTTP server (dsec-vmmd)
+  libcpp-httplib-dev
   # libFuzzer targets (clang with its runtime), run briefly by tools/test.sh
   clang libclang-rt-14-dev
   # peer for `dsec-vmm bench boot --peer qemu`

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// The node daemon process (dsec-vmmd, `dsec-vmm serve`): start-up cleanup of
+// what a previous run left, the trajectory store, the Service and the HTTP
+// server, until SIGTERM/SIGINT.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "sandbox/daemon/http_server.h"
+#include "sandbox/daemon/service.h"
+
+namespace dsec::daemon {
+
+struct DaemonOptions {
+  HttpOptions http;
+  ServiceOptions service;
+  std::string container_state_root;  // container sandboxes' state dirs
+  std::string fncall_state_root;     // fncall pools' state dirs
+  uint64_t upper_size_bytes = 1ull << 30;
+  std::string trajectory_dir = kDefaultTrajectoryDir;  // "" = no trajectory support
+  uint64_t max_task_bytes = 64ull << 20;
+  uint64_t max_node_bytes = 4ull << 30;
+  int fncall_max_workers = 8;
+};
+
+// Removes container sandboxes and fncall pools of dead owners under the
+// state roots (processes, mounts, cgroups) and reports what it found.
+nlohmann::json CleanupPreviousRun(const DaemonOptions& options);
+
+// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
+// Blocks those signals in the calling thread first (call it before
+// starting other threads).
+int RunDaemon(DaemonOptions options);
+
+}  // namespace dsec::daemon

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+// dsec-vmmd as a real process: SIGKILL after acknowledged execs, then a
+// restart that cleans up what the dead daemon left (mounts, cgroups,
+// processes), keeps every acknowledged trajectory record, and replays them
+// on resume without running the commands again.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "sandbox/container/test_image.h"
+#include "sandbox/daemon/daemon_testing.h"
+
+extern char** environ;
+
+namespace dsec::daemon {
+namespace {
+
+using nlohmann::json;
+using container::testing::TempDir;
+
+constexpr char kJson[] = "application/json";
+
+class Daemon {
+ public:
+  Daemon(const std::string& dir, const std::string& store) : dir_(dir), store_(store) {}
+  ~Daemon() { Kill(SIGKILL); }
+  bool Start() {
+    std::vector<std::string> args = {DSEC_VMMD_BINARY_PATH,
+                                     "--socket", Socket(),
+                                     "--trajectory-dir", dir_ + "/trj",
+                                     "--container-state-dir", dir_ + "/ctr",
+                                     "--fncall-state-dir", dir_ + "/fn",
+                                     "--store", store_,
+                                     "--upper-mib", "16",
+                                     "--log-level", "warn"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int out[2];
+    if (pipe(out) != 0) return false;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    if (rc != 0) {
+      close(out[0]);
+      return false;
+    }
+    // The ready line says the socket listens.
+    std::string line;
+    char c;
+    while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
+    close(out[0]);
+    return line.rfind("dsec-vmmd ready", 0) == 0;
+  }
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int st;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+  std::string Socket() const { return dir_ + "/api/api.sock"; }
+
+ private:
+  std::string dir_, store_;
+  pid_t pid_ = -1;
+};
+
+// Alive and not a zombie (an orphaned init is reaped by whoever adopts it).
+bool Running(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(DaemonProcessTest, KillNineKeepsAcknowledgedExecsAndRestartCleansUp) {
+  auto dir = TempDir::Create("dsec-daemon-proc-");
+  ASSERT_TRUE(dir.ok());
+  const std::string store = dir->path() + "/store";
+  if (absl::Status s = testing::BuildBusyboxLayer(store, dir->path()); !s.ok()) GTEST_SKIP() << s;
+  std::string sandbox_id, init_pid, state;
+  const std::string task = absl::StrCat("kill9-", ::getpid());
+  const std::string append = "echo x >> /root/f; wc -l < /root/f";
+  const int kExecs = 5;
+  {
+    Daemon d(dir->path(), store);
+    ASSERT_TRUE(d.Start());
+    auto c = testing::UnixClient(d.Socket());
+    auto r = c->Post("/v1/sandboxes", json{{"tier", "container"}, {"layers", {"bb:1"}}, {"task_id", task}}.dump(),
+                     kJson);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 201) << r->body;
+    sandbox_id = testing::JsonOf(r)["id"];
+    for (int i = 1; i <= kExecs; ++i) {
+      auto e = c->Post(absl::StrCat("/v1/sandboxes/", sandbox_id, "/exec"),
+                       json{{"argv", {"sh", "-c", append}}}.dump(), kJson);
+      ASSERT_TRUE(e);
+      ASSERT_EQ(testing::JsonOf(e)["stdout"], absl::StrCat(i, "\n"));
+      ASSERT_EQ(testing::JsonOf(e)["seq"], i - 1);  // acknowledged
+    }
+    state = absl::StrCat(dir->path(), "/ctr/", sandbox_id);
+    init_pid = ReadAll(state + "/init");
+    ASSERT_FALSE(init_pid.empty());
+    d.Kill(SIGKILL);
+  }
+  // The dead daemon's sandbox is still there.
+  EXPECT_NE(ReadAll("/proc/self/mountinfo").find(state), std::string::npos);
+  const pid_t init = static_cast<pid_t>(atoi(init_pid.c_str()));
+  EXPECT_TRUE(Running(init));
+
+  Daemon d(dir->path(), store);
+  ASSERT_TRUE(d.Start());
+  auto c = testing::UnixClient(d.Socket());
+  auto h = c->Get("/v1/health");
+  ASSERT_TRUE(h);
+  json health = testing::JsonOf(h);
+  EXPECT_EQ(health["recovered"]["container_sandboxes"], 1) << h->body;
+  // Nothing of it is left: mounts, process, state, cgroups.
+  EXPECT_EQ(ReadAll("/proc/self/mountinfo").find(state), std::string::npos);
+  EXPECT_FALSE(Running(init));
+  EXPECT_NE(access(state.c_str(), F_OK), 0);
+  EXPECT_EQ(ReadAll("/proc/self/cgroup").find(sandbox_id), std::string::npos);
+  for (const char* h2 : {"memory", "pids", "cpu", "unified"}) {
+    // (the daemon's cgroups sit under its own: search the hierarchy)
+    std::string found = container::testing::RunHostCommand(
+                            {"/bin/sh", "-c", absl::StrCat("find /sys/fs/cgroup/", h2, " -maxdepth 4 -name '*",
+                                                      sandbox_id, "*' 2>/dev/null; true")})
+                            .value_or("?");
+    EXPECT_EQ(found, "") << h2;
+    EXPECT_NE(access(absl::StrCat("/sys/fs/cgroup/", h2, "/dsec-ctr-", sandbox_id).c_str(), F_OK), 0);
+  }
+  // Every acknowledged exec is in the log.
+  auto log = c->Get(absl::StrCat("/v1/tasks/", task, "/log"));
+  ASSERT_TRUE(log);
+  json records = testing::JsonOf(log)["records"];
+  ASSERT_EQ(records.size(), static_cast<size_t>(kExecs));
+  for (int i = 0; i < kExecs; ++i) {
+    EXPECT_EQ(records[i]["seq"], i);
+    EXPECT_EQ(Base64Decode(records[i]["stdout_b64"]).value_or(""), absl::StrCat(i + 1, "\n"));
+  }
+  // Resume: the recorded results come back and nothing runs (the file
+  // the commands append to does not grow: it does not even exist).
+  auto res = c->Post(absl::StrCat("/v1/tasks/", task, "/resume"), json{{"tier", "container"}, {"layers", {"bb:1"}}}.dump(),
+                     kJson);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  EXPECT_EQ(testing::JsonOf(res)["recorded"], kExecs);
+  const std::string rid = testing::JsonOf(res)["id"];
+  for (int i = 1; i <= kExecs; ++i) {
+    auto e = c->Post(absl::StrCat("/v1/sandboxes/", rid, "/exec"), json{{"argv", {"sh", "-c", append}}}.dump(), kJson);
+    ASSERT_TRUE(e);
+    json j = testing::JsonOf(e);
+    EXPECT_TRUE(j["replayed"].get<bool>());
+    EXPECT_EQ(j["stdout"], absl::StrCat(i, "\n"));
+    auto f = c->Get(absl::StrCat("/v1/sandboxes/", rid, "/files?path=/root/f"));
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->status, 404) << "replayed exec " << i << " ran";
+  }
+  // Past the end of the recording: live, reported, and the non-idempotent
+  // execs that could not be re-applied (no checkpoint) are named.
+  auto live = c->Post(absl::StrCat("/v1/sandboxes/", rid, "/exec"), json{{"argv", {"sh", "-c", append}}}.dump(), kJson);
+  ASSERT_TRUE(live);
+  json lj = testing::JsonOf(live);
+  EXPECT_FALSE(lj["replayed"].get<bool>());
+  EXPECT_EQ(lj["stdout"], "1\n");
+  EXPECT_EQ(lj["seq"], kExecs);
+  EXPECT_EQ(lj["divergence"]["reason"], "past-end");
+  EXPECT_EQ(lj["divergence"]["not_reapplied"].size(), static_cast<size_t>(kExecs));
+  c->Delete(absl::StrCat("/v1/sandboxes/", rid));
+  c->Delete(absl::StrCat("/v1/tasks/", task));
+}
+
+}  // namespace
+}  // namespace dsec::daemon

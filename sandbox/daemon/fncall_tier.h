@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fncall tier behind the daemon's Tier interface: one fncall::Pool per
+// configuration (layers, language, memory, pids), shared by every sandbox
+// of that configuration and destroyed with the last of them. An exec is a
+// call; files, pause/resume and pack_diff are FailedPrecondition (a call
+// keeps no state between calls).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "sandbox/daemon/tier.h"
+
+namespace dsec::fncall {
+class Pool;
+}
+
+namespace dsec::daemon {
+
+struct FncallTierOptions {
+  std::string state_root;  // fncall::PoolConfig::state_root
+  int max_workers_per_pool = 8;
+  int min_idle = 1;
+};
+
+class FncallTier : public Tier {
+ public:
+  explicit FncallTier(FncallTierOptions options) : options_(std::move(options)) {}
+  ~FncallTier() override;
+  std::string name() const override { return "fncall"; }
+  absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override;
+  absl::StatusOr<int> CleanupOrphans() override;
+  int pools() const;
+
+  // A pool and the sandboxes using it.
+  struct Shared {
+    std::string key;
+    std::unique_ptr<fncall::Pool> pool;
+    int users = 0;
+  };
+  void Release(const std::string& key);
+
+ private:
+  FncallTierOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Shared>> pools_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dsec::daemon

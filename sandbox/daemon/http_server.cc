@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/daemon/http_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "sandbox/daemon/errors.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/scoped_fd.h"
+#include "vmm/base/status.h"
+
+namespace dsec::daemon {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr char kJson[] = "application/json";
+
+void SendError(httplib::Response& res, const absl::Status& s, int http_status = 0) {
+  json err = {{"code", ErrorCodeName(s.code())}, {"message", std::string(s.message())}};
+  if (auto f = ErrorField(s)) err["field"] = *f;
+  res.status = http_status != 0 ? http_status : HttpStatusFor(s.code());
+  res.set_content(json{{"error", err}}.dump(), kJson);
+}
+
+void SendJson(httplib::Response& res, const json& j, int status = 200) {
+  res.status = status;
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
+}
+
+// Parses a JSON body within the size limit; an empty body is {}.
+absl::StatusOr<json> ParseBody(const httplib::Request& req, size_t limit, httplib::Response& res) {
+  if (req.body.size() > limit) {
+    SendError(res, absl::ResourceExhaustedError(absl::StrCat("request body over the ", limit, "-byte limit")), 413);
+    return absl::ResourceExhaustedError("sent");
+  }
+  if (req.body.empty()) return json::object();
+  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    SendError(res, absl::InvalidArgumentError("the request body is not valid JSON"));
+    return absl::InvalidArgumentError("sent");
+  }
+  return j;
+}
+
+template <typename F>
+auto WithJsonBody(Service* svc, const HttpOptions& o, F f) {
+  (void)svc;
+  return [o, f](const httplib::Request& req, httplib::Response& res) {
+    auto body = ParseBody(req, o.max_json_bytes, res);
+    if (!body.ok()) return;
+    f(req, res, *body);
+  };
+}
+
+void Reply(httplib::Response& res, const absl::StatusOr<json>& r, int ok_status = 200) {
+  if (!r.ok()) return SendError(res, r.status());
+  SendJson(res, *r, ok_status);
+}
+
+void ReplyEmpty(httplib::Response& res, const absl::Status& s) {
+  if (!s.ok()) return SendError(res, s);
+  res.status = 204;
+}
+
+void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o) {
+  srv.Get("/v1/health", [svc](const httplib::Request&, httplib::Response& res) { SendJson(res, svc->Health()); });
+  srv.Get("/metrics", [svc](const httplib::Request&, httplib::Response& res) {
+    res.set_content(svc->MetricsText(), "text/plain; version=0.0.4");
+  });
+  srv.Post("/v1/sandboxes", WithJsonBody(svc, o, [svc](const httplib::Request&, httplib::Response& res, const json& b) {
+             Reply(res, svc->Create(b), 201);
+           }));
+  srv.Get("/v1/sandboxes", [svc](const httplib::Request&, httplib::Response& res) { SendJson(res, svc->List()); });
+  srv.Get(R"(/v1/sandboxes/([^/]+))", [svc](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, svc->Get(req.matches[1]));
+  });
+  srv.Delete(R"(/v1/sandboxes/([^/]+))", [svc](const httplib::Request& req, httplib::Response& res) {
+    ReplyEmpty(res, svc->Delete(req.matches[1]));
+  });
+  srv.Post(R"(/v1/sandboxes/([^/]+)/exec)",
+           WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
+             Reply(res, svc->Exec(req.matches[1], b));
+           }));
+  srv.Post(R"(/v1/sandboxes/([^/]+)/exec/stream)",
+           WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
+             auto r = svc->Exec(req.matches[1], b);
+             if (!r.ok()) return SendError(res, r.status());
+             // Output as lines of at most 64 KiB, then the exit object.
+             auto lines = std::make_shared<std::vector<std::string>>();
+             json result = *r;
+             for (const char* stream : {"stdout", "stderr"}) {
+               auto bytes = Base64Decode(result[absl::StrCat(stream, "_b64")].get<std::string>());
+               const std::string data = bytes.ok() ? *bytes : "";
+               for (size_t off = 0; off < data.size(); off += 65536) {
+                 lines->push_back(
+                     json{{"stream", stream}, {"data_b64", Base64Encode(data.substr(off, 65536))}}.dump() + "\n");
+               }
+               result.erase(stream);
+               result.erase(absl::StrCat(stream, "_b64"));
+             }
+             lines->push_back(json{{"exit", result}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+             res.status = 200;
+             res.set_chunked_content_provider("application/x-ndjson",
+                                              [lines, i = size_t{0}](size_t, httplib::DataSink& sink) mutable {
+                                                if (i < lines->size()) {
+                                                  const std::string& l = (*lines)[i++];
+                                                  if (!sink.write(l.data(), l.size())) return false;
+                                                }
+                                                if (i >= lines->size()) sink.done();
+                                                return true;
+                                              });
+           }));
+  srv.Get(R"(/v1/sandboxes/([^/]+)/files)", [svc](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("path")) return SendError(res, InvalidField("path", "path is required"));
+    auto r = svc->ReadFile(req.matches[1], req.get_param_value("path"));
+    if (!r.ok()) return SendError(res, r.status());
+    res.set_content(*r, "application/octet-stream");
+  });
+  srv.Put(R"(/v1/sandboxes/([^/]+)/files)", [svc, o](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("path")) return SendError(res, InvalidField("path", "path is required"));
+    if (req.body.size() > o.max_file_bytes) {
+      return SendError(res, absl::ResourceExhaustedError("file over the upload limit"), 413);
+    }
+    ReplyEmpty(res, svc->WriteFile(req.matches[1], req.get_param_value("path"),
+                                   req.has_param("mode") ? req.get_param_value("mode") : "", req.body));
+  });
+  srv.Get(R"(/v1/sandboxes/([^/]+)/files/list)", [svc](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, svc->ListFiles(req.matches[1], req.has_param("path") ? req.get_param_value("path") : "/"));
+  });
+  srv.Post(R"(/v1/sandboxes/([^/]+)/pack_diff)",
+           WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
+             Reply(res, svc->PackDiff(req.matches[1], b), 201);
+           }));
+  srv.Post(R"(/v1/sandboxes/([^/]+)/pause)", [svc](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, svc->Pause(req.matches[1]));
+  });
+  srv.Post(R"(/v1/sandboxes/([^/]+)/resume)", [svc](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, svc->Resume(req.matches[1]));
+  });
+  srv.Get("/v1/layers", [svc](const httplib::Request&, httplib::Response& res) { Reply(res, svc->ListLayers()); });
+  srv.Post("/v1/layers", WithJsonBody(svc, o, [svc](const httplib::Request&, httplib::Response& res, const json& b) {
+             Reply(res, svc->AddLayer(b), 201);
+           }));
+  srv.Delete(R"(/v1/layers/(.+))", [svc](const httplib::Request& req, httplib::Response& res) {
+    ReplyEmpty(res, svc->RemoveLayer(req.matches[1]));
+  });
+  srv.Post(R"(/v1/tasks/([^/]+)/resume)",
+           WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
+             Reply(res, svc->ResumeTask(req.matches[1], b), 201);
+           }));
+  srv.Get(R"(/v1/tasks/([^/]+)/log)", [svc](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, svc->TaskLog(req.matches[1]));
+  });
+  srv.Delete(R"(/v1/tasks/([^/]+))", [svc](const httplib::Request& req, httplib::Response& res) {
+    ReplyEmpty(res, svc->DeleteTask(req.matches[1]));
+  });
+}
+
+void Configure(httplib::Server& srv, const HttpOptions& o) {
+  const int threads = o.threads;
+  srv.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  srv.set_payload_max_length(o.max_file_bytes + (1u << 20));
+  srv.set_read_timeout(o.read_timeout_s, 0);
+  srv.set_write_timeout(o.write_timeout_s, 0);
+  srv.set_keep_alive_timeout(5);
+  srv.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
+                                                               httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
+    absl::Status s = res.status == 413   ? absl::ResourceExhaustedError("request body too large")
+                     : res.status == 404 ? absl::NotFoundError(absl::StrCat("no route ", req.method, " ", req.path))
+                     : res.status == 405 ? absl::InvalidArgumentError("method not allowed")
+                                         : absl::InvalidArgumentError(absl::StrCat("HTTP ", res.status));
+    SendError(res, s, res.status);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  srv.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unexpected exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    SendError(res, absl::InternalError(what));
+  });
+}
+
+// Refuses to take over a socket a live daemon answers on; removes a stale one.
+absl::Status PrepareSocketPath(const std::string& path) {
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
+  }
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = path.substr(0, slash);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoToStatus(absl::StrCat("mkdir ", dir));
+    if (::chmod(dir.c_str(), 0700) != 0) return ErrnoToStatus(absl::StrCat("chmod ", dir));
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a socket"));
+  }
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, path.c_str(), path.size());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat("a daemon already listens on ", path));
+  }
+  if (::unlink(path.c_str()) != 0) return ErrnoToStatus(absl::StrCat("unlink stale ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool TokenMatches(const std::string& header_value, const std::string& token) {
+  const std::string prefix = "Bearer ";
+  if (token.empty()) return false;
+  std::string presented = header_value.rfind(prefix, 0) == 0 ? header_value.substr(prefix.size()) : "";
+  // Constant time in the token's length: every byte is compared.
+  unsigned char diff = presented.size() == token.size() ? 0 : 1;
+  for (size_t i = 0; i < token.size(); ++i) {
+    unsigned char p = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    diff |= static_cast<unsigned char>(p ^ static_cast<unsigned char>(token[i]));
+  }
+  return diff == 0;
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, HttpOptions options) {
+  std::unique_ptr<HttpServer> hs(new HttpServer());
+  if (options.socket_path.empty() && options.tcp_host.empty()) {
+    return absl::InvalidArgumentError("no socket and no TCP address to listen on");
+  }
+  if (!options.socket_path.empty()) {
+    DSEC_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
+    auto srv = std::make_unique<httplib::Server>();
+    Configure(*srv, options);
+    AddRoutes(*srv, service, options);
+    srv->set_address_family(AF_UNIX);
+    if (!srv->bind_to_port(options.socket_path, 80)) {
+      return absl::InternalError(absl::StrCat("cannot listen on ", options.socket_path));
+    }
+    if (::chmod(options.socket_path.c_str(), 0600) != 0) return ErrnoToStatus("chmod socket");
+    hs->socket_path_ = options.socket_path;
+    httplib::Server* raw = srv.get();
+    hs->servers_.push_back(std::move(srv));
+    hs->threads_.emplace_back([raw] { raw->listen_after_bind(); });
+  }
+  if (!options.tcp_host.empty()) {
+    if (options.token.empty()) return absl::InvalidArgumentError("TCP needs a token (--token-file)");
+    auto srv = std::make_unique<httplib::Server>();
+    Configure(*srv, options);
+    const std::string token = options.token;
+    srv->set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
+      if (TokenMatches(req.get_header_value("Authorization"), token)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      res.set_header("WWW-Authenticate", "Bearer");
+      SendError(res, absl::UnauthenticatedError("missing or wrong bearer token"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    AddRoutes(*srv, service, options);
+    if (options.tcp_port == 0) {
+      int port = srv->bind_to_any_port(options.tcp_host);
+      if (port <= 0) return absl::InternalError(absl::StrCat("cannot listen on ", options.tcp_host));
+      hs->tcp_port_ = port;
+    } else {
+      if (!srv->bind_to_port(options.tcp_host, options.tcp_port)) {
+        return absl::InternalError(absl::StrCat("cannot listen on ", options.tcp_host, ":", options.tcp_port));
+      }
+      hs->tcp_port_ = options.tcp_port;
+    }
+    httplib::Server* raw = srv.get();
+    hs->servers_.push_back(std::move(srv));
+    hs->threads_.emplace_back([raw] { raw->listen_after_bind(); });
+  }
+  // httplib's stop() is a no-op until the listener thread has entered its
+  // accept loop (0.11.4 has no wait_until_ready): wait for that, so that a
+  // Stop right after Start cannot leave a listener running.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (auto& s : hs->servers_) {
+    while (!s->is_running()) {
+      if (std::chrono::steady_clock::now() > deadline) return absl::InternalError("the HTTP listener did not start");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return hs;
+}
+
+void HttpServer::Stop() {
+  for (auto& s : servers_) s->stop();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+  if (!socket_path_.empty()) {
+    ::unlink(socket_path_.c_str());
+    socket_path_.clear();
+  }
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+}  // namespace dsec::daemon

@@ -1,0 +1,498 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/daemon/service.h"
+
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sandbox/daemon/errors.h"
+#include "sandbox/daemon/service_internal.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+namespace dsec::daemon {
+
+using nlohmann::json;
+
+int64_t NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+namespace {
+
+std::string NewId() {
+  uint8_t b[8];
+  if (::getrandom(b, sizeof(b), 0) != sizeof(b)) {
+    uint64_t x = static_cast<uint64_t>(NowMs()) ^ (static_cast<uint64_t>(::getpid()) << 40);
+    memcpy(b, &x, sizeof(b));
+  }
+  std::string id = "sb-";
+  for (uint8_t c : b) absl::StrAppendFormat(&id, "%02x", c);
+  return id;
+}
+
+std::vector<std::string> DefaultLayerNames(const std::string& tier, const std::string& lang) {
+  if (tier == "fncall" && lang == "python") return {"base:bookworm", "python:1"};
+  return {"base:bookworm"};
+}
+
+bool ValidTaskId(const std::string& t) {
+  if (t.empty() || t.size() > 128 || t[0] == '.') return false;
+  for (char c : t) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Service::Service(ServiceOptions options, std::map<std::string, std::unique_ptr<Tier>> tiers,
+                 std::unique_ptr<trajectory::TrajectoryStore> trajectories)
+    : options_(std::move(options)), tiers_(std::move(tiers)), trajectories_(std::move(trajectories)) {
+  if (options_.start_reaper) reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+Service::~Service() {
+  {
+    std::lock_guard<std::mutex> lock(reaper_mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  DestroyAll();
+}
+
+void Service::ReaperLoop() {
+  std::unique_lock<std::mutex> lock(reaper_mu_);
+  while (!stopping_) {
+    // A periodic timer, not synchronisation: TTLs have 1 s resolution.
+    reaper_cv_.wait_for(lock, std::chrono::seconds(1));
+    if (stopping_) break;
+    lock.unlock();
+    ReapExpired();
+    lock.lock();
+  }
+}
+
+int Service::ReapExpired() {
+  std::vector<std::string> expired;
+  const int64_t now = NowMs();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : sandboxes_) {
+      if (e->expires_ms && *e->expires_ms <= now) expired.push_back(id);
+    }
+  }
+  int n = 0;
+  for (const std::string& id : expired) {
+    if (Delete(id).ok()) {
+      DSEC_LOG(info, "daemon: sandbox={} ttl expired, destroyed", id);
+      ++n;
+    }
+  }
+  return n;
+}
+
+void Service::SetRecovered(json recovered) {
+  std::lock_guard<std::mutex> lock(mu_);
+  recovered_ = std::move(recovered);
+}
+
+int Service::sandbox_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(sandboxes_.size());
+}
+
+json Service::Health() const {
+  json h;
+  h["status"] = "ok";
+  h["version"] = kVersion;
+  h["tiers"] = {{"container", tiers_.count("container") != 0},
+                {"fncall", tiers_.count("fncall") != 0},
+                {"microvm", false},
+                {"fullvm", false}};
+  std::lock_guard<std::mutex> lock(mu_);
+  h["sandboxes"] = sandboxes_.size();
+  h["recovered"] = recovered_;
+  return h;
+}
+
+std::string Service::MetricsText() const {
+  std::string out;
+  std::map<std::pair<std::string, std::string>, int> counts;
+  for (const char* t : {"container", "fncall"}) {
+    counts[{t, "running"}] = 0;
+    counts[{t, "paused"}] = 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : sandboxes_) counts[{e->tier, e->paused ? "paused" : "running"}]++;
+  }
+  out += "# HELP dsec_sandboxes Sandboxes by tier and state.\n# TYPE dsec_sandboxes gauge\n";
+  for (const auto& [k, n] : counts) {
+    absl::StrAppendFormat(&out, "dsec_sandboxes{tier=\"%s\",state=\"%s\"} %d\n", k.first, k.second, n);
+  }
+  out += "# HELP dsec_create_seconds Sandbox create latency.\n# TYPE dsec_create_seconds histogram\n";
+  for (const auto& [t, h] : metrics_.create_ms) out += h.Render("dsec_create_seconds", absl::StrCat("tier=\"", t, "\""));
+  out += "# HELP dsec_exec_seconds Exec latency (live execs).\n# TYPE dsec_exec_seconds histogram\n";
+  for (const auto& [t, h] : metrics_.exec_ms) out += h.Render("dsec_exec_seconds", absl::StrCat("tier=\"", t, "\""));
+  out += "# HELP dsec_execs_total Execs answered (live and replayed).\n# TYPE dsec_execs_total counter\n";
+  for (const auto& [t, n] : metrics_.execs_total) {
+    absl::StrAppendFormat(&out, "dsec_execs_total{tier=\"%s\"} %d\n", t, n.load());
+  }
+  absl::StrAppendFormat(&out,
+                        "# HELP dsec_dropped_output_bytes_total Output bytes dropped by caps and rate limits.\n"
+                        "# TYPE dsec_dropped_output_bytes_total counter\n"
+                        "dsec_dropped_output_bytes_total %d\n"
+                        "# HELP dsec_replayed_execs_total Execs answered from a trajectory without running.\n"
+                        "# TYPE dsec_replayed_execs_total counter\n"
+                        "dsec_replayed_execs_total %d\n"
+                        "# HELP dsec_rejected_total Requests refused by a node limit (429).\n"
+                        "# TYPE dsec_rejected_total counter\n"
+                        "dsec_rejected_total %d\n"
+                        "# HELP dsec_execs_running Execs running now.\n"
+                        "# TYPE dsec_execs_running gauge\n"
+                        "dsec_execs_running %d\n"
+                        "# HELP dsec_unrecorded_execs_total Execs the trajectory quota could not record.\n"
+                        "# TYPE dsec_unrecorded_execs_total counter\n"
+                        "dsec_unrecorded_execs_total %d\n",
+                        metrics_.dropped_output_bytes.load(), metrics_.replayed_execs.load(),
+                        metrics_.rejected_limit.load(), running_execs_.load(),
+                        metrics_.unrecorded_execs.load());
+  if (trajectories_) {
+    absl::StrAppendFormat(&out,
+                          "# HELP dsec_trajectory_bytes Bytes of trajectory logs on this node.\n"
+                          "# TYPE dsec_trajectory_bytes gauge\n"
+                          "dsec_trajectory_bytes %d\n"
+                          "dsec_trajectory_quota_bytes %d\n",
+                          trajectories_->node_quota().used(), trajectories_->node_quota().limit());
+  }
+  return out;
+}
+
+json Service::Describe(const Entry& e) const {
+  json j;
+  j["id"] = e.id;
+  j["tier"] = e.tier;
+  j["state"] = e.paused ? "paused" : "running";
+  j["layers"] = e.layers;
+  j["cpus"] = e.cpus;
+  j["memory_mib"] = e.memory_mib;
+  j["pids"] = e.pids;
+  j["qos"] = e.qos.empty() ? json(nullptr) : json(e.qos);
+  j["task_id"] = e.task_id ? json(*e.task_id) : json(nullptr);
+  j["created_unix_ms"] = e.created_ms;
+  j["expires_unix_ms"] = e.expires_ms ? json(*e.expires_ms) : json(nullptr);
+  j["execs"] = e.execs.load();
+  return j;
+}
+
+absl::StatusOr<std::shared_ptr<Service::Entry>> Service::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  return it->second;
+}
+
+namespace {
+
+// Field accessors that name the field on a type error.
+absl::Status CheckObject(const json& body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<int64_t>> OptInt(const json& body, const char* field, int64_t lo, int64_t hi) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
+  if (!it->is_number_integer()) return InvalidField(field, absl::StrCat(field, " must be an integer"));
+  int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                  ? INT64_MAX
+                  : it->get<int64_t>();
+  if (v < lo || v > hi) {
+    return InvalidField(field, absl::StrCat(field, " must be between ", lo, " and ", hi));
+  }
+  return std::optional<int64_t>(v);
+}
+
+absl::StatusOr<std::optional<std::string>> OptString(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string()) return InvalidField(field, absl::StrCat(field, " must be a string"));
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json& body,
+                                                                    std::optional<std::string> forced_task) {
+  DSEC_RETURN_IF_ERROR(CheckObject(body));
+  static const std::set<std::string> kKnown = {"tier", "layers", "lang", "cpus", "memory_mib", "pids",
+                                               "qos", "ttl_s", "task_id"};
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (kKnown.count(it.key()) == 0) return InvalidField(it.key(), absl::StrCat("unknown field ", it.key()));
+  }
+  auto e = std::make_shared<Entry>();
+  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> tier, OptString(body, "tier"));
+  if (!tier) return InvalidField("tier", "tier is required (container or fncall)");
+  if (*tier == "microvm" || *tier == "fullvm") {
+    return absl::UnavailableError(absl::StrCat("the ", *tier, " tier is not available on this node"));
+  }
+  if (*tier != "container" && *tier != "fncall") {
+    return InvalidField("tier", "tier must be container or fncall");
+  }
+  if (tiers_.count(*tier) == 0) {
+    return absl::UnavailableError(absl::StrCat("the ", *tier, " tier is not available on this node"));
+  }
+  e->tier = *tier;
+  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> lang, OptString(body, "lang"));
+  if (lang) {
+    if (e->tier != "fncall") return InvalidField("lang", "lang applies to the fncall tier only");
+    if (*lang != "python" && *lang != "bash") return InvalidField("lang", "lang must be python or bash");
+    e->lang = *lang;
+  } else if (e->tier == "fncall") {
+    e->lang = "python";
+  }
+  if (auto it = body.find("layers"); it != body.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() > 64) return InvalidField("layers", "layers must be a list of at most 64 references");
+    for (const json& l : *it) {
+      if (!l.is_string() || l.get<std::string>().empty() || l.get<std::string>().size() > 512) {
+        return InvalidField("layers", "each layer must be a non-empty string");
+      }
+      e->refs.push_back(l.get<std::string>());
+    }
+  }
+  e->layers = e->refs.empty() ? DefaultLayerNames(e->tier, e->lang) : e->refs;
+  if (auto it = body.find("cpus"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() <= 0 || it->get<double>() > 1024) {
+      return InvalidField("cpus", "cpus must be a number in (0, 1024]");
+    }
+    e->cpus = it->get<double>();
+  }
+  DSEC_ASSIGN_OR_RETURN(auto mem, OptInt(body, "memory_mib", 16, 1 << 20));
+  if (mem) e->memory_mib = static_cast<uint64_t>(*mem);
+  DSEC_ASSIGN_OR_RETURN(auto pids, OptInt(body, "pids", 8, 1 << 20));
+  if (pids) e->pids = static_cast<uint64_t>(*pids);
+  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> qos, OptString(body, "qos"));
+  if (qos) {
+    if (*qos != "ls" && *qos != "be") return InvalidField("qos", "qos must be ls or be");
+    e->qos = *qos;
+  }
+  DSEC_ASSIGN_OR_RETURN(auto ttl, OptInt(body, "ttl_s", 1, options_.max_ttl_s));
+  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> task, OptString(body, "task_id"));
+  if (forced_task) {
+    if (task) return InvalidField("task_id", "task_id comes from the URL on resume");
+    task = forced_task;
+  }
+  if (task) {
+    if (!ValidTaskId(*task)) {
+      return InvalidField("task_id", "task_id must be 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
+    }
+    if (!trajectories_) return absl::UnavailableError("this daemon has no trajectory store");
+    e->task_id = task;
+  }
+  e->id = NewId();
+  e->created_ms = NowMs();
+  if (ttl) e->expires_ms = e->created_ms + *ttl * 1000;
+
+  // Limits and task ownership, reserved before the (slow) tier create.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(sandboxes_.size()) + pending_creates_ >= options_.max_sandboxes) {
+      metrics_.rejected_limit++;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this node holds its maximum of ", options_.max_sandboxes, " sandboxes"));
+    }
+    if (e->task_id) {
+      auto it = task_owner_.find(*e->task_id);
+      if (it != task_owner_.end()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("task ", *e->task_id, " already has a live sandbox (", it->second, ")"));
+      }
+      task_owner_[*e->task_id] = e->id;
+    }
+    pending_creates_++;
+  }
+  auto release = [&](bool keep) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_creates_--;
+    if (keep) {
+      sandboxes_[e->id] = e;
+    } else if (e->task_id) {
+      task_owner_.erase(*e->task_id);
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto sb = MakeTierSandbox(*e, {});
+  if (!sb.ok()) {
+    release(false);
+    return sb.status();
+  }
+  e->sandbox = std::move(*sb);
+  metrics_.create_ms.at(e->tier).Observe(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  release(true);
+  DSEC_LOG(info, "daemon: sandbox={} tier={} created", e->id, e->tier);
+  return e;
+}
+
+absl::StatusOr<std::unique_ptr<TierSandbox>> Service::MakeTierSandbox(
+    Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id) {
+  if (!options_.resolve_layers) return absl::InternalError("no layer resolver configured");
+  // A checkpoint layer (extra_refs) brings its parents, so on top of the
+  // tier default it stands alone.
+  std::vector<std::string> refs = e.refs;
+  refs.insert(refs.end(), extra_refs.begin(), extra_refs.end());
+  auto images = options_.resolve_layers(e.tier, e.lang, refs);
+  if (!images.ok()) {
+    if (absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())) {
+      return InvalidField("layers", std::string(images.status().message()));
+    }
+    return images.status();
+  }
+  CreateSpec spec;
+  spec.id = tier_id.empty() ? e.id : tier_id;
+  spec.images = *images;
+  spec.lang = e.lang;
+  spec.cpus = e.cpus;
+  spec.memory_mib = e.memory_mib;
+  spec.pids = e.pids;
+  spec.qos = e.qos;
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<TierSandbox> sb, tiers_.at(e.tier)->Create(spec));
+  e.images = *images;
+  return sb;
+}
+
+absl::StatusOr<json> Service::Create(const json& body) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, CreateEntry(body, std::nullopt));
+  return Describe(*e);
+}
+
+json Service::List() const {
+  json list = json::array();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, e] : sandboxes_) list.push_back(Describe(*e));
+  return json{{"sandboxes", list}};
+}
+
+absl::StatusOr<json> Service::Get(const std::string& id) const {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  return Describe(*e);
+}
+
+void Service::DestroyEntry(Entry& e) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (e.destroyed) return;
+  e.destroyed = true;
+  if (e.sandbox) {
+    if (absl::Status s = e.sandbox->Destroy(); !s.ok()) {
+      DSEC_LOG(warn, "daemon: sandbox={} destroy: {}", e.id, s.ToString());
+    }
+    e.sandbox.reset();
+  }
+}
+
+absl::Status Service::Delete(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+    e = it->second;
+    sandboxes_.erase(it);
+  }
+  DestroyEntry(*e);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (e->task_id) {
+    auto it = task_owner_.find(*e->task_id);
+    if (it != task_owner_.end() && it->second == e->id) task_owner_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+void Service::DestroyAll() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : sandboxes_) ids.push_back(id);
+  }
+  for (const std::string& id : ids) (void)Delete(id);
+}
+
+absl::StatusOr<json> Service::Pause(const std::string& id) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+    DSEC_RETURN_IF_ERROR(e->sandbox->Pause());
+    e->paused = true;
+  }
+  return Describe(*e);
+}
+
+absl::StatusOr<json> Service::Resume(const std::string& id) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+    DSEC_RETURN_IF_ERROR(e->sandbox->Resume());
+    e->paused = false;
+  }
+  return Describe(*e);
+}
+
+absl::StatusOr<std::string> Service::ReadFile(const std::string& id, const std::string& path) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  auto r = e->sandbox->ReadFile(path, options_.max_file_bytes);
+  if (absl::IsInvalidArgument(r.status())) return InvalidField("path", std::string(r.status().message()));
+  return r;
+}
+
+absl::Status Service::WriteFile(const std::string& id, const std::string& path, const std::string& mode,
+                                const std::string& data) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  uint32_t m = 0644;
+  if (!mode.empty()) {
+    if (mode.size() > 5 || mode.find_first_not_of("01234567") != std::string::npos) {
+      return InvalidField("mode", "mode must be octal, e.g. 0644");
+    }
+    m = static_cast<uint32_t>(std::stoul(mode, nullptr, 8));
+    if (m > 07777) return InvalidField("mode", "mode must be at most 07777");
+  }
+  if (data.size() > options_.max_file_bytes) {
+    return absl::ResourceExhaustedError("file larger than the upload limit");
+  }
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  absl::Status s = e->sandbox->WriteFile(path, data, m);
+  if (absl::IsInvalidArgument(s)) return InvalidField("path", std::string(s.message()));
+  return s;
+}
+
+absl::StatusOr<json> Service::ListFiles(const std::string& id, const std::string& path) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  auto entries = e->sandbox->ListDir(path);
+  if (absl::IsInvalidArgument(entries.status())) {
+    return InvalidField("path", std::string(entries.status().message()));
+  }
+  if (!entries.ok()) return entries.status();
+  json list = json::array();
+  for (const FileEntry& f : *entries) {
+    list.push_back({{"name", ToValidUtf8(f.name)}, {"type", f.type}, {"size", f.size}, {"mode", f.mode}});
+  }
+  return json{{"entries", list}};
+}
+
+}  // namespace dsec::daemon

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// The node daemon's service layer, independent of HTTP: the sandbox
+// registry over the tiers, request validation (errors name the field),
+// limits, the TTL reaper, metrics, and the trajectory log (record every
+// exec of a task's sandbox before answering; resume a task by replaying
+// its recording). Requests and answers are the API's JSON documents
+// (docs/api.yaml); the HTTP layer only maps routes and errors.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "sandbox/daemon/metrics.h"
+#include "sandbox/daemon/tier.h"
+#include "sandbox/trajectory/log.h"
+#include "sandbox/trajectory/replay.h"
+
+namespace dsec::daemon {
+
+inline constexpr char kVersion[] = "0.1.0";
+inline constexpr char kDefaultTrajectoryDir[] = "/var/lib/dsec-vmm/trajectories";
+
+// Turns a create request's layer references into image files, lowest
+// first. `refs` empty = the tier's default layers.
+using LayerResolver = std::function<absl::StatusOr<std::vector<std::string>>(
+    const std::string& tier, const std::string& lang, const std::vector<std::string>& refs)>;
+
+struct ServiceOptions {
+  int max_sandboxes = 256;
+  int max_concurrent_execs = 32;
+  int64_t max_ttl_s = 7 * 24 * 3600;
+  int64_t max_timeout_s = 3600;
+  int64_t default_timeout_s = 60;
+  uint64_t output_cap_bytes = 4u << 20;  // per exec, stdout + stderr
+  uint64_t max_file_bytes = 64u << 20;   // files read/write
+  std::string layer_store;               // for pack_diff and /v1/layers ("" = none)
+  LayerResolver resolve_layers;
+  bool start_reaper = true;
+};
+
+// Threads: every method from any thread (the HTTP pool). Calls on one
+// sandbox are serialised by its entry lock; the registry lock is never
+// held while a tier works.
+class Service {
+ public:
+  // Takes the tiers present on this host (name -> tier) and the trajectory
+  // store (may be null: no task support).
+  Service(ServiceOptions options, std::map<std::string, std::unique_ptr<Tier>> tiers,
+          std::unique_ptr<trajectory::TrajectoryStore> trajectories);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  nlohmann::json Health() const;
+  std::string MetricsText() const;
+  // What the start-up cleanup found (shown in Health as "recovered").
+  void SetRecovered(nlohmann::json recovered);
+
+  absl::StatusOr<nlohmann::json> Create(const nlohmann::json& body);
+  nlohmann::json List() const;
+  absl::StatusOr<nlohmann::json> Get(const std::string& id) const;
+  absl::Status Delete(const std::string& id);
+  absl::StatusOr<nlohmann::json> Exec(const std::string& id, const nlohmann::json& body);
+  absl::StatusOr<nlohmann::json> Pause(const std::string& id);
+  absl::StatusOr<nlohmann::json> Resume(const std::string& id);
+  absl::StatusOr<std::string> ReadFile(const std::string& id, const std::string& path);
+  absl::Status WriteFile(const std::string& id, const std::string& path, const std::string& mode,
+                         const std::string& data);
+  absl::StatusOr<nlohmann::json> ListFiles(const std::string& id, const std::string& path);
+  absl::StatusOr<nlohmann::json> PackDiff(const std::string& id, const nlohmann::json& body);
+
+  absl::StatusOr<nlohmann::json> ListLayers() const;
+  absl::StatusOr<nlohmann::json> AddLayer(const nlohmann::json& body);
+  absl::Status RemoveLayer(const std::string& ref);
+
+  absl::StatusOr<nlohmann::json> ResumeTask(const std::string& task_id, const nlohmann::json& body);
+  absl::StatusOr<nlohmann::json> TaskLog(const std::string& task_id) const;
+  absl::Status DeleteTask(const std::string& task_id);
+
+  // Destroys every sandbox (shutdown).
+  void DestroyAll();
+  // Destroys sandboxes whose TTL passed (the reaper calls it each second).
+  int ReapExpired();
+  int sandbox_count() const;
+
+ private:
+  struct Entry;
+  struct Parsed;
+  absl::StatusOr<std::shared_ptr<Entry>> Find(const std::string& id) const;
+  absl::StatusOr<std::shared_ptr<Entry>> CreateEntry(const nlohmann::json& body,
+                                                     std::optional<std::string> forced_task);
+  // Resolves e's layers (plus extra_refs on top) and creates the tier
+  // sandbox, under e.id unless tier_id is given.
+  absl::StatusOr<std::unique_ptr<TierSandbox>> MakeTierSandbox(Entry& e,
+                                                               const std::vector<std::string>& extra_refs,
+                                                               const std::string& tier_id = "");
+  nlohmann::json Describe(const Entry& e) const;
+  absl::StatusOr<nlohmann::json> GoLive(Entry& e, const trajectory::ExecRequest& req,
+                                        const ExecSpec& spec) ;
+  absl::StatusOr<nlohmann::json> RunLive(Entry& e, const trajectory::ExecRequest& req,
+                                         const ExecSpec& spec);
+  void DestroyEntry(Entry& e);
+  void ReaperLoop();
+
+  const ServiceOptions options_;
+  std::map<std::string, std::unique_ptr<Tier>> tiers_;
+  std::unique_ptr<trajectory::TrajectoryStore> trajectories_;
+  mutable Metrics metrics_;
+  std::atomic<int> running_execs_{0};
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> sandboxes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> task_owner_ ABSL_GUARDED_BY(mu_);  // task -> sandbox id
+  int pending_creates_ ABSL_GUARDED_BY(mu_) = 0;
+  nlohmann::json recovered_ ABSL_GUARDED_BY(mu_) = nlohmann::json::object();
+
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+// Result JSON of an exec (the contract's exec result object).
+nlohmann::json ExecResultJson(const ExecOutcome& out);
+std::string Base64Encode(const std::string& bytes);
+absl::StatusOr<std::string> Base64Decode(const std::string& text);
+// Valid UTF-8 with invalid sequences replaced by U+FFFD.
+std::string ToValidUtf8(const std::string& bytes);
+
+}  // namespace dsec::daemon

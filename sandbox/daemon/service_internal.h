@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internals shared by service.cc and service_exec.cc.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sandbox/daemon/service.h"
+
+namespace dsec::daemon {
+
+struct Service::Entry {
+  std::string id;
+  std::string tier;
+  std::string lang;
+  std::vector<std::string> layers;  // references as requested (or the tier default's names)
+  std::vector<std::string> refs;    // as requested (empty = tier default)
+  std::vector<std::string> images;  // resolved image files
+  double cpus = 0;
+  uint64_t memory_mib = 512;
+  uint64_t pids = 512;
+  std::string qos;
+  std::optional<std::string> task_id;
+  int64_t created_ms = 0;
+  std::optional<int64_t> expires_ms;
+  std::atomic<uint64_t> execs{0};
+  std::atomic<bool> paused{false};
+
+  // Serialises every operation on the tier sandbox.
+  std::mutex mu;
+  std::unique_ptr<TierSandbox> sandbox;  // guarded by mu
+  bool destroyed = false;                // guarded by mu
+  // Replay mode (a resumed task) until the first live exec; guarded by mu.
+  std::unique_ptr<trajectory::Replayer> replayer;
+};
+
+int64_t NowMs();
+
+}  // namespace dsec::daemon

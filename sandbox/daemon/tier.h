@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one interface the node daemon drives every tier through. A Tier makes
+// TierSandboxes; the Service (service.h) owns them and serialises calls on
+// each one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dsec::daemon {
+
+struct CreateSpec {
+  std::string id;                   // sb-<random>
+  std::vector<std::string> images;  // resolved EROFS image files, lowest first
+  std::string lang = "python";      // fncall only: python | bash
+  double cpus = 0;                  // 0 = no quota
+  uint64_t memory_mib = 512;
+  uint64_t pids = 512;
+  std::string qos;                  // "", "ls" or "be" (recorded; placement is sched/'s)
+};
+
+struct ExecSpec {
+  std::vector<std::string> argv;  // container: the command; fncall: extra args
+  std::string code;               // fncall: the script
+  std::string stdin_data;
+  std::map<std::string, std::string> env;  // added to the tier's default environment
+  std::string cwd;                         // "" = tier default
+  int64_t timeout_ms = 60000;
+  uint64_t output_cap_bytes = 4u << 20;
+};
+
+struct ExecOutcome {
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  std::string killed_by;  // "" | timeout | memory | output | pids
+  std::string stdout_data;
+  std::string stderr_data;
+  uint64_t stdout_dropped = 0;
+  uint64_t stderr_dropped = 0;
+  double duration_ms = 0;
+};
+
+struct FileEntry {
+  std::string name;
+  std::string type;  // file | dir | symlink | other
+  uint64_t size = 0;
+  uint32_t mode = 0;
+};
+
+// One sandbox of a tier. Threads: the Service calls one method at a time
+// per sandbox (its entry lock); Destroy ends its life.
+class TierSandbox {
+ public:
+  virtual ~TierSandbox() = default;
+  virtual absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) = 0;
+  virtual absl::Status Pause() = 0;
+  virtual absl::Status Resume() = 0;
+  // Files, by absolute path inside the sandbox (never outside its root).
+  virtual absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) = 0;
+  virtual absl::Status WriteFile(const std::string& path, const std::string& data,
+                                 uint32_t mode) = 0;
+  virtual absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string& path) = 0;
+  // The writable layer's directory for pack_diff (the sandbox is frozen
+  // by the caller meanwhile); FailedPrecondition where the tier has none.
+  virtual absl::StatusOr<std::string> UpperDir() = 0;
+  virtual absl::Status Destroy() = 0;
+};
+
+// A tier: creates sandboxes, cleans up what a killed daemon left.
+// Threads: Create from any thread.
+class Tier {
+ public:
+  virtual ~Tier() = default;
+  virtual std::string name() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) = 0;
+  // Removes sandboxes/pools of dead owners under the tier's state root;
+  // returns how many.
+  virtual absl::StatusOr<int> CleanupOrphans() = 0;
+};
+
+}  // namespace dsec::daemon
