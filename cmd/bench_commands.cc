@@ -5,6 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "bench/boot_bench.h"
 #include "bench/smt_bench.h"
+#include "cmd/bench_api_commands.h"
 #include "cmd/bench_container_commands.h"
 #include "cmd/bench_fncall_commands.h"
 #include "cmd/bench_pmem_commands.h"
@@ -25,6 +26,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterFncallBenchCommands(bench, registry);
   RegisterContainerBenchCommands(bench, registry);
   RegisterReclaimBenchCommands(bench, registry);
+  RegisterApiBenchCommands(bench, registry);
 
   CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");
   auto opts = std::make_shared<bench::BootBenchOptions>();

@@ -24,7 +24,7 @@ packages=(
   # crun as the peer of `bench container`
   erofs-utils debootstrap crun busybox-static
   # tests and tools
-  python3 procps util-linux iproute2 kmod
+  python3 python3-pytest procps util-linux iproute2 kmod
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,0 +1,266 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A private dsec-vmmd for integration tests and the API bench.
+
+Daemon(tmp) runs $DSEC_VMMD on a socket, state, trajectory and layer-store
+directories of its own under tmp; it can be stopped (SIGTERM), killed
+(SIGKILL) and started again on the same directories. leaks(ids) lists what a
+test left behind on the host: mounts under tmp, cgroup directories and
+processes named after the given sandbox ids.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import libdsec  # noqa: E402
+
+START_TIMEOUT_S = 30
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+FNCALL_LAYERS_SCRIPT = os.path.join(SOURCE_DIR, "sandbox", "fncall", "testdata",
+                                    "build_test_layers.sh")
+
+
+def is_static(path):
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2:
+            return False
+        phoff = int.from_bytes(head[32:40], "little")
+        phentsize = int.from_bytes(head[54:56], "little")
+        phnum = int.from_bytes(head[56:58], "little")
+        for i in range(phnum):
+            f.seek(phoff + i * phentsize)
+            if int.from_bytes(f.read(4), "little") == 3:  # PT_INTERP
+                return False
+    return True
+
+
+def missing_prerequisite():
+    """The reason the real daemon cannot run here, or None."""
+    binary = os.environ.get("DSEC_VMMD")
+    if not binary:
+        return "DSEC_VMMD is not set (path of the dsec-vmmd daemon binary)"
+    if not os.access(binary, os.X_OK):
+        return "DSEC_VMMD=%s is missing or not executable" % binary
+    if os.geteuid() != 0:
+        return "the daemon needs root (namespaces, cgroups, mounts)"
+    if not os.path.exists("/bin/busybox") or not is_static("/bin/busybox"):
+        return "no static /bin/busybox (apt-get install busybox-static)"
+    if not shutil.which("mkfs.erofs"):
+        return "no mkfs.erofs (apt-get install erofs-utils)"
+    return None
+
+
+def build_busybox_tree(root):
+    """A minimal root: static busybox with its applet links, passwd, group."""
+    os.makedirs(os.path.join(root, "bin"))
+    for d in ("etc", "root", "tmp", "work"):
+        os.makedirs(os.path.join(root, d))
+    os.chmod(os.path.join(root, "tmp"), 0o1777)
+    shutil.copy2("/bin/busybox", os.path.join(root, "bin", "busybox"))
+    applets = subprocess.run(["/bin/busybox", "--list"], check=True, capture_output=True,
+                             text=True).stdout.split()
+    for a in applets:
+        if a != "busybox":
+            os.symlink("busybox", os.path.join(root, "bin", a))
+    if "bash" not in applets:  # fncall lang="bash" runs `bash`; busybox's sh stands in
+        with open(os.path.join(root, "bin", "bash"), "w") as f:
+            f.write('#!/bin/sh\nexec /bin/sh "$@"\n')
+        os.chmod(os.path.join(root, "bin", "bash"), 0o755)
+    with open(os.path.join(root, "etc", "passwd"), "w") as f:
+        f.write("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
+    with open(os.path.join(root, "etc", "group"), "w") as f:
+        f.write("root:x:0:\nnogroup:x:65534:\n")
+
+
+def build_fncall_python_layer(out_dir):
+    """Builds (offline) the fncall tests' runtime layer with python3.11 and
+    bash from the host; returns its path, or raises RuntimeError saying why not."""
+    if not os.path.exists(FNCALL_LAYERS_SCRIPT):
+        raise RuntimeError("no %s" % FNCALL_LAYERS_SCRIPT)
+    r = subprocess.run(["bash", FNCALL_LAYERS_SCRIPT, out_dir], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError("build_test_layers.sh failed (%d): %s" % (r.returncode, r.stderr[-500:]))
+    return os.path.join(out_dir, "runtime.erofs")
+
+
+def _help_text(binary):
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    return out.stdout + out.stderr
+
+
+def offers(text, flag):
+    return re.search(r"(^|[\s,])%s\b" % re.escape(flag), text, re.M) is not None
+
+
+DIR_FLAGS = [("--container-state-dir", "containers"), ("--fncall-state-dir", "fncall"),
+             ("--trajectory-dir", "trajectory"), ("--store", "layers")]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    """One private daemon under tmp (which the caller creates and removes)."""
+
+    def __init__(self, tmp, binary=None, extra_args=(), tcp_token=None):
+        self.binary = binary or os.environ["DSEC_VMMD"]
+        self.tmp = tmp
+        self.socket = os.path.join(tmp, "run", "api.sock")
+        self.url = None
+        self.token = tcp_token
+        self.proc = None
+        self.log_path = os.path.join(tmp, "daemon.log")
+        self.starts = 0
+        text = _help_text(self.binary)
+        missing = [f for f in ["--socket"] + [f for f, _ in DIR_FLAGS] if not offers(text, f)]
+        if missing:
+            raise RuntimeError("%s --help lacks %s:\n%s" % (self.binary, ", ".join(missing), text))
+        self.cmd = [self.binary, "--socket", self.socket]
+        for flag, sub in DIR_FLAGS:
+            os.makedirs(os.path.join(tmp, sub), mode=0o700, exist_ok=True)
+            self.cmd += [flag, os.path.join(tmp, sub)]
+        if tcp_token is not None and offers(text, "--listen") and offers(text, "--token-file"):
+            token_file = os.path.join(tmp, "token")
+            with open(token_file, "w") as f:
+                f.write(tcp_token + "\n")
+            os.chmod(token_file, 0o600)
+            port = free_port()
+            self.cmd += ["--listen", "127.0.0.1:%d" % port, "--token-file", token_file]
+            self.url = "http://127.0.0.1:%d" % port
+        self.cmd += list(extra_args)
+        os.makedirs(os.path.join(tmp, "run"), mode=0o700, exist_ok=True)
+
+    def start(self):
+        """Starts the daemon and waits until /v1/health answers; returns the health."""
+        with open(self.log_path, "ab") as log:
+            log.write(b"\n=== start %d ===\n" % self.starts)
+            log.flush()
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.starts += 1
+        client = libdsec.Client(socket_path=self.socket, timeout=30)
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("daemon exited with %s:\n%s" % (self.proc.returncode,
+                                                                       self.log_tail()))
+                try:
+                    return client.health()
+                except libdsec.TransportError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("daemon did not answer on %s within %ds:\n%s"
+                                           % (self.socket, START_TIMEOUT_S, self.log_tail()))
+                    time.sleep(0.02)  # the socket appears when the daemon is up; bounded
+        finally:
+            client.close()
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self):
+        """SIGKILL, as a crash would: nothing of the daemon's cleanup runs."""
+        if self.running():
+            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(30)
+
+    def stop(self):
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+    def client(self, **kw):
+        return libdsec.Client(socket_path=self.socket, **kw)
+
+    def log_tail(self, n=4000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def leaks(self, sandbox_ids):
+        """What is left on the host: mounts under tmp, cgroup dirs and
+        processes whose cgroup names one of sandbox_ids."""
+        return host_leaks(self.tmp, sandbox_ids)
+
+
+def _mounts_under(root):
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4].replace("\\040", " ")
+            if mp == root or mp.startswith(root.rstrip("/") + "/"):
+                out.append(mp)
+    return out
+
+
+def _cgroup_dirs_naming(ids, max_depth=4):
+    found = []
+    if not ids:
+        return found
+    base = "/sys/fs/cgroup"
+    for top in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        start = os.path.join(base, top)
+        if os.path.islink(start) or not os.path.isdir(start):
+            continue
+        for dirpath, dirnames, _ in os.walk(start):
+            depth = dirpath[len(start):].count("/")
+            if depth >= max_depth:
+                dirnames[:] = []
+            for d in dirnames:
+                if any(i in d for i in ids):
+                    found.append(os.path.join(dirpath, d))
+    return found
+
+
+def _processes_naming(ids):
+    found = []
+    if not ids:
+        return found
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cgroup" % pid) as f:
+                cg = f.read()
+        except OSError:
+            continue
+        if any(i in cg for i in ids):
+            found.append(int(pid))
+    return found
+
+
+def host_leaks(tmp, sandbox_ids):
+    ids = set(sandbox_ids)
+    leaks = {}
+    m = _mounts_under(tmp)
+    if m:
+        leaks["mounts"] = m
+    c = _cgroup_dirs_naming(ids)
+    if c:
+        leaks["cgroups"] = c
+    p = _processes_naming(ids)
+    if p:
+        leaks["processes"] = p
+    return leaks
