@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", o.http.threads, "HTTP worker threads per listener")->capture_default_str();
   app.add_option("--fncall-max-workers", o.fncall_max_workers, "Workers per fncall pool")->capture_default_str();
+  app.add_option("--fncall-warm-pools", o.fncall_max_unused_pools,
+                 "fncall pools kept warm after their last sandbox is deleted")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   try {
     app.parse(argc, argv);

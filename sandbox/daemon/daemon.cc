@@ -73,6 +73,7 @@ int RunDaemon(DaemonOptions o) {
   FncallTierOptions fo;
   fo.state_root = o.fncall_state_root;
   fo.max_workers_per_pool = o.fncall_max_workers;
+  fo.max_unused_pools = o.fncall_max_unused_pools;
   tiers["fncall"] = std::make_unique<FncallTier>(fo);
   Service service(o.service, std::move(tiers), std::move(store));
   service.SetRecovered(recovered);

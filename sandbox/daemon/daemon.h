@@ -23,6 +23,7 @@ struct DaemonOptions {
   uint64_t max_task_bytes = 64ull << 20;
   uint64_t max_node_bytes = 4ull << 30;
   int fncall_max_workers = 8;
+  int fncall_max_unused_pools = 4;  // FncallTierOptions::max_unused_pools
 };
 
 // Removes container sandboxes and fncall pools of dead owners under the

@@ -128,8 +128,19 @@ void FncallTier::Release(const std::string& key) {
     auto it = pools_.find(key);
     if (it == pools_.end()) return;
     if (--it->second->users > 0) return;
-    gone = std::move(it->second);
-    pools_.erase(it);
+    it->second->released = ++release_seq_;
+    // Keep it warm unless too many pools sit unused: then the one unused
+    // longest goes.
+    int unused = 0;
+    auto oldest = pools_.end();
+    for (auto p = pools_.begin(); p != pools_.end(); ++p) {
+      if (p->second->users > 0) continue;
+      ++unused;
+      if (oldest == pools_.end() || p->second->released < oldest->second->released) oldest = p;
+    }
+    if (unused <= options_.max_unused_pools) return;
+    gone = std::move(oldest->second);
+    pools_.erase(oldest);
   }
   // Outside the lock: stopping workers takes a while.
   if (absl::Status s = gone->pool->Destroy(); !s.ok()) {

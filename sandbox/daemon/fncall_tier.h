@@ -24,6 +24,10 @@ struct FncallTierOptions {
   std::string state_root;  // fncall::PoolConfig::state_root
   int max_workers_per_pool = 8;
   int min_idle = 1;
+  // Pools no sandbox uses any more stay warm (their workers ready) so that
+  // the next sandbox of that configuration skips the pool start (~75 ms:
+  // mounts and a zygote); beyond this many, the one unused longest goes.
+  int max_unused_pools = 4;
 };
 
 class FncallTier : public Tier {
@@ -40,6 +44,7 @@ class FncallTier : public Tier {
     std::string key;
     std::unique_ptr<fncall::Pool> pool;
     int users = 0;
+    uint64_t released = 0;  // when users last dropped to 0 (tier sequence)
   };
   void Release(const std::string& key);
 
@@ -47,6 +52,7 @@ class FncallTier : public Tier {
   FncallTierOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Shared>> pools_ ABSL_GUARDED_BY(mu_);
+  uint64_t release_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dsec::daemon
