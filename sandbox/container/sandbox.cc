@@ -267,7 +267,21 @@ absl::Status Sandbox::Destroy() {
   note(upper_.Unmount());
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) note(it->Unmount());
   layers_.clear();
-  note(cgroups_.Remove());
+  // A killed task keeps its cgroup busy until it has finished exiting,
+  // which on a loaded host can outlast KillAndRemoveCgroup's quick retries
+  // (bench container leaked cgroups under CI load): retry what is left with
+  // a growing pause, for up to ~0.8 s.
+  std::vector<std::string> cgroup_dirs = cgroups_.dirs();
+  absl::Status removed = cgroups_.Remove();
+  for (int64_t pause_us = 200; !removed.ok() && pause_us <= 204'800; pause_us *= 2) {
+    ::usleep(static_cast<useconds_t>(pause_us));
+    removed = absl::OkStatus();
+    for (const std::string& d : cgroup_dirs) {
+      absl::Status s = KillAndRemoveCgroup(d);
+      if (!s.ok() && removed.ok()) removed = s;
+    }
+  }
+  note(removed);
   note(state_.Remove());
   return first;
 }

@@ -142,6 +142,10 @@ class Daemon:
             port = free_port()
             self.cmd += ["--listen", "127.0.0.1:%d" % port, "--token-file", token_file]
             self.url = "http://127.0.0.1:%d" % port
+        if offers(text, "--fncall-warm-pools"):
+            # The tests check that nothing outlives a sandbox; a warm fncall
+            # pool would (by design), so these daemons keep none.
+            self.cmd += ["--fncall-warm-pools", "0"]
         self.cmd += list(extra_args)
         os.makedirs(os.path.join(tmp, "run"), mode=0o700, exist_ok=True)
 
