@@ -73,8 +73,8 @@ bool Drain(int fd, OutputLimiter& limiter, std::string* out) {
   }
 }
 
-// Writes to a pipe whose reader may be gone without raising SIGPIPE in the
-// runtime: SIGPIPE is blocked on this thread and a pending one consumed.
+}  // namespace
+
 ssize_t WriteNoSigpipe(int fd, const char* data, size_t len) {
   sigset_t pipe_set, old;
   sigemptyset(&pipe_set);
@@ -90,8 +90,6 @@ ssize_t WriteNoSigpipe(int fd, const char* data, size_t len) {
   errno = err;
   return n;
 }
-
-}  // namespace
 
 absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {

@@ -77,4 +77,9 @@ struct ExecTarget {
 // Threads: any thread; blocks until the command finishes or times out.
 absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options);
 
+// write(2) to a pipe whose reader may be gone, without raising SIGPIPE in
+// this process: SIGPIPE is blocked on the calling thread and a pending one
+// consumed; EPIPE is returned as errno. (Also used by sandbox/fncall.)
+ssize_t WriteNoSigpipe(int fd, const char* data, size_t len);
+
 }  // namespace dsec::container

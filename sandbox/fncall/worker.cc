@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "sandbox/container/exec.h"
 #include "sandbox/container/output_limiter.h"
 #include "sandbox/container/state_dir.h"
 #include "sched/sysfs_file.h"
@@ -76,22 +77,6 @@ bool Drain(int fd, container::OutputLimiter& limiter, std::string* out) {
     if (errno == EINTR) continue;
     return errno == EAGAIN;
   }
-}
-
-ssize_t WriteNoSigpipe(int fd, const char* data, size_t len) {
-  sigset_t pipe_set, old;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-  ssize_t n = ::write(fd, data, len);
-  int err = errno;
-  if (n < 0 && err == EPIPE) {
-    timespec zero{0, 0};
-    sigtimedwait(&pipe_set, nullptr, &zero);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = err;
-  return n;
 }
 
 // Sends `frame` with `fds` attached to its first byte.
@@ -383,7 +368,7 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
     if (p[1].revents && !Drain(err.read.get(), limiter, &result.stderr_data)) err.read.Reset();
     if (limiter.dropped_by_cap() > 0 && !done) kill_call(KilledBy::kOutputCap);
     if (p[2].revents) {
-      ssize_t w = WriteNoSigpipe(in.write.get(), request.stdin_data.data() + stdin_off,
+      ssize_t w = container::WriteNoSigpipe(in.write.get(), request.stdin_data.data() + stdin_off,
                                  request.stdin_data.size() - stdin_off);
       if (w > 0) stdin_off += static_cast<size_t>(w);
       if ((w < 0 && errno != EAGAIN) || stdin_off == request.stdin_data.size()) in.write.Reset();
