@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "sandbox/container/exec.h"
 #include "sandbox/container/output_limiter.h"
 #include "sandbox/container/state_dir.h"
@@ -277,6 +278,27 @@ absl::StatusOr<std::vector<std::string>> Worker::ReadFrame(int64_t deadline_ns) 
   }
 }
 
+absl::StatusOr<ScopedFd> Worker::CallChild(int64_t deadline_ns) {
+  // The zygote says "forked" once the child that takes the next call
+  // exists. Between calls that child is the zygote's only child: all a
+  // call leaves behind is killed and reaped before "done".
+  DSEC_ASSIGN_OR_RETURN(auto forked, ReadFrame(deadline_ns));
+  if (forked.size() != 1 || forked[0] != "forked") {
+    return absl::InternalError("fncall: zygote sent something other than forked");
+  }
+  const std::string path = absl::StrCat("/proc/", pid_, "/task/", pid_, "/children");
+  DSEC_ASSIGN_OR_RETURN(std::string text, sched::ReadSmallFile(path));
+  std::vector<std::string> pids = absl::StrSplit(text, ' ', absl::SkipWhitespace());
+  pid_t child = 0;
+  if (pids.size() != 1 || !absl::SimpleAtoi(pids[0], &child) || child <= 0) {
+    return absl::InternalError(
+        absl::StrCat("fncall: the zygote has ", pids.size(), " children between calls, not 1"));
+  }
+  ScopedFd fd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
+  if (!fd) return ErrnoToStatus("fncall: pidfd_open of the call child");
+  return fd;
+}
+
 absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
                                         const std::vector<std::string>& env,
                                         const CallLimits& limits, bool* delivered) {
@@ -313,6 +335,7 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
   const Clock& clock = MonotonicClock::Get();
   const int64_t start = clock.NowNs();
   const int64_t deadline = start + std::max<int64_t>(limits.timeout_ms, 1) * 1'000'000;
+  DSEC_ASSIGN_OR_RETURN(ScopedFd child, CallChild(start + kKillGraceNs));
   const int fds[3] = {in.read.get(), out.write.get(), err.write.get()};
   DSEC_RETURN_IF_ERROR(SendWithFds(control_.get(), frame, fds));
   *delivered = true;
@@ -333,10 +356,14 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
     if (killed) return;
     killed = true;
     result.killed_by = why;
-    // Everything in the worker's cgroups but the zygote, which then reaps
-    // them and reports.
-    auto n = container::KillCgroupProcesses(cgroups_.dirs(), pid_, clock.NowNs() + kKillGraceNs);
-    if (!n.ok()) DSEC_LOG(warn, "fncall: killing a call: {}", n.status().ToString());
+    // Only the call's own process: once it is gone the zygote, PID 1 of the
+    // namespace, kills everything else in it (kill(-1), atomic against
+    // forks), reaps, and reports. A sweep of the cgroup from here could
+    // also hit the child the zygote pre-forks for the next call right
+    // after it reports, which would then die before it gets its call.
+    if (::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0) != 0 && errno != ESRCH) {
+      DSEC_LOG(warn, "fncall: killing a call: pidfd_send_signal: {}", std::strerror(errno));
+    }
     stop_at = clock.NowNs() + kKillGraceNs;
   };
   while (true) {

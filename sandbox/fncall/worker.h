@@ -77,6 +77,9 @@ class Worker {
   absl::Status Launch();
   absl::Status ApplyLimits(const CallLimits& limits);
   absl::StatusOr<std::vector<std::string>> ReadFrame(int64_t deadline_ns);
+  // Waits for the zygote's "forked" and returns a pidfd of the child that
+  // will run the next call.
+  absl::StatusOr<ScopedFd> CallChild(int64_t deadline_ns);
 
   WorkerOptions options_;
   container::Mount scratch_;

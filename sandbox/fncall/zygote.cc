@@ -173,6 +173,9 @@ while True:
             except BaseException:
                 pass
         os._exit(125)
+    # The runtime learns the call child's pid from this (it may kill only
+    # that process; a sweep could hit the next pre-forked child).
+    _send(b"forked")
     while True:
         try:
             _, status, usage = os.wait4(pid, 0)
@@ -407,6 +410,8 @@ bool ReadExact(int fd, char* p, size_t n) {
     long pid = ::syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
     if (pid < 0) ::_exit(1);
     if (pid == 0) BashChild(plan);
+    const char* forked[] = {"forked"};
+    if (!SendFrame(plan.control_fd, forked, 1)) ::_exit(0);
     int status = 0;
     rusage usage{};
     while (::wait4(static_cast<pid_t>(pid), &status, 0, &usage) < 0 && errno == EINTR) {
