@@ -423,6 +423,10 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
   ctl_balloon->add_option("--target-mib", ctl_opts->target_mib, "Balloon target in MiB")
       ->required()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  CLI::App* ctl_pause = ctl->add_subcommand("pause", "Stop every vCPU (the guest's clock runs on)");
+  registry.Add(ctl_pause, [ctl_opts] { return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "pause"}}); });
+  CLI::App* ctl_resume = ctl->add_subcommand("resume", "Restart the vCPUs of a paused VM");
+  registry.Add(ctl_resume, [ctl_opts] { return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "resume"}}); });
   registry.Add(ctl_balloon, [ctl_opts] {
     return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "balloon"}, {"target_mib", ctl_opts->target_mib}});
   });

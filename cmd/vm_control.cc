@@ -57,14 +57,19 @@ absl::StatusOr<ControlRequest> ParseControlRequest(std::string_view line) {
   if (!j.is_object()) return absl::InvalidArgumentError("request must be a JSON object");
   auto op = j.find("op");
   if (op == j.end() || !op->is_string()) {
-    return absl::InvalidArgumentError("request needs \"op\" (a string): stats or balloon");
+    return absl::InvalidArgumentError("request needs \"op\" (a string): stats, balloon, pause or resume");
   }
   ControlRequest req;
   const std::string name = op->get<std::string>();
-  if (name == "stats") {
-    req.op = ControlRequest::Op::kStats;
+  for (auto [op_name, op_value] : {std::pair{"stats", ControlRequest::Op::kStats},
+                                   std::pair{"pause", ControlRequest::Op::kPause},
+                                   std::pair{"resume", ControlRequest::Op::kResume}}) {
+    if (name != op_name) continue;
+    req.op = op_value;
     for (auto it = j.begin(); it != j.end(); ++it) {
-      if (it.key() != "op") return absl::InvalidArgumentError(absl::StrCat("stats: unknown key \"", it.key(), "\""));
+      if (it.key() != "op") {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": unknown key \"", it.key(), "\""));
+      }
     }
     return req;
   }
@@ -94,7 +99,7 @@ absl::StatusOr<ControlRequest> ParseControlRequest(std::string_view line) {
     return req;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown op \"", name, "\" (known: stats, balloon)"));
+      absl::StrCat("unknown op \"", name, "\" (known: stats, balloon, pause, resume)"));
 }
 
 nlohmann::json ControlErrorJson(const absl::Status& status) {

@@ -5,6 +5,7 @@
 //   {"op":"stats"}                      balloon, guest statistics, reclaim
 //                                       metrics, monitor memory
 //   {"op":"balloon","target_mib":N}     sets the balloon target
+//   {"op":"pause"} / {"op":"resume"}    stops / restarts every vCPU (idempotent)
 // Every response has "ok"; an error is
 //   {"ok":false,"error":{"code":"INVALID_ARGUMENT","message":"..."}}.
 // `dsec-vmm vm ctl` is the client.
@@ -31,7 +32,7 @@ namespace dsec::cmd {
 inline constexpr size_t kMaxControlRequestBytes = 4096;
 
 struct ControlRequest {
-  enum class Op { kStats, kBalloon };
+  enum class Op { kStats, kBalloon, kPause, kResume };
   Op op = Op::kStats;
   uint64_t target_mib = 0;  // kBalloon
 };

@@ -29,6 +29,19 @@ TEST(ParseControlRequestTest, AcceptsStatsAndBalloon) {
   EXPECT_EQ(ParseControlRequest(R"({"op":"balloon","target_mib":0})")->target_mib, 0u);
 }
 
+TEST(ParseControlRequestTest, AcceptsPauseAndResumeWithoutArguments) {
+  auto p = ParseControlRequest(R"({"op":"pause"})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->op, ControlRequest::Op::kPause);
+  auto r = ParseControlRequest(R"({"op":"resume"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->op, ControlRequest::Op::kResume);
+  auto extra = ParseControlRequest(R"({"op":"pause","target_mib":1})");
+  ASSERT_FALSE(extra.ok());
+  EXPECT_NE(extra.status().message().find("pause: unknown key"), std::string::npos)
+      << extra.status();
+}
+
 TEST(ParseControlRequestTest, RejectsBadRequestsWithAReason) {
   struct Case {
     const char* line;

@@ -165,13 +165,13 @@ nlohmann::json VmReclaim::MetricsJson() const {
   return j;
 }
 
-absl::StatusOr<nlohmann::json> HandleVmControl(const vm::Vm& vm, VmReclaim* reclaim,
+absl::StatusOr<nlohmann::json> HandleVmControl(vm::Vm& vm, VmReclaim* reclaim,
                                                const ControlRequest& request) {
   devices::BalloonControl* b = vm.virtio() != nullptr ? vm.virtio()->balloon() : nullptr;
   const uint64_t ram_mib = vm.memory().TotalSize() / kMiB;
   switch (request.op) {
     case ControlRequest::Op::kStats: {
-      nlohmann::json j{{"ok", true}, {"guest_mem_bytes", vm.memory().TotalSize()}};
+      nlohmann::json j{{"ok", true}, {"paused", vm.paused()}, {"guest_mem_bytes", vm.memory().TotalSize()}};
       absl::StatusOr<uint64_t> resident = vm.memory().ResidentBytes();
       j["guest_resident_bytes"] = resident.ok() ? nlohmann::json(*resident) : nlohmann::json(nullptr);
       absl::StatusOr<balloon::ProcessMemory> pm = balloon::ReadProcessMemory(::getpid());
@@ -202,6 +202,12 @@ absl::StatusOr<nlohmann::json> HandleVmControl(const vm::Vm& vm, VmReclaim* recl
       }
       return j;
     }
+    case ControlRequest::Op::kPause:
+      if (!vm.paused()) DSEC_RETURN_IF_ERROR(vm.Pause());
+      return nlohmann::json{{"ok", true}, {"paused", true}};
+    case ControlRequest::Op::kResume:
+      if (vm.paused()) DSEC_RETURN_IF_ERROR(vm.Resume());
+      return nlohmann::json{{"ok", true}, {"paused", false}};
   }
   return absl::InternalError("unhandled control op");
 }

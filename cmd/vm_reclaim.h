@@ -55,7 +55,7 @@ class VmReclaim {
 };
 
 // The control socket's handler for one VM (`reclaim` may be null).
-absl::StatusOr<nlohmann::json> HandleVmControl(const vm::Vm& vm, VmReclaim* reclaim,
+absl::StatusOr<nlohmann::json> HandleVmControl(vm::Vm& vm, VmReclaim* reclaim,
                                                const ControlRequest& request);
 
 }  // namespace dsec::cmd

@@ -203,6 +203,17 @@ tg_ud:
 	outb %al, %dx
 	iretq
 7:
+	cmpl $TG_SYS_SPIN, %eax
+	jne 8f
+	/* EDI iterations of DEC+JNZ at CPL0: how fast this host runs guest
+	 * kernel code (the full Linux boot test's probe). EDI 0 is no loop. */
+	movl %edi, %ecx
+	testl %ecx, %ecx
+	jz 3f
+9:	decl %ecx
+	jnz 9b
+	iretq
+8:
 	cmpl $TG_SYS_RESET, %eax
 	jne 3f
 	movb $TG_I8042_RESET, %al

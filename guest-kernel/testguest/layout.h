@@ -64,6 +64,7 @@
 #define TG_SYS_HALT 6              /* sti; hlt: sleep until the next interrupt */
 #define TG_SYS_INB 7               /* EDI = port -> EAX = byte read */
 #define TG_SYS_OUTB 8              /* EDI = port, ESI = byte */
+#define TG_SYS_SPIN 9              /* EDI = iterations of a 2-instruction loop at CPL0 */
 
 /* Exit codes (the test device's SHUTDOWN value / isa-debug-exit value). */
 #define TG_EXIT_OK 0

@@ -96,4 +96,12 @@ static inline uint64_t rdtsc(void)
 	return ((uint64_t)hi << 32) | lo;
 }
 
+/* Runs `iterations` rounds of a DEC+JNZ loop at CPL0 (ECX clobbered). */
+static inline void sys_cpl0_spin(uint32_t iterations)
+{
+	uint32_t nr = TG_SYS_SPIN;
+
+	__asm__ volatile("call tg_ucall" : "+a"(nr), "+D"(iterations) : : "rcx", "memory");
+}
+
 #endif /* DSEC_TESTGUEST_SYSCALL_H_ */

@@ -56,6 +56,33 @@ static int run_spin(const struct tg_boot_info *bi, uint64_t n, struct tg_line *o
 	return TG_EXIT_OK;
 }
 
+/* cpl0-probe:N: N rounds of a two-instruction loop at CPL3, then at CPL0
+ * (user call TG_SYS_SPIN), in TSC cycles each. Where the hypervisor
+ * emulates CPL0 (PVM) the second is thousands of times the first. */
+static int run_cpl0_probe(const struct tg_boot_info *bi, uint64_t n, struct tg_line *out)
+{
+	uint32_t rounds = n > 0xffffffffu ? 0xffffffffu : (uint32_t)n;
+	uint32_t i = rounds;
+
+	(void)bi;
+	uint64_t c0 = rdtsc();
+	if (i) {
+		__asm__ volatile("1: decl %0\n\tjnz 1b" : "+r"(i));
+	}
+	uint64_t c1 = rdtsc();
+	sys_cpl0_spin(0); /* the entry and exit alone, to subtract */
+	uint64_t c2 = rdtsc();
+	sys_cpl0_spin(rounds);
+	uint64_t c3 = rdtsc();
+	uint64_t entry = c2 - c1, cpl0 = c3 - c2;
+	result_start(out, "cpl0-probe");
+	line_kv(out, "iterations", rounds);
+	line_kv(out, "cpl3_cycles", c1 - c0);
+	line_kv(out, "ucall_cycles", entry);
+	line_kv(out, "cpl0_cycles", cpl0 > entry ? cpl0 - entry : 0);
+	return TG_EXIT_OK;
+}
+
 static int run_ticks(const struct tg_boot_info *bi, uint64_t n, struct tg_line *out)
 {
 	uint64_t t0 = tg_ticks, c0 = rdtsc();
@@ -132,6 +159,7 @@ static int run_fault(const struct tg_boot_info *bi, uint64_t arg, struct tg_line
 static const struct workload kWorkloads[] = {
 	{ "boot", false, run_boot, 0 },
 	{ "spin", true, run_spin, 0 },
+	{ "cpl0-probe", true, run_cpl0_probe, 0 },
 	{ "touch", true, workload_touch, 0 },
 	{ "idle", true, workload_idle, 0 },
 	{ "phases", true, 0, workload_phases },

@@ -5,6 +5,7 @@
 // creates and always removes, and `vm run --control` / `vm ctl` (set a
 // target, read stats, bad requests) through the real binary.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,7 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -338,6 +342,72 @@ TEST_F(ReclaimTest, ControlSocketSetsTargetAndReadsStats) {
   EXPECT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 7);  // stopped by a signal
   EXPECT_NE(::stat(sock.c_str(), &st), 0) << "control socket left behind";
+}
+
+// utime + stime of every thread of `pid`, in clock ticks.
+uint64_t ProcessCpuTicks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string f;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) {
+      stime = std::stoull(f);
+      break;
+    }
+  }
+  return utime + stime;
+}
+
+TEST_F(ReclaimTest, ControlSocketPausesAndResumesTheVcpus) {
+  dsec::testing::TempDir dir;
+  const std::string sock = dir.path() + "/vm.sock";
+  // A CPL3 spin that keeps its vCPU busy for minutes.
+  MonitorProcess monitor({dsec::testing::VmmBinaryPath(), "vm", "run", "--kernel",
+                          dsec::testing::TestGuestPath(), "--mem-mib", "64", "--console", "none",
+                          "--timeout-ms", "120000", "--control", sock, "--cmdline",
+                          "console=ttyS0 testguest.run=spin:1000000000000"},
+                         dir.path() + "/out");
+  ASSERT_GT(monitor.pid(), 0);
+  nlohmann::json stats;
+  ASSERT_TRUE(dsec::testing::SpinUntil([&] { return (stats = Ctl(sock, {"stats"}))["exit"] == 0; },
+                                       20'000))
+      << stats.dump();
+  EXPECT_EQ(stats["paused"], false);
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  // Running: the spinning vCPU accumulates CPU time.
+  const uint64_t t0 = ProcessCpuTicks(monitor.pid());
+  ASSERT_TRUE(dsec::testing::SpinUntil(
+      [&] { return ProcessCpuTicks(monitor.pid()) >= t0 + static_cast<uint64_t>(hz / 5); }, 20'000));
+
+  nlohmann::json paused = Ctl(sock, {"pause"});
+  ASSERT_EQ(paused["exit"], 0) << paused.dump();
+  EXPECT_EQ(paused["paused"], true);
+  EXPECT_EQ(Ctl(sock, {"pause"})["exit"], 0) << "pause is idempotent";
+  EXPECT_EQ(Ctl(sock, {"stats"})["paused"], true);
+  // Paused: half a second of wall time costs (almost) no CPU time.
+  const uint64_t p0 = ProcessCpuTicks(monitor.pid());
+  // (A measurement interval, not a wait for an event.)
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) ::poll(nullptr, 0, 50);
+  EXPECT_LE(ProcessCpuTicks(monitor.pid()) - p0, static_cast<uint64_t>(hz / 20))
+      << "a paused VM kept burning CPU";
+
+  nlohmann::json resumed = Ctl(sock, {"resume"});
+  ASSERT_EQ(resumed["exit"], 0) << resumed.dump();
+  EXPECT_EQ(resumed["paused"], false);
+  const uint64_t r0 = ProcessCpuTicks(monitor.pid());
+  EXPECT_TRUE(dsec::testing::SpinUntil(
+      [&] { return ProcessCpuTicks(monitor.pid()) >= r0 + static_cast<uint64_t>(hz / 5); }, 20'000))
+      << "the vCPU did not run again after resume";
+
+  ASSERT_EQ(::kill(monitor.pid(), SIGTERM), 0);
+  const int status = monitor.Wait();
+  EXPECT_TRUE(WIFEXITED(status)) << status;
 }
 
 TEST_F(ReclaimTest, RunRefusesBalloonReclaimWithoutBalloon) {
