@@ -225,6 +225,8 @@ void ExecPlan::Finalize() {
 
 void RunInit(const InitPlan& plan) {
   const int report = plan.report_fd;
+  // Before anything that binds to the network namespace (sysfs, lo).
+  if (plan.net_fd >= 0 && ::setns(plan.net_fd, CLONE_NEWNET) != 0) Fail(report, kSetns, errno);
   // Keep only the two sync pipes: descriptors of the runtime (other
   // sandboxes' exec pipes among them) must not live on in the sandbox.
   int lo = plan.go_fd < report ? plan.go_fd : report;

@@ -36,10 +36,13 @@ struct InitPlan {
   const SeccompProgram* seccomp = nullptr;
   int go_fd = -1;      // read end: the runtime has put us in the cgroups
   int report_fd = -1;  // write end: one ChildError (step 0 = ready)
+  // A fresh network namespace to join first (netns_pool.h); -1: the init
+  // was cloned with CLONE_NEWNET.
+  int net_fd = -1;
 };
 
 // Body of the sandbox's PID 1 (in new mount, pid, uts, ipc and net
-// namespaces): unshares the cgroup namespace, builds /dev, pivots into the
+// namespaces; the net one joined from plan.net_fd when given): unshares the cgroup namespace, builds /dev, pivots into the
 // overlay, mounts /proc (masked) and /sys (read-only, firmware hidden),
 // sets the hostname, brings lo up, drops privileges, reports ready, then
 // reaps zombies until killed. Never returns.

@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/child_process.h"
+#include "sandbox/container/netns_pool.h"
 #include "sched/isolation.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/status.h"
@@ -156,10 +157,15 @@ absl::Status Sandbox::StartInit() {
   plan.seccomp = seccomp_;
   plan.go_fd = go_read.get();
   plan.report_fd = report_write.get();
+  // A namespace made ahead of time if one is ready (netns_pool.h); the
+  // child's copy of the fd is closed with the others it does not keep.
+  ScopedFd netns = NetnsPool::Default().Take();
+  plan.net_fd = netns.get();
 
   int pidfd = -1;
   CloneArgs args{};
-  args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | kClonePidfd;
+  args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | kClonePidfd;
+  if (!netns) args.flags |= CLONE_NEWNET;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
   long pid = ::syscall(SYS_clone3, &args, sizeof(args));
@@ -167,6 +173,7 @@ absl::Status Sandbox::StartInit() {
   if (pid == 0) RunInit(plan);
   init_pid_ = static_cast<pid_t>(pid);
   init_pidfd_ = ScopedFd(pidfd);
+  netns.Reset();
   go_read.Reset();
   report_write.Reset();
 

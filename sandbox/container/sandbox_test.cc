@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,24 @@ TEST_F(SandboxTest, UpperLayerShadowsLowerAndRootIsTheOverlay) {
             "ok\n");
   // Only lo in the net namespace.
   EXPECT_EQ(Sh(**sb, "ls /sys/class/net").stdout_data, "lo\n");
+}
+
+TEST_F(SandboxTest, EachSandboxHasItsOwnNetworkNamespaceWithLoUp) {
+  // More sandboxes than the namespace pool holds by default, so that both
+  // pooled namespaces and cloned ones (on a miss) are covered.
+  std::vector<std::unique_ptr<Sandbox>> sbs;
+  std::set<std::string> namespaces;
+  char host[64] = {};
+  ASSERT_GT(::readlink("/proc/self/ns/net", host, sizeof(host) - 1), 0);
+  for (int i = 0; i < 6; ++i) {
+    auto sb = Sandbox::Create(Config(absl::StrCat("net", i)));
+    ASSERT_TRUE(sb.ok()) << sb.status();
+    EXPECT_EQ(Sh(**sb, "cat /sys/class/net/lo/flags").stdout_data, "0x9\n") << "lo not up";
+    std::string ns = Sh(**sb, "readlink /proc/self/ns/net").stdout_data;
+    EXPECT_NE(ns, std::string(host) + "\n");
+    EXPECT_TRUE(namespaces.insert(ns).second) << "two sandboxes share " << ns;
+    sbs.push_back(std::move(*sb));
+  }
 }
 
 TEST_F(SandboxTest, ExecProcessesRunWithReducedCapabilitiesAndNoNewPrivs) {

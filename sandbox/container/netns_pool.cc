@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/netns_pool.h"
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+namespace dsec::container {
+
+namespace {
+
+absl::Status LoopbackUp() {
+  ScopedFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s) return ErrnoToStatus("netns pool: socket");
+  ifreq req{};
+  std::memcpy(req.ifr_name, "lo", 3);
+  if (::ioctl(s.get(), SIOCGIFFLAGS, &req) != 0) return ErrnoToStatus("netns pool: SIOCGIFFLAGS lo");
+  req.ifr_flags = static_cast<short>(req.ifr_flags | IFF_UP);
+  if (::ioctl(s.get(), SIOCSIFFLAGS, &req) != 0) return ErrnoToStatus("netns pool: SIOCSIFFLAGS lo");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ScopedFd> MakeNetns() {
+  ScopedFd home(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  if (!home) return ErrnoToStatus("netns pool: open own netns");
+  if (::unshare(CLONE_NEWNET) != 0) return ErrnoToStatus("netns pool: unshare(CLONE_NEWNET)");
+  ScopedFd fresh(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  absl::Status s = fresh ? LoopbackUp() : ErrnoToStatus("netns pool: open new netns");
+  // Back home whatever happened: this thread must not stay in it.
+  if (::setns(home.get(), CLONE_NEWNET) != 0) {
+    // The thread is stranded in a namespace nobody else uses; nothing it
+    // does later depends on the network namespace (it only makes more).
+    return ErrnoToStatus("netns pool: setns back");
+  }
+  if (!s.ok()) return s;
+  return fresh;
+}
+
+NetnsPool::NetnsPool(size_t target) : target_(target) {
+  if (target_ > 0) thread_ = std::thread([this] { Refill(); });
+}
+
+NetnsPool::~NetnsPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+NetnsPool& NetnsPool::Default() {
+  static NetnsPool* pool = [] {
+    size_t target = 4;
+    if (const char* v = std::getenv("DSEC_NETNS_POOL"); v != nullptr) {
+      size_t n = 0;
+      if (absl::SimpleAtoi(v, &n) && n <= 64) target = n;
+    }
+    return new NetnsPool(target);
+  }();
+  return *pool;
+}
+
+ScopedFd NetnsPool::Take() {
+  ScopedFd fd;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready_.empty()) {
+      if (target_ > 0) ++stats_.misses;
+      return fd;
+    }
+    fd = std::move(ready_.front());
+    ready_.pop_front();
+    ++stats_.taken;
+  }
+  wake_.notify_one();
+  return fd;
+}
+
+NetnsPoolStats NetnsPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+absl::Status NetnsPool::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void NetnsPool::Refill() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [this] { return stop_ || ready_.size() < target_; });
+    if (stop_) return;
+    lock.unlock();
+    absl::StatusOr<ScopedFd> fd = MakeNetns();
+    lock.lock();
+    if (!fd.ok()) {
+      // A host without the permission or the feature: sandboxes clone
+      // their own namespace as before; say why once.
+      ++stats_.failures;
+      error_ = fd.status();
+      DSEC_LOG(warn, "container: netns pool stopped: {}", fd.status().ToString());
+      return;
+    }
+    ++stats_.made;
+    ready_.push_back(std::move(*fd));
+  }
+}
+
+}  // namespace dsec::container
