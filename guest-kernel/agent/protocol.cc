@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "guest-kernel/agent/protocol.h"
+
+#include <array>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "vmm/base/status.h"
+
+namespace dsec::agent {
+
+namespace {
+
+struct TypeInfo {
+  MsgType type;
+  const char* name;
+  bool json;
+};
+
+constexpr TypeInfo kTypes[] = {
+    {MsgType::kHello, "HELLO", true},
+    {MsgType::kError, "ERROR", true},
+    {MsgType::kData, "DATA", false},
+    {MsgType::kExec, "EXEC", true},
+    {MsgType::kExecStarted, "EXEC_STARTED", true},
+    {MsgType::kStdin, "STDIN", false},
+    {MsgType::kStdinClose, "STDIN_CLOSE", true},
+    {MsgType::kOutput, "OUTPUT", false},
+    {MsgType::kExecDone, "EXEC_DONE", true},
+    {MsgType::kFileRead, "FILE_READ", true},
+    {MsgType::kFileReadDone, "FILE_READ_DONE", true},
+    {MsgType::kFileWrite, "FILE_WRITE", true},
+    {MsgType::kFileWriteDone, "FILE_WRITE_DONE", true},
+    {MsgType::kListDir, "LIST_DIR", true},
+    {MsgType::kDirEntries, "DIR_ENTRIES", true},
+    {MsgType::kPackDiff, "PACK_DIFF", true},
+    {MsgType::kDiffEntry, "DIFF_ENTRY", true},
+    {MsgType::kDiffEnd, "DIFF_END", true},
+    {MsgType::kShutdown, "SHUTDOWN", true},
+    {MsgType::kShutdownAck, "SHUTDOWN_ACK", true},
+};
+
+const TypeInfo* FindType(uint8_t type) {
+  for (const TypeInfo& t : kTypes) {
+    if (static_cast<uint8_t>(t.type) == type) return &t;
+  }
+  return nullptr;
+}
+
+void PutU32(std::string* out, uint32_t v) {
+  char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
+               static_cast<char>((v >> 16) & 0xff), static_cast<char>((v >> 24) & 0xff)};
+  out->append(b, 4);
+}
+
+uint32_t GetU32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return static_cast<uint32_t>(u[0]) | static_cast<uint32_t>(u[1]) << 8 |
+         static_cast<uint32_t>(u[2]) << 16 | static_cast<uint32_t>(u[3]) << 24;
+}
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// Value of a base64 digit in either alphabet, or -1.
+int B64Value(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+' || c == '-') return 62;
+  if (c == '/' || c == '_') return 63;
+  return -1;
+}
+
+}  // namespace
+
+bool IsKnownType(uint8_t type) { return FindType(type) != nullptr; }
+
+bool IsJsonType(MsgType type) {
+  const TypeInfo* t = FindType(static_cast<uint8_t>(type));
+  return t != nullptr && t->json;
+}
+
+std::string TypeName(uint8_t type) {
+  const TypeInfo* t = FindType(type);
+  if (t != nullptr) return t->name;
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "UNKNOWN(0x%02x)", type);
+  return buf;
+}
+
+void AppendFrame(const Frame& frame, std::string* out) {
+  DSEC_CHECK(frame.payload.size() <= kMaxFramePayload);
+  PutU32(out, static_cast<uint32_t>(frame.payload.size()));
+  out->push_back(static_cast<char>(frame.type));
+  out->append(frame.payload);
+}
+
+std::string EncodeFrame(const Frame& frame) {
+  std::string out;
+  out.reserve(kFrameHeaderBytes + frame.payload.size());
+  AppendFrame(frame, &out);
+  return out;
+}
+
+void FrameReader::Append(std::string_view bytes) {
+  if (!error_.ok()) return;
+  // Compact once the consumed prefix dominates, so a long stream of small
+  // frames costs linear time.
+  if (offset_ > 0 && offset_ >= buffer_.size() / 2) {
+    buffer_.erase(0, offset_);
+    offset_ = 0;
+  }
+  buffer_.append(bytes.data(), bytes.size());
+}
+
+absl::StatusOr<std::optional<Frame>> FrameReader::Next() {
+  if (!error_.ok()) return error_;
+  size_t avail = buffer_.size() - offset_;
+  if (avail < kFrameHeaderBytes) return std::nullopt;
+  const char* p = buffer_.data() + offset_;
+  // Peer-controlled: length and type are checked before the body is awaited.
+  uint32_t len = GetU32(p);
+  uint8_t type = static_cast<uint8_t>(p[4]);
+  if (len > max_payload_) {
+    error_ = absl::InvalidArgumentError(
+        absl::StrCat("protocol: frame of ", len, " bytes exceeds the limit of ", max_payload_));
+    return error_;
+  }
+  if (!IsKnownType(type)) {
+    error_ =
+        absl::InvalidArgumentError(absl::StrCat("protocol: unknown frame type ", TypeName(type)));
+    return error_;
+  }
+  if (avail - kFrameHeaderBytes < len) return std::nullopt;
+  Frame frame;
+  frame.type = static_cast<MsgType>(type);
+  frame.payload.assign(p + kFrameHeaderBytes, len);
+  offset_ += kFrameHeaderBytes + len;
+  if (offset_ == buffer_.size()) {
+    buffer_.clear();
+    offset_ = 0;
+  }
+  return frame;
+}
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  auto u = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(bytes[k])); };
+  for (; i + 3 <= bytes.size(); i += 3) {
+    uint32_t v = u(i) << 16 | u(i + 1) << 8 | u(i + 2);
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += kB64[(v >> 6) & 63];
+    out += kB64[v & 63];
+  }
+  size_t rest = bytes.size() - i;
+  if (rest == 1) {
+    uint32_t v = u(i) << 16;
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += "==";
+  } else if (rest == 2) {
+    uint32_t v = u(i) << 16 | u(i + 1) << 8;
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += kB64[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Base64Decode(std::string_view text) {
+  // Strip up to two pad characters; they must complete the last quantum.
+  size_t n = text.size();
+  size_t pads = 0;
+  while (n > 0 && text[n - 1] == '=' && pads < 2) {
+    --n;
+    ++pads;
+  }
+  if (pads > 0 && (n + pads) % 4 != 0) {
+    return absl::InvalidArgumentError("base64: padding does not complete a 4-character group");
+  }
+  if (n % 4 == 1) return absl::InvalidArgumentError("base64: truncated input");
+  std::string out;
+  out.reserve(n / 4 * 3 + 2);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int v = B64Value(static_cast<unsigned char>(text[i]));
+    if (v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("base64: invalid character at offset ", i));
+    }
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  // Leftover bits of the last digit must be zero (canonical encoding).
+  if (bits > 0 && (acc & ((1u << bits) - 1)) != 0) {
+    return absl::InvalidArgumentError("base64: non-zero trailing bits");
+  }
+  return out;
+}
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (n - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    static constexpr std::array<uint32_t, 5> kMin = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
+}
+
+}  // namespace dsec::agent

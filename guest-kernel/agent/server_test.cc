@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+// Connection handling: handshake, protocol errors, limits, shutdown.
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <future>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "gtest/gtest.h"
+#include "guest-kernel/agent/test_server.h"
+
+namespace dsec::agent {
+namespace {
+
+using testing::RawPeer;
+using testing::TempDir;
+using testing::TestServer;
+
+ServerOptions RootedAt(const TempDir& dir) {
+  ServerOptions o;
+  o.root = dir.path();
+  return o;
+}
+
+ExecDone Exited(int code) {
+  ExecDone d;
+  d.exit_code = code;
+  return d;
+}
+
+FileWriteRequest WriteOf(const std::string& path, uint64_t size) {
+  FileWriteRequest w;
+  w.path = path;
+  w.size = size;
+  return w;
+}
+
+std::string Header(uint32_t len, uint8_t type) {
+  return {static_cast<char>(len & 0xff), static_cast<char>((len >> 8) & 0xff),
+          static_cast<char>((len >> 16) & 0xff), static_cast<char>(len >> 24),
+          static_cast<char>(type)};
+}
+
+TEST(ServerTest, HandshakeAnnouncesVersionAndCapabilities) {
+  TempDir dir;
+  TestServer ts(RootedAt(dir));
+  auto client = ts.Connect();
+  EXPECT_EQ(client->agent_hello().version, kProtocolVersion);
+  EXPECT_EQ(client->agent_hello().software, "dsec-agent");
+  EXPECT_EQ(client->agent_hello().max_frame_bytes, kMaxFramePayload);
+  EXPECT_EQ(client->agent_hello().capabilities.size(), std::size(kCapabilities));
+}
+
+TEST(ServerTest, RefusesAnotherProtocolVersion) {
+  TempDir dir;
+  TestServer ts(RootedAt(dir));
+  RawPeer peer(ts.RawConnection());
+  Hello h;
+  h.version = kProtocolVersion + 1;
+  peer.Send(ToFrame(h));
+  peer.ExpectErrorThenClose(absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ServerTest, MalformedFramesCloseOnlyThatConnection) {
+  TempDir dir;
+  TestServer ts(RootedAt(dir));
+  auto good = ts.Connect();
+  struct Case {
+    const char* what;
+    bool handshake;
+    std::string bytes;
+  };
+  const Case cases[] = {
+      {"request before HELLO", false, EncodeFrame(EmptyFrame(MsgType::kPackDiff))},
+      {"oversized length", true, Header(kMaxFramePayload + 1, 0x10)},
+      {"huge length", true, Header(0xffffffffu, 0x10)},
+      {"unknown type", true, Header(0, 0x7e)},
+      {"EXEC with broken JSON", true, EncodeFrame(Frame{MsgType::kExec, "{\"argv\": [\"ls\""})},
+      {"EXEC with a JSON type error", true,
+       EncodeFrame(Frame{MsgType::kExec, "{\"argv\": \"ls\"}"})},
+      {"a reply type sent to the agent", true, EncodeFrame(ToFrame(Exited(0)))},
+      {"FILE_WRITE with too much data", true,
+       EncodeFrame(ToFrame(WriteOf("f", 1))) + EncodeFrame(DataFrame(MsgType::kData, "toolong"))},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    RawPeer peer(ts.RawConnection());
+    if (c.handshake) peer.Handshake();
+    peer.SendBytes(c.bytes);
+    peer.ExpectErrorThenClose(absl::StatusCode::kInvalidArgument);
+  }
+  // The server and the other connection carry on.
+  std::string out;
+  ExecRequest r;
+  r.argv = {"echo", "alive"};
+  auto done = good->Exec(r, [&](int, std::string_view d) { out.append(d); });
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(out, "alive\n");
+  EXPECT_GE(ts.server().metrics().protocol_errors.load(), std::size(cases));
+}
+
+TEST(ServerTest, TruncatedFrameAtCloseIsHandled) {
+  TempDir dir;
+  TestServer ts(RootedAt(dir));
+  {
+    RawPeer peer(ts.RawConnection());
+    peer.Handshake();
+    peer.SendBytes(Header(100, 0x10) + "{\"ar");
+  }  // closed mid-frame
+  auto client = ts.Connect();
+  EXPECT_TRUE(client->ListDir("").ok());
+}
+
+TEST(ServerTest, StaleStdinBetweenRequestsIsIgnored) {
+  TempDir dir;
+  TestServer ts(RootedAt(dir));
+  RawPeer peer(ts.RawConnection());
+  peer.Handshake();
+  peer.Send(DataFrame(MsgType::kStdin, "late"));
+  peer.Send(EmptyFrame(MsgType::kStdinClose));
+  peer.Send(ToFrame(ListDirRequest()));
+  auto f = peer.Read();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->type, MsgType::kDirEntries);
+}
+
+TEST(ServerTest, RefusesConnectionsOverTheLimit) {
+  TempDir dir;
+  ServerOptions o = RootedAt(dir);
+  o.max_connections = 1;
+  TestServer ts(o);
+  auto first = ts.Connect();
+  RawPeer second(ts.RawConnection());
+  second.ExpectErrorThenClose(absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ts.server().metrics().connections_refused.load(), 1u);
+  first.reset();
+  ASSERT_TRUE(ts.server().WaitIdle(20'000));
+  auto third = ts.Connect();
+  EXPECT_TRUE(third->ListDir("").ok());
+}
+
+TEST(ServerTest, ShutdownIsAcknowledgedThenReported) {
+  TempDir dir;
+  std::promise<void> called;
+  ServerOptions o = RootedAt(dir);
+  o.on_shutdown = [&] { called.set_value(); };
+  TestServer ts(o);
+  auto client = ts.Connect();
+  ASSERT_TRUE(client->Shutdown().ok());
+  EXPECT_EQ(called.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(absl::IsFailedPrecondition(client->ListDir("").status()));
+}
+
+TEST(ServerTest, StoppingTheServerKillsRunningCommands) {
+  TempDir dir;
+  auto ts = std::make_unique<TestServer>(RootedAt(dir));
+  auto client = ts->Connect();
+  ExecRequest r;
+  r.argv = {"sh", "-c", "echo $$; exec sleep 1000"};
+  auto stream = client->StartExec(r);
+  ASSERT_TRUE(stream.ok());
+  auto ev = (*stream)->Next(20'000);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  int pid = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ev->data), &pid)) << ev->data;
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  ASSERT_GE(fd, 0);
+  ScopedFd pidfd(static_cast<int>(fd));
+  ts.reset();  // joins the connection thread, which kills the command
+  pollfd p = {pidfd.get(), POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 10'000), 1);
+  auto after = (*stream)->Next(20'000);
+  EXPECT_FALSE(after.ok());
+}
+
+}  // namespace
+}  // namespace dsec::agent
