@@ -23,6 +23,9 @@ packages=(
   # layers and the container tier: EROFS images, the Debian base layer, and
   # crun as the peer of `bench container`
   erofs-utils debootstrap crun busybox-static
+  # the Linux guest kernel (tools/build-guest-kernel.sh): Debian's kernel
+  # source and what its build needs (objtool needs libelf)
+  linux-source-6.1 flex bison bc libelf-dev cpio xz-utils
   # tests and tools
   python3 python3-pytest procps util-linux iproute2 kmod
 )
@@ -40,3 +43,7 @@ build_type=${DSEC_BUILD_TYPE:-Release}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${DSEC_CMAKE_ARGS:-}
 cmake --build build -j "$(nproc)"
 echo "setup.sh: built into $(pwd)/build (dsec-vmm: build/dsec-vmm)"
+
+# The Linux guest kernel: built once (several minutes), cached by content hash
+# under ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm}/guest-kernel afterwards.
+tools/build-guest-kernel.sh
