@@ -8,6 +8,7 @@
 #include "cmd/bench_api_commands.h"
 #include "cmd/bench_container_commands.h"
 #include "cmd/bench_fncall_commands.h"
+#include "cmd/bench_microvm_commands.h"
 #include "cmd/bench_pmem_commands.h"
 #include "cmd/bench_reclaim_commands.h"
 #include "cmd/bench_virtio_commands.h"
@@ -25,6 +26,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterLayerBenchCommands(bench, registry);
   RegisterFncallBenchCommands(bench, registry);
   RegisterContainerBenchCommands(bench, registry);
+  RegisterMicrovmBenchCommands(bench, registry);
   RegisterReclaimBenchCommands(bench, registry);
   RegisterApiBenchCommands(bench, registry);
 

@@ -48,6 +48,13 @@ int main(int argc, char** argv) {
   app.add_option("--container-state-dir", o.container_state_root, "Container sandboxes' state")
       ->capture_default_str();
   app.add_option("--fncall-state-dir", o.fncall_state_root, "fncall pools' state")->capture_default_str();
+  app.add_option("--microvm-state-dir", o.microvm_state_root, "microVM sandboxes' state (default /run/dsec-vmm/microvm)");
+  app.add_option("--microvm-kernel", o.microvm_kernel,
+                 "Guest kernel of the microvm tier (default <cache>/guest-kernel/current/vmlinux, "
+                 "cache ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm})");
+  app.add_option("--microvm-rootfs", o.microvm_rootfs,
+                 "Guest root image (dsec-agent as PID 1; default <cache>/guest-image/rootfs.erofs, "
+                 "tools/build-guest-image.sh)");
   app.add_option("--upper-mib", upper_mib, "Writable layer size of container sandboxes")->capture_default_str();
   app.add_option("--max-sandboxes", o.service.max_sandboxes, "Sandboxes per node")->capture_default_str();
   app.add_option("--max-concurrent-execs", o.service.max_concurrent_execs, "Execs running at once")
@@ -57,6 +64,9 @@ int main(int argc, char** argv) {
   app.add_option("--fncall-warm-pools", o.fncall_max_unused_pools,
                  "fncall pools kept warm after their last sandbox is deleted")
       ->capture_default_str();
+  bool no_qos_placement = false;
+  app.add_flag("--no-qos-placement", no_qos_placement,
+               "Do not place sandboxes by their qos through sched/ (they report qos_applied=false)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -68,6 +78,7 @@ int main(int argc, char** argv) {
   o.max_task_bytes = task_quota_mib << 20;
   o.max_node_bytes = node_quota_mib << 20;
   o.upper_size_bytes = upper_mib << 20;
+  o.qos_placement = !no_qos_placement;
   if (o.http.threads < 2 || o.http.threads > 1024) {
     fprintf(stderr, "dsec-vmmd: --threads must be in [2, 1024]\n");
     return 2;

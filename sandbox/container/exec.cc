@@ -58,13 +58,22 @@ std::vector<std::string> ExecPaths(const std::string& argv0, const std::vector<s
   return out;
 }
 
-// Reads all the fd has now (non-blocking) into the limiter. False on EOF.
-bool Drain(int fd, OutputLimiter& limiter, std::string* out) {
+// Reads all the fd has now (non-blocking) into the limiter, counting what
+// it drops in *dropped and handing what it admits to `on_output` (stream 1
+// or 2). False on EOF.
+bool Drain(int fd, int stream, OutputLimiter& limiter, std::string* out, uint64_t* dropped,
+           const OutputCallback& on_output) {
   char buf[65536];
   while (true) {
     ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n > 0) {
+      const size_t kept_before = out->size();
+      const uint64_t dropped_before = limiter.dropped_bytes();
       limiter.Admit(std::string_view(buf, static_cast<size_t>(n)), out);
+      *dropped += limiter.dropped_bytes() - dropped_before;
+      if (on_output && out->size() > kept_before) {
+        on_output(stream, std::string_view(*out).substr(kept_before));
+      }
       continue;
     }
     if (n == 0) return false;
@@ -246,8 +255,14 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
     int ready = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::min<int64_t>(wait_ms, 1000)));
     if (ready < 0 && errno != EINTR) return ErrnoToStatus("exec: poll");
     if (ready <= 0) continue;
-    if (fds[0].revents && !Drain(out.read.get(), limiter, &result.stdout_data)) out.read.Reset();
-    if (fds[1].revents && !Drain(err.read.get(), limiter, &result.stderr_data)) err.read.Reset();
+    if (fds[0].revents && !Drain(out.read.get(), 1, limiter, &result.stdout_data,
+                                 &result.stdout_dropped, options.on_output)) {
+      out.read.Reset();
+    }
+    if (fds[1].revents && !Drain(err.read.get(), 2, limiter, &result.stderr_data,
+                                 &result.stderr_dropped, options.on_output)) {
+      err.read.Reset();
+    }
     if (fds[2].revents) {
       if (::read(error.read.get(), &exec_error, sizeof(exec_error)) == sizeof(exec_error)) {
         have_error = true;

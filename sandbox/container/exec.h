@@ -7,8 +7,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +25,10 @@ class SandboxIsolation;
 namespace dsec::container {
 
 class ExecHelper;
+
+// Output as it is read: `stream` is 1 (stdout) or 2 (stderr), `bytes` the
+// piece the OutputLimiter just admitted (dropped bytes never reach it).
+using OutputCallback = std::function<void(int stream, std::string_view bytes)>;
 
 struct ExecOptions {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH unless it has a '/'
@@ -39,6 +45,12 @@ struct ExecOptions {
   // Processes that left the group (setsid) live on until the sandbox is
   // reset or destroyed, or a later exec times out.
   bool kill_group_on_exit = true;
+  // Optional: called with each admitted piece of output, in order, as soon
+  // as it is read, before the piece is also kept in the result. It runs on
+  // the exec's thread inside its read loop, so the timeout, the kill and
+  // stdin wait while it runs: it must return promptly (buffer with a bound
+  // or drop; never block on a client). `bytes` is valid during the call.
+  OutputCallback on_output;
 };
 
 struct ExecResult {
@@ -48,7 +60,9 @@ struct ExecResult {
   bool oom_killed = false;  // the sandbox's memory cgroup OOM-killed something during the exec
   std::string stdout_data;
   std::string stderr_data;
-  uint64_t output_dropped_bytes = 0;  // over the cap or the rate, read and discarded
+  uint64_t output_dropped_bytes = 0;  // over the cap or the rate, read and discarded (both streams)
+  uint64_t stdout_dropped = 0;        // the part of output_dropped_bytes read from stdout
+  uint64_t stderr_dropped = 0;        // ... and from stderr
   int64_t wall_ns = 0;
   uint64_t peak_rss_bytes = 0;                  // the exec process's own (rusage)
   std::optional<uint64_t> cgroup_peak_bytes;    // the sandbox's memory high-water mark

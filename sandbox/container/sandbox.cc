@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
       sb->cgroups_,
       ContainerCgroups::Create(sb->config_.id, sb->config_.limits, sb->config_.isolation != nullptr,
                                [&st](const std::string& d) { return st.RecordCgroup(d); }));
+  DSEC_RETURN_IF_ERROR(sb->JoinIsolationCgroups());
   DSEC_RETURN_IF_ERROR(sb->StartInit());
   DSEC_LOG(debug, "container: created sandbox={} init={} layers={}", sb->config_.id, sb->init_pid_,
            sb->layers_.size());
@@ -128,6 +129,26 @@ bool Sandbox::used_loop_devices() const {
     if (m.used_loop_device()) return true;
   }
   return false;
+}
+
+absl::Status Sandbox::JoinIsolationCgroups() {
+  const sched::SandboxCgroup* qos = config_.isolation ? config_.isolation->cgroup() : nullptr;
+  if (qos == nullptr) return absl::OkStatus();
+  // The QoS cgroup belongs to the isolation's owner, but a runtime killed
+  // before it removes it leaves it with our processes inside: recorded, so
+  // that CleanupOrphans removes it like our own.
+  DSEC_RETURN_IF_ERROR(state_.RecordCgroup(qos->cpuset_dir().path()));
+  const sched::CgroupDir* cpu = qos->cpu_dir() != nullptr ? qos->cpu_dir() : &qos->cpuset_dir();
+  if (qos->cpu_dir() != nullptr) DSEC_RETURN_IF_ERROR(state_.RecordCgroup(cpu->path()));
+  // The isolation owns the cpu controller (ContainerCgroups skipped it):
+  // the sandbox's CPU quota goes there.
+  const ResourceLimits& l = config_.limits;
+  if (!l.cpu_quota_us) return absl::OkStatus();
+  if (cpu->version() == sched::CgroupVersion::kV1) {
+    DSEC_RETURN_IF_ERROR(cpu->Write("cpu.cfs_period_us", absl::StrCat(l.cpu_period_us)));
+    return cpu->Write("cpu.cfs_quota_us", absl::StrCat(*l.cpu_quota_us));
+  }
+  return cpu->Write("cpu.max", absl::StrCat(*l.cpu_quota_us, " ", l.cpu_period_us));
 }
 
 absl::Status Sandbox::MountUpperAndOverlay() {

@@ -79,6 +79,9 @@ class Sandbox {
  private:
   Sandbox(SandboxConfig config, StateDir state) : config_(std::move(config)), state_(std::move(state)) {}
   absl::Status MountUpperAndOverlay();
+  // Records the QoS cgroups (config_.isolation) for orphan cleanup and puts
+  // the CPU quota there.
+  absl::Status JoinIsolationCgroups();
   absl::Status StartInit();
   absl::Status StopInit();
 

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <string_view>
+
 #include <memory>
 #include <optional>
 #include <set>
@@ -107,6 +109,28 @@ TEST_F(SandboxTest, PassesStdinEnvCwdAndUsesPath) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->stdout_data, "piped\nbar\n/etc\n");
   EXPECT_EQ(r->status(), 0);
+}
+
+TEST_F(SandboxTest, OutputCallbackSeesWhatTheCapAdmitsAndDropsArePerStream) {
+  auto sb = Sandbox::Create(Config("onout"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ExecOptions o;
+  o.argv = {"sh", "-c", "echo out; echo err >&2; head -c 5000 /dev/zero | tr '\\0' e >&2"};
+  o.output_cap_bytes = 1000;
+  std::string seen[3];
+  o.on_output = [&](int stream, std::string_view bytes) {
+    ASSERT_TRUE(stream == 1 || stream == 2);
+    seen[stream].append(bytes);
+  };
+  auto r = (*sb)->Exec(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(seen[1], r->stdout_data);
+  EXPECT_EQ(seen[2], r->stderr_data);
+  EXPECT_EQ(r->stdout_data, "out\n");
+  EXPECT_EQ(r->stdout_data.size() + r->stderr_data.size(), 1000u);
+  EXPECT_EQ(r->stdout_dropped, 0u);
+  EXPECT_EQ(r->stderr_dropped, 4u + 5000u + 4u - 1000u);
+  EXPECT_EQ(r->output_dropped_bytes, r->stdout_dropped + r->stderr_dropped);
 }
 
 TEST_F(SandboxTest, MissingCommandIsNotFound) {

@@ -117,6 +117,7 @@ class ContainerTierSandbox : public TierSandbox {
     o.stdin_data = spec.stdin_data;
     o.timeout_ms = spec.timeout_ms;
     o.output_cap_bytes = spec.output_cap_bytes;
+    o.on_output = spec.on_output;
     ExecOutcome out;
     auto r = sandbox_->Exec(o);
     if (!r.ok()) {
@@ -139,8 +140,8 @@ class ContainerTierSandbox : public TierSandbox {
     }
     out.stdout_data = std::move(r->stdout_data);
     out.stderr_data = std::move(r->stderr_data);
-    // The container tier counts drops over both streams together.
-    out.stdout_dropped = r->output_dropped_bytes;
+    out.stdout_dropped = r->stdout_dropped;
+    out.stderr_dropped = r->stderr_dropped;
     out.duration_ms = static_cast<double>(r->wall_ns) / 1e6;
     return out;
   }
@@ -246,6 +247,7 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> ContainerTier::Create(const CreateS
   }
   c.upper_size_bytes = options_.upper_size_bytes;
   c.state_root = options_.state_root;
+  c.isolation = spec.isolation;
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<container::Sandbox> sb, container::Sandbox::Create(std::move(c)));
   return std::unique_ptr<TierSandbox>(new ContainerTierSandbox(std::move(sb)));
 }

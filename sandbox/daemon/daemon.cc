@@ -10,11 +10,22 @@
 #include "sandbox/container/state_dir.h"
 #include "sandbox/daemon/container_tier.h"
 #include "sandbox/daemon/fncall_tier.h"
+#include "sandbox/daemon/microvm_tier.h"
 #include "vmm/base/logging.h"
 
 namespace dsec::daemon {
 
 using nlohmann::json;
+
+namespace {
+MicrovmTierOptions MicrovmOptions(const DaemonOptions& o) {
+  MicrovmTierOptions m;
+  if (!o.microvm_state_root.empty()) m.state_root = o.microvm_state_root;
+  m.vm.kernel = o.microvm_kernel;
+  m.vm.rootfs = o.microvm_rootfs;
+  return m;
+}
+}  // namespace
 
 json CleanupPreviousRun(const DaemonOptions& o) {
   json found = json::object();
@@ -26,6 +37,9 @@ json CleanupPreviousRun(const DaemonOptions& o) {
   auto f = ft.CleanupOrphans();
   found["fncall_pools"] = f.ok() ? *f : 0;
   if (!f.ok()) found["fncall_error"] = f.status().ToString();
+  auto m = MicrovmTier(MicrovmOptions(o)).CleanupOrphans();
+  found["microvm_sandboxes"] = m.ok() ? *m : 0;
+  if (!m.ok()) found["microvm_error"] = m.status().ToString();
   return found;
 }
 
@@ -68,6 +82,10 @@ int RunDaemon(DaemonOptions o) {
   }
   DSEC_LOG(info, "daemon: recovered from the previous run: {}", recovered.dump());
 
+  // QoS placement through sched/ (logs what it found; never fatal). The
+  // previous run's QoS cgroups went with its sandboxes' records above.
+  if (o.qos_placement && o.service.qos == nullptr) o.service.qos = QosPlacer::ForHost();
+
   std::map<std::string, std::unique_ptr<Tier>> tiers;
   tiers["container"] = std::make_unique<ContainerTier>(ContainerTierOptions{o.container_state_root, o.upper_size_bytes});
   FncallTierOptions fo;
@@ -75,6 +93,7 @@ int RunDaemon(DaemonOptions o) {
   fo.max_workers_per_pool = o.fncall_max_workers;
   fo.max_unused_pools = o.fncall_max_unused_pools;
   tiers["fncall"] = std::make_unique<FncallTier>(fo);
+  tiers["microvm"] = std::make_unique<MicrovmTier>(MicrovmOptions(o));
   Service service(o.service, std::move(tiers), std::move(store));
   service.SetRecovered(recovered);
 

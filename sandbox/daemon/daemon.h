@@ -24,6 +24,14 @@ struct DaemonOptions {
   uint64_t max_node_bytes = 4ull << 30;
   int fncall_max_workers = 8;
   int fncall_max_unused_pools = 4;  // FncallTierOptions::max_unused_pools
+  // Place sandboxes created with a qos through sched/ (service.qos, when
+  // not given, is made for the host at start).
+  bool qos_placement = true;
+  // microvm tier: state dirs ("" = /run/dsec-vmm/microvm), guest kernel and
+  // root image ("" = under ${DSEC_CACHE_DIR:-$HOME/.cache/dsec-vmm}).
+  std::string microvm_state_root;
+  std::string microvm_kernel;
+  std::string microvm_rootfs;
 };
 
 // Removes container sandboxes and fncall pools of dead owners under the

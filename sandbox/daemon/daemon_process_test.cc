@@ -97,7 +97,7 @@ TEST(DaemonProcessTest, KillNineKeepsAcknowledgedExecsAndRestartCleansUp) {
   ASSERT_TRUE(dir.ok());
   const std::string store = dir->path() + "/store";
   if (absl::Status s = testing::BuildBusyboxLayer(store, dir->path()); !s.ok()) GTEST_SKIP() << s;
-  std::string sandbox_id, init_pid, state;
+  std::string sandbox_id, init_pid, state, qos_cgroup;
   const std::string task = absl::StrCat("kill9-", ::getpid());
   const std::string append = "echo x >> /root/f; wc -l < /root/f";
   const int kExecs = 5;
@@ -117,6 +117,22 @@ TEST(DaemonProcessTest, KillNineKeepsAcknowledgedExecsAndRestartCleansUp) {
       ASSERT_EQ(testing::JsonOf(e)["stdout"], absl::StrCat(i, "\n"));
       ASSERT_EQ(testing::JsonOf(e)["seq"], i - 1);  // acknowledged
     }
+    // A placed sandbox too: its QoS cgroup must go with the restart.
+    auto q = c->Post("/v1/sandboxes", json{{"tier", "container"}, {"layers", {"bb:1"}}, {"qos", "be"}}.dump(),
+                     kJson);
+    ASSERT_TRUE(q);
+    ASSERT_EQ(q->status, 201) << q->body;
+    json qj = testing::JsonOf(q);
+    if (qj["qos_applied"].get<bool>()) {
+      qos_cgroup = qj["placement"]["cgroup"];
+      EXPECT_TRUE(Running(static_cast<pid_t>(atoi(ReadAll(absl::StrCat(dir->path(), "/ctr/",
+                                                                         qj["id"].get<std::string>(),
+                                                                         "/init")).c_str()))));
+      EXPECT_NE(ReadAll(qos_cgroup + "/cgroup.procs"), "");
+    } else {
+      fprintf(stderr, "qos not applied here (%s): its restart cleanup is not checked\n",
+              qj["qos_reason"].dump().c_str());
+    }
     state = absl::StrCat(dir->path(), "/ctr/", sandbox_id);
     init_pid = ReadAll(state + "/init");
     ASSERT_FALSE(init_pid.empty());
@@ -133,7 +149,15 @@ TEST(DaemonProcessTest, KillNineKeepsAcknowledgedExecsAndRestartCleansUp) {
   auto h = c->Get("/v1/health");
   ASSERT_TRUE(h);
   json health = testing::JsonOf(h);
-  EXPECT_EQ(health["recovered"]["container_sandboxes"], 1) << h->body;
+  EXPECT_EQ(health["recovered"]["container_sandboxes"], 2) << h->body;
+  if (!qos_cgroup.empty()) {
+    EXPECT_NE(access(qos_cgroup.c_str(), F_OK), 0) << qos_cgroup << " survived the restart";
+    const std::string name = qos_cgroup.substr(qos_cgroup.rfind('/') + 1);
+    EXPECT_EQ(container::testing::RunHostCommand(
+                  {"/bin/sh", "-c", absl::StrCat("find /sys/fs/cgroup -maxdepth 6 -name ", name, " 2>/dev/null; true")})
+                  .value_or("?"),
+              "");
+  }
   // Nothing of it is left: mounts, process, state, cgroups.
   EXPECT_EQ(ReadAll("/proc/self/mountinfo").find(state), std::string::npos);
   EXPECT_FALSE(Running(init));

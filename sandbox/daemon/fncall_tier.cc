@@ -4,6 +4,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -41,6 +43,7 @@ class FncallTierSandbox : public TierSandbox {
     if (!spec.cwd.empty()) req.cwd = spec.cwd;
     req.timeout_ms = spec.timeout_ms;
     req.output_cap_bytes = spec.output_cap_bytes;
+    req.on_output = spec.on_output;
     DSEC_ASSIGN_OR_RETURN(fncall::CallResult r, shared_->pool->Call(req));
     ExecOutcome out;
     out.exit_code = r.exit_code;
@@ -55,7 +58,8 @@ class FncallTierSandbox : public TierSandbox {
     out.timed_out = r.killed_by == fncall::KilledBy::kTimeout;
     out.stdout_data = std::move(r.stdout_data);
     out.stderr_data = std::move(r.stderr_data);
-    out.stdout_dropped = r.output_dropped_bytes;  // counted over both streams
+    out.stdout_dropped = r.stdout_dropped;
+    out.stderr_dropped = r.stderr_dropped;
     out.duration_ms = static_cast<double>(r.wall_ns) / 1e6;
     return out;
   }
@@ -95,8 +99,13 @@ int FncallTier::pools() const {
 }
 
 absl::StatusOr<std::unique_ptr<TierSandbox>> FncallTier::Create(const CreateSpec& spec) {
-  const std::string key = absl::StrCat(absl::StrJoin(spec.images, ","), "|", spec.lang, "|",
-                                       spec.memory_mib, "|", spec.pids);
+  // A placed sandbox (qos) gets a pool of its own inside its QoS cgroup:
+  // sharing workers would put strangers' calls on an LS sandbox's core.
+  const bool own_pool = spec.isolation != nullptr;
+  const std::string key =
+      own_pool ? absl::StrCat("qos|", spec.id)
+               : absl::StrCat(absl::StrJoin(spec.images, ","), "|", spec.lang, "|", spec.memory_mib,
+                              "|", spec.pids);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pools_.find(key);
   if (it == pools_.end()) {
@@ -111,9 +120,16 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> FncallTier::Create(const CreateSpec
     c.max_workers = options_.max_workers_per_pool;
     c.min_idle = options_.min_idle;
     c.state_root = options_.state_root;
+    if (own_pool) {
+      // One operation at a time per sandbox: one worker busy, one ready.
+      c.max_workers = std::min(c.max_workers, 2);
+      c.min_idle = std::min(c.min_idle, c.max_workers);
+      c.isolation = spec.isolation;
+    }
     DSEC_ASSIGN_OR_RETURN(std::unique_ptr<fncall::Pool> pool, fncall::Pool::Create(std::move(c)));
     auto shared = std::make_shared<Shared>();
     shared->key = key;
+    shared->own = own_pool;
     shared->pool = std::move(pool);
     it = pools_.emplace(key, std::move(shared)).first;
   }
@@ -129,18 +145,25 @@ void FncallTier::Release(const std::string& key) {
     if (it == pools_.end()) return;
     if (--it->second->users > 0) return;
     it->second->released = ++release_seq_;
-    // Keep it warm unless too many pools sit unused: then the one unused
-    // longest goes.
-    int unused = 0;
-    auto oldest = pools_.end();
-    for (auto p = pools_.begin(); p != pools_.end(); ++p) {
-      if (p->second->users > 0) continue;
-      ++unused;
-      if (oldest == pools_.end() || p->second->released < oldest->second->released) oldest = p;
+    if (it->second->own) {
+      // A placed sandbox's pool is its alone (its QoS cgroup goes with the
+      // sandbox): never kept warm.
+      gone = std::move(it->second);
+      pools_.erase(it);
+    } else {
+      // Keep it warm unless too many pools sit unused: then the one unused
+      // longest goes.
+      int unused = 0;
+      auto oldest = pools_.end();
+      for (auto p = pools_.begin(); p != pools_.end(); ++p) {
+        if (p->second->users > 0 || p->second->own) continue;
+        ++unused;
+        if (oldest == pools_.end() || p->second->released < oldest->second->released) oldest = p;
+      }
+      if (unused <= options_.max_unused_pools) return;
+      gone = std::move(oldest->second);
+      pools_.erase(oldest);
     }
-    if (unused <= options_.max_unused_pools) return;
-    gone = std::move(oldest->second);
-    pools_.erase(oldest);
   }
   // Outside the lock: stopping workers takes a while.
   if (absl::Status s = gone->pool->Destroy(); !s.ok()) {

@@ -45,6 +45,7 @@ class FncallTier : public Tier {
     std::unique_ptr<fncall::Pool> pool;
     int users = 0;
     uint64_t released = 0;  // when users last dropped to 0 (tier sequence)
+    bool own = false;       // one placed sandbox's pool: destroyed with it
   };
   void Release(const std::string& key);
 

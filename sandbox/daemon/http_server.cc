@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/daemon/errors.h"
+#include "sandbox/daemon/exec_stream.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/scoped_fd.h"
 #include "vmm/base/status.h"
@@ -92,32 +93,30 @@ void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o) {
            }));
   srv.Post(R"(/v1/sandboxes/([^/]+)/exec/stream)",
            WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
-             auto r = svc->Exec(req.matches[1], b);
-             if (!r.ok()) return SendError(res, r.status());
-             // Output as lines of at most 64 KiB, then the exit object.
-             auto lines = std::make_shared<std::vector<std::string>>();
-             json result = *r;
-             for (const char* stream : {"stdout", "stderr"}) {
-               auto bytes = Base64Decode(result[absl::StrCat(stream, "_b64")].get<std::string>());
-               const std::string data = bytes.ok() ? *bytes : "";
-               for (size_t off = 0; off < data.size(); off += 65536) {
-                 lines->push_back(
-                     json{{"stream", stream}, {"data_b64", Base64Encode(data.substr(off, 65536))}}.dump() + "\n");
-               }
-               result.erase(stream);
-               result.erase(absl::StrCat(stream, "_b64"));
-             }
-             lines->push_back(json{{"exit", result}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+             // The exec runs on its own thread (exec_stream.h); this one
+             // answers a request error as usual, else streams the lines.
+             std::shared_ptr<StreamedExec> stream = StreamedExec::Start(svc, req.matches[1], b);
+             if (absl::Status s = stream->WaitStarted(); !s.ok()) return SendError(res, s);
              res.status = 200;
-             res.set_chunked_content_provider("application/x-ndjson",
-                                              [lines, i = size_t{0}](size_t, httplib::DataSink& sink) mutable {
-                                                if (i < lines->size()) {
-                                                  const std::string& l = (*lines)[i++];
-                                                  if (!sink.write(l.data(), l.size())) return false;
-                                                }
-                                                if (i >= lines->size()) sink.done();
-                                                return true;
-                                              });
+             res.set_chunked_content_provider(
+                 "application/x-ndjson",
+                 [stream](size_t, httplib::DataSink& sink) {
+                   std::string line;
+                   if (!stream->NextLine(&line)) {
+                     sink.done();
+                     return true;
+                   }
+                   if (!sink.write(line.data(), line.size())) {
+                     stream->Abandon();  // the client is gone
+                     return false;
+                   }
+                   return true;
+                 },
+                 // Runs when the response is destroyed; the last reference
+                 // (here or in the provider) joins the exec thread.
+                 [stream](bool success) {
+                   if (!success) stream->Abandon();
+                 });
            }));
   srv.Get(R"(/v1/sandboxes/([^/]+)/files)", [svc](const httplib::Request& req, httplib::Response& res) {
     if (!req.has_param("path")) return SendError(res, InvalidField("path", "path is required"));

@@ -46,7 +46,7 @@ std::vector<double> LatencyBounds() {
 }  // namespace
 
 Metrics::Metrics() {
-  for (const char* tier : {"container", "fncall"}) {
+  for (const char* tier : {"container", "fncall", "microvm"}) {
     create_ms.emplace(std::piecewise_construct, std::forward_as_tuple(tier),
                       std::forward_as_tuple(LatencyBounds()));
     exec_ms.emplace(std::piecewise_construct, std::forward_as_tuple(tier),

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -115,26 +116,63 @@ json Service::Health() const {
   json h;
   h["status"] = "ok";
   h["version"] = kVersion;
-  h["tiers"] = {{"container", tiers_.count("container") != 0},
-                {"fncall", tiers_.count("fncall") != 0},
-                {"microvm", false},
-                {"fullvm", false}};
+  h["tiers"] = {{"container", false}, {"fncall", false}, {"microvm", false}, {"fullvm", false}};
+  // A tier present but unusable on this host (microvm where guest kernel
+  // code is emulated) is false, with the reason.
+  for (const auto& [name, tier] : tiers_) {
+    absl::Status a = tier->Availability();
+    h["tiers"][name] = a.ok();
+    if (!a.ok()) h["tiers_unavailable"][name] = std::string(a.message());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   h["sandboxes"] = sandboxes_.size();
   h["recovered"] = recovered_;
+  h["qos"] = {{"available", options_.qos != nullptr && options_.qos->available()},
+              {"status", options_.qos != nullptr ? options_.qos->status() : "no placement configured"}};
   return h;
 }
 
 std::string Service::MetricsText() const {
   std::string out;
   std::map<std::pair<std::string, std::string>, int> counts;
-  for (const char* t : {"container", "fncall"}) {
+  for (const char* t : {"container", "fncall", "microvm"}) {
     counts[{t, "running"}] = 0;
     counts[{t, "paused"}] = 0;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, e] : sandboxes_) counts[{e->tier, e->paused ? "paused" : "running"}]++;
+  }
+  // QoS class ("none" without one) -> {placed, not placed}.
+  std::map<std::string, std::pair<int, int>> by_qos = {{"ls", {0, 0}}, {"be", {0, 0}}, {"none", {0, 0}}};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : sandboxes_) {
+      std::lock_guard<std::mutex> qos_lock(e->qos_mu);
+      auto& n = by_qos[e->qos.empty() ? "none" : e->qos];
+      (e->qos_lease ? n.first : n.second)++;
+    }
+  }
+  out += "# HELP dsec_sandboxes_qos Sandboxes by QoS class and whether sched/ placed them.\n"
+         "# TYPE dsec_sandboxes_qos gauge\n";
+  for (const auto& [qos, n] : by_qos) {
+    absl::StrAppendFormat(&out, "dsec_sandboxes_qos{qos=\"%s\",applied=\"true\"} %d\n", qos, n.first);
+    absl::StrAppendFormat(&out, "dsec_sandboxes_qos{qos=\"%s\",applied=\"false\"} %d\n", qos, n.second);
+  }
+  const bool placing = options_.qos != nullptr && options_.qos->available();
+  absl::StrAppendFormat(&out,
+                        "# HELP dsec_qos_placement_available 1 if sched/ places sandboxes on this node.\n"
+                        "# TYPE dsec_qos_placement_available gauge\n"
+                        "dsec_qos_placement_available %d\n",
+                        placing ? 1 : 0);
+  if (options_.qos != nullptr) {
+    const QosPlacer::Counts c = options_.qos->counts();
+    absl::StrAppendFormat(&out,
+                          "# HELP dsec_qos_placements_total Placement decisions for sandboxes with a qos.\n"
+                          "# TYPE dsec_qos_placements_total counter\n"
+                          "dsec_qos_placements_total{result=\"placed\"} %d\n"
+                          "dsec_qos_placements_total{result=\"refused\"} %d\n",
+                          c.placed, c.refused);
   }
   out += "# HELP dsec_sandboxes Sandboxes by tier and state.\n# TYPE dsec_sandboxes gauge\n";
   for (const auto& [k, n] : counts) {
@@ -188,6 +226,18 @@ json Service::Describe(const Entry& e) const {
   j["memory_mib"] = e.memory_mib;
   j["pids"] = e.pids;
   j["qos"] = e.qos.empty() ? json(nullptr) : json(e.qos);
+  {
+    std::lock_guard<std::mutex> lock(e.qos_mu);
+    j["qos_applied"] = e.qos_lease != nullptr;
+    j["qos_reason"] = e.qos_reason.empty() ? json(nullptr) : json(e.qos_reason);
+    j["placement"] = nullptr;
+    if (e.qos_lease) {
+      const sched::Placement& p = e.qos_lease->placement();
+      j["placement"] = {{"qos", e.qos}, {"cpus", p.cpus}, {"mems", p.mems},
+                        {"mechanism", e.qos_lease->mechanism()}};
+      if (std::string cg = e.qos_lease->CgroupPath(); !cg.empty()) j["placement"]["cgroup"] = cg;
+    }
+  }
   j["task_id"] = e.task_id ? json(*e.task_id) : json(nullptr);
   j["created_unix_ms"] = e.created_ms;
   j["expires_unix_ms"] = e.expires_ms ? json(*e.expires_ms) : json(nullptr);
@@ -242,12 +292,12 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
   }
   auto e = std::make_shared<Entry>();
   DSEC_ASSIGN_OR_RETURN(std::optional<std::string> tier, OptString(body, "tier"));
-  if (!tier) return InvalidField("tier", "tier is required (container or fncall)");
-  if (*tier == "microvm" || *tier == "fullvm") {
+  if (!tier) return InvalidField("tier", "tier is required (container, fncall or microvm)");
+  if (*tier == "fullvm") {
     return absl::UnavailableError(absl::StrCat("the ", *tier, " tier is not available on this node"));
   }
-  if (*tier != "container" && *tier != "fncall") {
-    return InvalidField("tier", "tier must be container or fncall");
+  if (*tier != "container" && *tier != "fncall" && *tier != "microvm") {
+    return InvalidField("tier", "tier must be container, fncall or microvm");
   }
   if (tiers_.count(*tier) == 0) {
     return absl::UnavailableError(absl::StrCat("the ", *tier, " tier is not available on this node"));
@@ -331,9 +381,12 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
     }
   };
   const auto start = std::chrono::steady_clock::now();
+  PlaceQos(*e);
   auto sb = MakeTierSandbox(*e, {});
   if (!sb.ok()) {
     release(false);
+    std::lock_guard<std::mutex> lock(e->qos_mu);
+    e->qos_lease.reset();
     return sb.status();
   }
   e->sandbox = std::move(*sb);
@@ -347,6 +400,9 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
 absl::StatusOr<std::unique_ptr<TierSandbox>> Service::MakeTierSandbox(
     Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id) {
   if (!options_.resolve_layers) return absl::InternalError("no layer resolver configured");
+  // A tier this host cannot run fails before its layers are resolved (a
+  // default layer may be built first, which takes minutes).
+  DSEC_RETURN_IF_ERROR(tiers_.at(e.tier)->Availability());
   // A checkpoint layer (extra_refs) brings its parents, so on top of the
   // tier default it stands alone.
   std::vector<std::string> refs = e.refs;
@@ -366,6 +422,10 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> Service::MakeTierSandbox(
   spec.memory_mib = e.memory_mib;
   spec.pids = e.pids;
   spec.qos = e.qos;
+  {
+    std::lock_guard<std::mutex> lock(e.qos_mu);
+    if (e.qos_lease) spec.isolation = e.qos_lease->isolation();
+  }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<TierSandbox> sb, tiers_.at(e.tier)->Create(spec));
   e.images = *images;
   return sb;
@@ -398,6 +458,25 @@ void Service::DestroyEntry(Entry& e) {
     }
     e.sandbox.reset();
   }
+  // After the tier sandbox: its processes are gone from the QoS cgroup.
+  std::lock_guard<std::mutex> qos_lock(e.qos_mu);
+  e.qos_lease.reset();
+}
+
+void Service::PlaceQos(Entry& e) {
+  if (e.qos.empty()) return;
+  QosDecision d;
+  if (options_.qos == nullptr) {
+    d.reason = "this daemon places no sandboxes (no sched/ placement configured)";
+  } else {
+    // CPUs' worth: the quota rounded up, at least one.
+    const int vcpus = e.cpus > 0 ? static_cast<int>(std::ceil(e.cpus)) : 1;
+    d = options_.qos->Place(e.id, e.qos, vcpus);
+  }
+  if (!d.lease) DSEC_LOG(info, "daemon: sandbox={} qos={} not applied: {}", e.id, e.qos, d.reason);
+  std::lock_guard<std::mutex> lock(e.qos_mu);
+  e.qos_lease = std::move(d.lease);
+  e.qos_reason = std::move(d.reason);
 }
 
 absl::Status Service::Delete(const std::string& id) {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "sandbox/daemon/metrics.h"
+#include "sandbox/daemon/qos_placer.h"
 #include "sandbox/daemon/tier.h"
 #include "sandbox/trajectory/log.h"
 #include "sandbox/trajectory/replay.h"
@@ -48,6 +50,20 @@ struct ServiceOptions {
   std::string layer_store;               // for pack_diff and /v1/layers ("" = none)
   LayerResolver resolve_layers;
   bool start_reaper = true;
+  // Places sandboxes created with a qos (null: none is placed, each says
+  // why in qos_reason).
+  std::shared_ptr<QosPlacer> qos;
+};
+
+// What a streamed exec sees besides its result. Both run on the thread
+// that called Exec and must return promptly.
+struct ExecObserver {
+  // The request is valid and it is the sandbox's turn: the command runs
+  // (or is answered from the trajectory) now. Errors after this one are
+  // the exec's, not the request's.
+  std::function<void()> on_start;
+  // Live output (ExecSpec::on_output). Not called for replayed execs.
+  std::function<void(int stream, std::string_view bytes)> on_output;
 };
 
 // Threads: every method from any thread (the HTTP pool). Calls on one
@@ -72,7 +88,8 @@ class Service {
   nlohmann::json List() const;
   absl::StatusOr<nlohmann::json> Get(const std::string& id) const;
   absl::Status Delete(const std::string& id);
-  absl::StatusOr<nlohmann::json> Exec(const std::string& id, const nlohmann::json& body);
+  absl::StatusOr<nlohmann::json> Exec(const std::string& id, const nlohmann::json& body,
+                                      const ExecObserver* observer = nullptr);
   absl::StatusOr<nlohmann::json> Pause(const std::string& id);
   absl::StatusOr<nlohmann::json> Resume(const std::string& id);
   absl::StatusOr<std::string> ReadFile(const std::string& id, const std::string& path);
@@ -107,6 +124,8 @@ class Service {
                                                                const std::vector<std::string>& extra_refs,
                                                                const std::string& tier_id = "");
   nlohmann::json Describe(const Entry& e) const;
+  // Places e (qos "ls"/"be") through options_.qos; records the lease or why not.
+  void PlaceQos(Entry& e);
   absl::StatusOr<nlohmann::json> GoLive(Entry& e, const trajectory::ExecRequest& req,
                                         const ExecSpec& spec) ;
   absl::StatusOr<nlohmann::json> RunLive(Entry& e, const trajectory::ExecRequest& req,

@@ -199,9 +199,10 @@ ExecOutcome FromRecord(const trajectory::Record& r) {
 
 }  // namespace
 
-absl::StatusOr<json> Service::Exec(const std::string& id, const json& body) {
+absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, const ExecObserver* observer) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   DSEC_ASSIGN_OR_RETURN(ParsedExec p, ParseExec(body, e->tier, e->lang, options_));
+  if (observer != nullptr) p.spec.on_output = observer->on_output;
   if (running_execs_.fetch_add(1) >= options_.max_concurrent_execs) {
     running_execs_.fetch_sub(1);
     metrics_.rejected_limit++;
@@ -216,6 +217,7 @@ absl::StatusOr<json> Service::Exec(const std::string& id, const json& body) {
   if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   if (e->paused) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is paused"));
   if (e->sandbox == nullptr) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is broken"));
+  if (observer != nullptr && observer->on_start) observer->on_start();
   if (e->replayer) {
     std::optional<trajectory::Record> rec = e->replayer->Next(p.request);
     if (rec) {

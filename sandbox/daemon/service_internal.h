@@ -24,6 +24,10 @@ struct Service::Entry {
   uint64_t memory_mib = 512;
   uint64_t pids = 512;
   std::string qos;
+  // The sandbox's placement (released on destroy), or why it has none.
+  mutable std::mutex qos_mu;
+  std::shared_ptr<QosLease> qos_lease;  // guarded by qos_mu
+  std::string qos_reason;               // guarded by qos_mu
   std::optional<std::string> task_id;
   int64_t created_ms = 0;
   std::optional<int64_t> expires_ms;

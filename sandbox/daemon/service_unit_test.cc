@@ -10,8 +10,11 @@
 #include "gtest/gtest.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/errors.h"
+#include "sandbox/daemon/exec_stream.h"
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/daemon/service.h"
+#include "sched/fake_sched_core_ops.h"
+#include "sched/fake_sysfs.h"
 
 namespace dsec::daemon {
 namespace {
@@ -23,6 +26,7 @@ using nlohmann::json;
 struct FakeState {
   std::atomic<int> runs{0};
   std::atomic<int> live{0};
+  std::atomic<int> isolated{0};  // creates that were handed a QoS isolation
 };
 
 class FakeSandbox : public TierSandbox {
@@ -32,6 +36,15 @@ class FakeSandbox : public TierSandbox {
   absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
     ExecOutcome o;
     o.exit_code = 0;
+    if (!spec.argv.empty() && spec.argv[0] == "emit") {
+      // Each further argument is one piece of live stdout.
+      ++s_->runs;
+      for (size_t i = 1; i < spec.argv.size(); ++i) {
+        if (spec.on_output) spec.on_output(1, spec.argv[i]);
+        o.stdout_data += spec.argv[i];
+      }
+      return o;
+    }
     o.stdout_data = absl::StrCat(absl::StrJoin(spec.argv, " "), " run=", ++s_->runs);
     o.stderr_data = "\xff\xfe";  // not UTF-8
     return o;
@@ -57,7 +70,8 @@ class FakeTier : public Tier {
  public:
   explicit FakeTier(FakeState* s) : s_(s) {}
   std::string name() const override { return "container"; }
-  absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec&) override {
+  absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override {
+    if (spec.isolation) s_->isolated++;
     return std::unique_ptr<TierSandbox>(new FakeSandbox(s_));
   }
   absl::StatusOr<int> CleanupOrphans() override { return 0; }
@@ -73,8 +87,10 @@ class ServiceUnitTest : public ::testing::Test {
     ASSERT_TRUE(dir.ok());
     dir_.emplace(std::move(*dir));
   }
-  std::unique_ptr<Service> Make(int max_sandboxes = 8, bool reaper = false) {
+  std::unique_ptr<Service> Make(int max_sandboxes = 8, bool reaper = false,
+                                std::shared_ptr<QosPlacer> qos = nullptr) {
     ServiceOptions o;
+    o.qos = std::move(qos);
     o.max_sandboxes = max_sandboxes;
     o.start_reaper = reaper;
     o.resolve_layers = [](const std::string&, const std::string&, const std::vector<std::string>& refs)
@@ -226,6 +242,174 @@ TEST_F(ServiceUnitTest, TtlReaperDestroysExpiredSandboxes) {
   EXPECT_EQ(svc->Get((*sb)["id"]).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(svc->Get((*keep)["id"]).ok());
   EXPECT_EQ(state_.live.load(), 1);
+}
+
+// A placer over a fake machine. Core scheduling through fake prctl ops
+// stands in for the isolation (no cgroups are touched); the placement is
+// the real engine's.
+std::shared_ptr<QosPlacer> FakeMachinePlacer(const sched::testing::FakeMachine& m,
+                                            sched::testing::FakeSchedCoreOps* ops) {
+  sched::testing::TempDir root;
+  sched::testing::WriteFakeSysfs(root.path(), m);
+  sched::CgroupLayout layout;  // unused: core scheduling works
+  return QosPlacer::Create(sched::Topology::Read(root.path()),
+                           sched::Isolator::CreateWith({}, *ops, layout, "0::/\n"));
+}
+
+std::vector<int> CpusOf(const json& sb) {
+  return sb["placement"].is_null() ? std::vector<int>{} : sb["placement"]["cpus"].get<std::vector<int>>();
+}
+
+TEST_F(ServiceUnitTest, QosPlacesLsOnWholeCoresAndBeOffThem) {
+  // One package, 4 cores, SMT-2: cpu N and N+4 are siblings.
+  sched::testing::FakeSchedCoreOps ops;
+  auto svc = Make(8, false, FakeMachinePlacer({.cores_per_package = 4, .threads_per_core = 2}, &ops));
+  auto ls = svc->Create({{"tier", "container"}, {"qos", "ls"}});
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  EXPECT_TRUE((*ls)["qos_applied"].get<bool>()) << *ls;
+  EXPECT_EQ(CpusOf(*ls), (std::vector<int>{0, 4}));  // a whole core, both siblings
+  auto be = svc->Create({{"tier", "container"}, {"qos", "be"}});
+  ASSERT_TRUE(be.ok());
+  EXPECT_TRUE((*be)["qos_applied"].get<bool>());
+  EXPECT_EQ(CpusOf(*be), (std::vector<int>{3}));  // from the far end, no LS sibling
+  auto ls2 = svc->Create({{"tier", "container"}, {"qos", "ls"}, {"cpus", 2}});
+  ASSERT_TRUE(ls2.ok());
+  EXPECT_EQ(CpusOf(*ls2), (std::vector<int>{1, 5}));
+  // 4 CPUs on whole cores: only core 2 is free (core 3 holds BE). The
+  // create still succeeds, unplaced, and says why.
+  auto big = svc->Create({{"tier", "container"}, {"qos", "ls"}, {"cpus", 4}});
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_FALSE((*big)["qos_applied"].get<bool>());
+  EXPECT_TRUE((*big)["placement"].is_null());
+  EXPECT_NE((*big)["qos_reason"].get<std::string>().find("whole physical cores"), std::string::npos)
+      << (*big)["qos_reason"];
+  auto none = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE((*none)["qos_applied"].get<bool>());
+  EXPECT_TRUE((*none)["qos_reason"].is_null());
+  EXPECT_EQ(state_.isolated.load(), 3);
+  const std::string m = svc->MetricsText();
+  EXPECT_NE(m.find("dsec_sandboxes_qos{qos=\"ls\",applied=\"true\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("dsec_sandboxes_qos{qos=\"ls\",applied=\"false\"} 1"), std::string::npos);
+  EXPECT_NE(m.find("dsec_sandboxes_qos{qos=\"be\",applied=\"true\"} 1"), std::string::npos);
+  EXPECT_NE(m.find("dsec_sandboxes_qos{qos=\"none\",applied=\"false\"} 1"), std::string::npos);
+  EXPECT_NE(m.find("dsec_qos_placement_available 1"), std::string::npos);
+  // Delete releases the core: the next LS sandbox gets it.
+  ASSERT_TRUE(svc->Delete((*ls)["id"]).ok());
+  auto again = svc->Create({{"tier", "container"}, {"qos", "ls"}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(CpusOf(*again), (std::vector<int>{0, 4}));
+  auto got = svc->Get((*again)["id"]);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)["placement"]["qos"], "ls");
+  EXPECT_EQ((*got)["placement"]["mechanism"], "core-sched");
+}
+
+TEST_F(ServiceUnitTest, QosOnTwoCoresWithoutSmtSeparatesLsAndBe) {
+  // The CI host's shape: LS takes cpu0, BE cpu1; a second LS finds no
+  // whole core free of BE and runs unplaced; BE sandboxes share cpu1.
+  sched::testing::FakeSchedCoreOps ops;
+  auto svc = Make(8, false, FakeMachinePlacer({.cores_per_package = 2}, &ops));
+  auto ls = svc->Create({{"tier", "container"}, {"qos", "ls"}});
+  auto be = svc->Create({{"tier", "container"}, {"qos", "be"}});
+  auto ls2 = svc->Create({{"tier", "container"}, {"qos", "ls"}});
+  auto be2 = svc->Create({{"tier", "container"}, {"qos", "be"}});
+  ASSERT_TRUE(ls.ok() && be.ok() && ls2.ok() && be2.ok());
+  EXPECT_EQ(CpusOf(*ls), std::vector<int>{0});
+  EXPECT_EQ(CpusOf(*be), std::vector<int>{1});
+  EXPECT_FALSE((*ls2)["qos_applied"].get<bool>());
+  EXPECT_EQ(CpusOf(*be2), std::vector<int>{1});
+}
+
+TEST_F(ServiceUnitTest, QosUnavailableIsReportedNotFatal) {
+  auto svc = Make(8, false, QosPlacer::Unavailable("no cpuset controller here"));
+  auto sb = svc->Create({{"tier", "container"}, {"qos", "be"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_FALSE((*sb)["qos_applied"].get<bool>());
+  EXPECT_EQ((*sb)["qos_reason"], "no cpuset controller here");
+  EXPECT_EQ(svc->Health()["qos"]["available"], false);
+  auto plain = Make();  // no placer at all
+  auto p = plain->Create({{"tier", "container"}, {"qos", "ls"}});
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE((*p)["qos_reason"].is_null());
+  EXPECT_EQ(state_.isolated.load(), 0);
+}
+
+// Drains a streamed exec: the output lines' bytes, and the last line.
+struct Drained {
+  std::string out;
+  std::vector<std::string> pieces;
+  json last;
+};
+Drained DrainStream(StreamedExec& s) {
+  Drained d;
+  std::string line;
+  while (s.NextLine(&line)) {
+    EXPECT_EQ(line.back(), '\n');
+    json j = json::parse(line);
+    if (j.contains("stream")) {
+      d.pieces.push_back(Base64Decode(j["data_b64"]).value_or("<bad>"));
+      d.out += d.pieces.back();
+    } else {
+      d.last = j;
+    }
+  }
+  return d;
+}
+
+TEST_F(ServiceUnitTest, StreamedExecSendsLiveOutputThenTheResult) {
+  auto svc = Make();
+  auto sb = svc->Create({{"tier", "container"}, {"task_id", "st"}});
+  ASSERT_TRUE(sb.ok());
+  auto s = StreamedExec::Start(svc.get(), (*sb)["id"], {{"argv", {"emit", "ab", "cd"}}});
+  ASSERT_TRUE(s->WaitStarted().ok());
+  Drained d = DrainStream(*s);
+  EXPECT_EQ(d.out, "abcd");
+  EXPECT_EQ(d.last["exit"]["exit_code"], 0);
+  EXPECT_EQ(d.last["exit"]["seq"], 0);
+  EXPECT_EQ(d.last["deferred_bytes"], 0);
+  EXPECT_FALSE(d.last["exit"].contains("stdout_b64"));
+  // Recorded as the plain exec records it.
+  auto log = svc->TaskLog("st");
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(Base64Decode((*log)["records"][0]["stdout_b64"]).value_or(""), "abcd");
+}
+
+TEST_F(ServiceUnitTest, StreamedExecDefersWhatTheBoundHoldsBack) {
+  auto svc = Make();
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok());
+  // Nobody reads until the exec is over: 5 bytes fit the live buffer,
+  // the rest of stdout comes from the result, in order, after the end.
+  StreamOptions o;
+  o.live_buffer_bytes = 5;
+  o.max_line_bytes = 4;
+  auto s = StreamedExec::Start(svc.get(), (*sb)["id"], {{"argv", {"emit", "abc", "de", "fghij", "k"}}}, o);
+  ASSERT_TRUE(s->WaitStarted().ok());
+  ASSERT_TRUE(svc->Exec((*sb)["id"], {{"argv", {"true"}}}).ok());  // waits for the streamed one
+  Drained d = DrainStream(*s);
+  EXPECT_EQ(d.out, "abcdefghijk");
+  EXPECT_EQ(d.pieces, (std::vector<std::string>{"abcd", "e", "fghi", "jk"}));
+  EXPECT_EQ(d.last["deferred_bytes"], 6);
+}
+
+TEST_F(ServiceUnitTest, StreamedExecErrorsBeforeAndAfterTheStart) {
+  auto svc = Make();
+  auto bad = StreamedExec::Start(svc.get(), "sb-none", {{"argv", {"x"}}});
+  EXPECT_EQ(bad->WaitStarted().code(), absl::StatusCode::kNotFound);
+  auto sb = svc->Create({{"tier", "container"}, {"task_id", "rp"}});
+  ASSERT_TRUE(sb.ok());
+  ASSERT_TRUE(svc->Exec((*sb)["id"], {{"argv", {"echo", "r"}}}).ok());
+  ASSERT_TRUE(svc->Delete((*sb)["id"]).ok());
+  // A replayed exec streams its recorded output (deferred: never live).
+  auto resumed = svc->ResumeTask("rp", {{"tier", "container"}});
+  ASSERT_TRUE(resumed.ok());
+  auto s = StreamedExec::Start(svc.get(), (*resumed)["id"], {{"argv", {"echo", "r"}}});
+  ASSERT_TRUE(s->WaitStarted().ok());
+  Drained d = DrainStream(*s);
+  EXPECT_EQ(d.out, "echo r run=1\xff\xfe");  // stdout, then the fake's stderr
+  EXPECT_TRUE(d.last["exit"]["replayed"].get<bool>());
+  EXPECT_EQ(d.last["deferred_bytes"], 12 + 2);  // the fake's stdout and its 2 stderr bytes
 }
 
 TEST(HttpAuth, TokenComparison) {

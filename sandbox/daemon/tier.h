@@ -10,10 +10,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
+namespace dsec::sched {
+class SandboxIsolation;
+}
 
 namespace dsec::daemon {
 
@@ -24,7 +29,11 @@ struct CreateSpec {
   double cpus = 0;                  // 0 = no quota
   uint64_t memory_mib = 512;
   uint64_t pids = 512;
-  std::string qos;                  // "", "ls" or "be" (recorded; placement is sched/'s)
+  std::string qos;                  // "", "ls" or "be"
+  // The sandbox's QoS placement (qos_placer.h), or null when it has none:
+  // the tier puts the sandbox's processes in its cgroup. Shared: the
+  // Service's entry holds it too, and hands it to a re-created sandbox.
+  std::shared_ptr<const sched::SandboxIsolation> isolation;
 };
 
 struct ExecSpec {
@@ -35,6 +44,12 @@ struct ExecSpec {
   std::string cwd;                         // "" = tier default
   int64_t timeout_ms = 60000;
   uint64_t output_cap_bytes = 4u << 20;
+  // Optional: each piece of output as the tier reads it (stream 1 = stdout,
+  // 2 = stderr), only what its cap admits, in order. Called on the exec's
+  // thread from the tier's read loop: it must return promptly (the exec's
+  // timeout waits meanwhile). A tier that cannot call it still returns all
+  // output in the outcome.
+  std::function<void(int stream, std::string_view bytes)> on_output;
 };
 
 struct ExecOutcome {
@@ -44,7 +59,7 @@ struct ExecOutcome {
   std::string killed_by;  // "" | timeout | memory | output | pids
   std::string stdout_data;
   std::string stderr_data;
-  uint64_t stdout_dropped = 0;
+  uint64_t stdout_dropped = 0;  // bytes of each stream over the cap/rate
   uint64_t stderr_dropped = 0;
   double duration_ms = 0;
 };
@@ -85,6 +100,10 @@ class Tier {
   // Removes sandboxes/pools of dead owners under the tier's state root;
   // returns how many.
   virtual absl::StatusOr<int> CleanupOrphans() = 0;
+  // OK when Create can succeed on this host, else the Unavailable status
+  // it fails with (GET /v1/health shows it). Tiers that need nothing of
+  // the host beyond what the daemon checked keep the default.
+  virtual absl::Status Availability() const { return absl::OkStatus(); }
 };
 
 }  // namespace dsec::daemon

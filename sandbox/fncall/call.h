@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dsec::fncall {
@@ -29,6 +31,12 @@ struct CallRequest {
   std::optional<uint64_t> pids;
   std::optional<uint64_t> output_cap_bytes;
   std::optional<uint64_t> output_rate_bytes_per_s;
+  // Optional: called with each piece of output the limiter admits (stream 1
+  // = stdout, 2 = stderr), in order, as soon as the worker's read loop reads
+  // it (dropped bytes never reach it). It runs on the calling thread inside
+  // that loop, so the call's limits wait while it runs: it must return
+  // promptly (buffer with a bound or drop; never block on a client).
+  std::function<void(int stream, std::string_view bytes)> on_output;
 };
 
 // Which limit ended a call early (the call and everything it spawned were
@@ -42,7 +50,9 @@ struct CallResult {
   KilledBy killed_by = KilledBy::kNone;
   std::string stdout_data;
   std::string stderr_data;
-  uint64_t output_dropped_bytes = 0;  // over the cap or the rate: read and discarded
+  uint64_t output_dropped_bytes = 0;  // over the cap or the rate: read and discarded (both streams)
+  uint64_t stdout_dropped = 0;        // the part of output_dropped_bytes read from stdout
+  uint64_t stderr_dropped = 0;        // ... and from stderr
   int64_t wall_ns = 0;                // request sent to result complete
   uint64_t peak_rss_bytes = 0;        // the call's main process (rusage)
   // High-water mark of the worker's memory cgroup during the call, minus

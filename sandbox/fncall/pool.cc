@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "sched/isolation.h"
 #include "vmm/base/clock.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/status.h"
@@ -99,6 +100,11 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(PoolConfig config) {
   std::unique_ptr<Pool> pool(new Pool(std::move(config), std::move(state)));
   pool->seccomp_ = seccomp;
   // Any error below destroys `pool`, which undoes what was done.
+  if (const sched::SandboxCgroup* qos = pool->config_.isolation ? pool->config_.isolation->cgroup()
+                                                                 : nullptr) {
+    DSEC_RETURN_IF_ERROR(pool->state_.RecordCgroup(qos->cpuset_dir().path()));
+    if (qos->cpu_dir() != nullptr) DSEC_RETURN_IF_ERROR(pool->state_.RecordCgroup(qos->cpu_dir()->path()));
+  }
   DSEC_RETURN_IF_ERROR(pool->MountRoot());
   const PoolConfig& c = pool->config_;
   uint64_t per_worker = c.limits.memory_bytes +
@@ -166,6 +172,7 @@ void Pool::RefillLoop() {
       o.scratch_bytes = config_.scratch_bytes;
       o.hostname = config_.hostname;
       o.setup_timeout_ms = config_.setup_timeout_ms;
+      o.isolation = config_.isolation.get();
       const container::StateDir* state = &state_;
       o.record_cgroup = [state](const std::string& d) { return state->RecordCgroup(d); };
       ++starting_;

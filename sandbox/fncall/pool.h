@@ -26,6 +26,10 @@
 #include "sandbox/fncall/worker.h"
 #include "sandbox/fncall/zygote.h"
 
+namespace dsec::sched {
+class SandboxIsolation;
+}
+
 namespace dsec::fncall {
 
 inline constexpr char kDefaultStateRoot[] = "/run/dsec-vmm/fncall";
@@ -54,6 +58,11 @@ struct PoolConfig {
   int64_t setup_timeout_ms = 30000;
   // After this many setups in a row fail, waiting calls get the error.
   int max_setup_failures = 5;
+  // Optional QoS placement from sched/ (cpuset + cpu weight cgroup): every
+  // worker's zygote joins it (calls, its forks, inherit it) and it owns the
+  // cpu controller. Its cgroup directories are recorded in the pool's state
+  // dir so that orphan cleanup removes them after a crash.
+  std::shared_ptr<const sched::SandboxIsolation> isolation;
 };
 
 struct PoolStats {

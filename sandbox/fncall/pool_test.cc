@@ -306,6 +306,27 @@ TEST_F(FncallPoolTest, OutputCapKillsTheCallAndCountsDroppedBytes) {
   EXPECT_EQ(d.output_dropped_bytes, 200001u - (64u << 10));
 }
 
+TEST_F(FncallPoolTest, OutputCallbackSeesEachStreamAsItIsReadAndDropsArePerStream) {
+  CallRequest req;
+  std::string seen[3];
+  int calls = 0;
+  req.on_output = [&](int stream, std::string_view bytes) {
+    ASSERT_TRUE(stream == 1 || stream == 2);
+    seen[stream].append(bytes);
+    ++calls;
+  };
+  req.output_rate_bytes_per_s = 1;  // burst 64 KiB, then drops (the call goes on)
+  CallResult r = Py("import sys\nprint('out', flush=True)\nsys.stderr.write('e' * 100000)", req);
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_data;
+  EXPECT_GE(calls, 2);
+  EXPECT_EQ(seen[1], r.stdout_data);
+  EXPECT_EQ(seen[2], r.stderr_data);
+  EXPECT_EQ(r.stdout_data, "out\n");
+  EXPECT_EQ(r.stdout_dropped, 0u);
+  EXPECT_EQ(r.stderr_dropped, 100000u + 4u - (64u << 10));
+  EXPECT_EQ(r.output_dropped_bytes, r.stdout_dropped + r.stderr_dropped);
+}
+
 TEST_F(FncallPoolTest, PidsLimitKillsAForkBomb) {
   CallRequest req;
   req.pids = 8;

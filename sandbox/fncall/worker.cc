@@ -24,6 +24,7 @@
 #include "sandbox/container/exec.h"
 #include "sandbox/container/output_limiter.h"
 #include "sandbox/container/state_dir.h"
+#include "sched/isolation.h"
 #include "sched/sysfs_file.h"
 #include "vmm/base/clock.h"
 #include "vmm/base/logging.h"
@@ -66,12 +67,22 @@ absl::Status MkdirMode(const std::string& path, mode_t mode) {
   return absl::OkStatus();
 }
 
-bool Drain(int fd, container::OutputLimiter& limiter, std::string* out) {
+// Reads all the fd has now into the limiter, counting what it drops in
+// *dropped and handing what it admits to `on_output` (stream 1 or 2).
+// False on EOF.
+bool Drain(int fd, int stream, container::OutputLimiter& limiter, std::string* out,
+           uint64_t* dropped, const std::function<void(int, std::string_view)>& on_output) {
   char buf[65536];
   while (true) {
     ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n > 0) {
+      const size_t kept_before = out->size();
+      const uint64_t dropped_before = limiter.dropped_bytes();
       limiter.Admit(std::string_view(buf, static_cast<size_t>(n)), out);
+      *dropped += limiter.dropped_bytes() - dropped_before;
+      if (on_output && out->size() > kept_before) {
+        on_output(stream, std::string_view(*out).substr(kept_before));
+      }
       continue;
     }
     if (n == 0) return false;
@@ -148,7 +159,8 @@ absl::Status Worker::Launch() {
   limits.pids_max = o.limits.pids + 1;
   auto record = o.record_cgroup ? o.record_cgroup
                                 : [](const std::string&) { return absl::OkStatus(); };
-  DSEC_ASSIGN_OR_RETURN(cgroups_, container::ContainerCgroups::Create(o.id, limits, false, record));
+  DSEC_ASSIGN_OR_RETURN(cgroups_, container::ContainerCgroups::Create(o.id, limits,
+                                                                     o.isolation != nullptr, record));
 
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -195,6 +207,7 @@ absl::Status Worker::Launch() {
   report.write.Reset();
 
   DSEC_RETURN_IF_ERROR(cgroups_.AddProcess(pid_));
+  if (o.isolation != nullptr) DSEC_RETURN_IF_ERROR(o.isolation->AddProcess(pid_));
   char one = 1;
   if (::write(go.write.get(), &one, 1) != 1) return ErrnoToStatus("fncall: start worker");
   go.write.Reset();
@@ -391,8 +404,14 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
     int ready = ::poll(p, 4, wait_ms);
     if (ready < 0 && errno != EINTR) return ErrnoToStatus("fncall: poll");
     if (ready <= 0) continue;
-    if (p[0].revents && !Drain(out.read.get(), limiter, &result.stdout_data)) out.read.Reset();
-    if (p[1].revents && !Drain(err.read.get(), limiter, &result.stderr_data)) err.read.Reset();
+    if (p[0].revents && !Drain(out.read.get(), 1, limiter, &result.stdout_data,
+                               &result.stdout_dropped, request.on_output)) {
+      out.read.Reset();
+    }
+    if (p[1].revents && !Drain(err.read.get(), 2, limiter, &result.stderr_data,
+                               &result.stderr_dropped, request.on_output)) {
+      err.read.Reset();
+    }
     if (limiter.dropped_by_cap() > 0 && !done) kill_call(KilledBy::kOutputCap);
     if (p[2].revents) {
       ssize_t w = container::WriteNoSigpipe(in.write.get(), request.stdin_data.data() + stdin_off,

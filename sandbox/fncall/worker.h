@@ -24,6 +24,10 @@
 #include "sandbox/fncall/zygote.h"
 #include "vmm/base/scoped_fd.h"
 
+namespace dsec::sched {
+class SandboxIsolation;
+}
+
 namespace dsec::fncall {
 
 struct WorkerOptions {
@@ -41,6 +45,9 @@ struct WorkerOptions {
   uint64_t sequence = 0;  // exported to the zygote as DSEC_FNCALL_WORKER_SEQ
   // Called with each cgroup directory before it is made (orphan records).
   std::function<absl::Status(const std::string&)> record_cgroup;
+  // Optional QoS cgroup (owned by the pool's config) the zygote joins; it
+  // then owns the cpu controller, so the worker makes no cpu cgroup.
+  const sched::SandboxIsolation* isolation = nullptr;
 };
 
 // Threads: one thread at a time (the pool hands a worker to one caller).

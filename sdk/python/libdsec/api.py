@@ -105,6 +105,21 @@ class Sandbox:
         return self.handle.task_id
 
     @property
+    def qos_applied(self):
+        """True if the daemon placed the sandbox by its qos (sched/ cpuset)."""
+        return self.handle.qos_applied
+
+    @property
+    def qos_reason(self):
+        """Why the qos was not applied (None when it was, or none was asked)."""
+        return self.handle.qos_reason
+
+    @property
+    def placement(self):
+        """{"qos", "cpus", "mems", "mechanism", "cgroup"} when placed, else None."""
+        return self.handle.placement
+
+    @property
     def recorded(self):
         """On a resumed sandbox: how many execs the task's log holds (else None)."""
         return self.handle.recorded

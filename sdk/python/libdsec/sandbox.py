@@ -56,9 +56,13 @@ def exec_body(tier, argv_or_code, args=None, stdin=None, env=None, cwd=None,
 class ExecStream:
     """Iterates (stream, bytes) chunks of a running exec: stream is "stdout" or "stderr".
 
-    After the iteration ends, .result holds the ExecResult (stdout/stderr are
-    the concatenated chunks). Use as a context manager, or iterate to the end;
-    close() abandons the exec's output and drops the connection.
+    Chunks arrive while the command runs. After the iteration ends, .result
+    holds the ExecResult (stdout/stderr are the concatenated chunks) and
+    .deferred_bytes how many output bytes the daemon could not send live
+    (this client read slower than the command wrote, or the result was
+    replayed) and sent after the command ended: nothing is lost either way.
+    Use as a context manager, or iterate to the end; close() abandons the
+    stream and drops the connection (the command runs on to its end).
     """
 
     def __init__(self, transport, conn, resp, method, path):
@@ -69,6 +73,7 @@ class ExecStream:
         self._out = []
         self._err = []
         self.result = None
+        self.deferred_bytes = None
 
     def __iter__(self):
         return self
@@ -108,6 +113,7 @@ class ExecStream:
             if "exit" in obj:
                 self.result = ExecResult.from_json(obj["exit"], stdout=b"".join(self._out),
                                                    stderr=b"".join(self._err))
+                self.deferred_bytes = int(obj.get("deferred_bytes") or 0)
                 self._finish()
                 raise StopIteration
             if "error" in obj:
@@ -173,6 +179,11 @@ class SandboxHandle:
         self.memory_mib = info.get("memory_mib")
         self.pids = info.get("pids")
         self.qos = info.get("qos")
+        # Whether sched/ placed the sandbox by its qos, why not, and where:
+        # {"qos", "cpus", "mems", "mechanism", "cgroup"} or None.
+        self.qos_applied = bool(info.get("qos_applied", False))
+        self.qos_reason = info.get("qos_reason")
+        self.placement = info.get("placement")
         self.task_id = info.get("task_id")
         self.created_unix_ms = info.get("created_unix_ms")
         self.expires_unix_ms = info.get("expires_unix_ms")
@@ -213,7 +224,8 @@ class SandboxHandle:
 
     def exec_stream(self, argv_or_code, stdin=None, env=None, cwd=None, timeout_s=None,
                     idempotent=False, args=None):
-        """Like exec, but returns an ExecStream yielding output as it arrives."""
+        """Like exec, but returns an ExecStream yielding (stream, bytes) chunks
+        while the command runs, then holding the ExecResult in .result."""
         body = exec_body(self.tier, argv_or_code, args, stdin, env, cwd, timeout_s, idempotent)
         path = self._path + "/exec/stream"
         conn, resp = self._t.open("POST", path, json.dumps(body).encode("utf-8"),

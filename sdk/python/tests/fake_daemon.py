@@ -169,7 +169,8 @@ class FakeDaemon:
 
 def sandbox_obj(sid="sb-1", tier="container", state="running", **extra):
     obj = {"id": sid, "tier": tier, "state": state, "layers": ["base:bookworm"], "cpus": 1.0,
-           "memory_mib": 512, "pids": 512, "qos": None, "task_id": None,
+           "memory_mib": 512, "pids": 512, "qos": None, "qos_applied": False, "qos_reason": None,
+           "placement": None, "task_id": None,
            "created_unix_ms": 1700000000000, "expires_unix_ms": None, "execs": 0}
     obj.update(extra)
     return obj

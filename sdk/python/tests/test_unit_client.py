@@ -45,7 +45,10 @@ class CreateAndLookupTest(ClientTestBase):
         self.assertIsNone(sb.recorded)
 
     def test_create_sends_every_field(self):
-        self.fake.reply(201, sandbox_obj("sb-a2", tier="fncall", qos="ls", task_id="t-1"))
+        self.fake.reply(201, sandbox_obj("sb-a2", tier="fncall", qos="ls", task_id="t-1",
+                                         qos_applied=True,
+                                         placement={"qos": "ls", "cpus": [0], "mems": [0],
+                                                    "mechanism": "cpuset"}))
         sb = self.client.create(tier="fncall", layers=("base:bookworm", "py:3"), lang="bash",
                                 cpus=0.5, memory_mib=256, pids=64, qos="ls", ttl_s=30,
                                 task_id="t-1")
@@ -54,6 +57,7 @@ class CreateAndLookupTest(ClientTestBase):
             "cpus": 0.5, "memory_mib": 256, "pids": 64, "qos": "ls", "ttl_s": 30,
             "task_id": "t-1"})
         self.assertEqual((sb.tier, sb.qos, sb.task_id), ("fncall", "ls", "t-1"))
+        self.assertEqual((sb.qos_applied, sb.qos_reason, sb.placement["cpus"]), (True, None, [0]))
 
     def test_create_rejects_a_string_for_layers_without_a_request(self):
         with self.assertRaises(libdsec.InvalidArgument) as cm:

@@ -147,7 +147,7 @@ class ExecStreamTest(SandboxTestBase):
             line({"stream": "stdout", "data_b64": b64(b"a\x00")}),
             line({"stream": "stderr", "data_b64": b64(b"err")})
             + line({"stream": "stdout", "data_b64": b64(b"\xffb")}),
-            b'{"exit": ' + json.dumps(exit_obj).encode() + b"}",
+            b'{"exit": ' + json.dumps(exit_obj).encode() + b', "deferred_bytes": 3}',
             b"\n",
         ])
         stream = self.sb.exec_stream(["sh", "-c", "x"], stdin=b"in", timeout_s=5)
@@ -157,6 +157,7 @@ class ExecStreamTest(SandboxTestBase):
         self.assertEqual(chunks, [("stdout", b"a\x00"), ("stderr", b"err"), ("stdout", b"\xffb")])
         r = stream.result
         self.assertEqual((r.exit_code, r.seq, r.stdout, r.stderr), (0, 1, b"a\x00\xffb", b"err"))
+        self.assertEqual(stream.deferred_bytes, 3)
         # The connection is clean afterwards and reused.
         self.fake.reply(200, {"status": "ok"})
         self.client.health()

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/daemon/microvm_tier.h"
+
+#include "absl/strings/str_cat.h"
+#include "sched/isolation.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+namespace dsec::daemon {
+
+namespace {
+
+const char* EntryTypeString(agent::EntryType t) {
+  switch (t) {
+    case agent::EntryType::kFile:
+      return "file";
+    case agent::EntryType::kDir:
+      return "dir";
+    case agent::EntryType::kSymlink:
+      return "symlink";
+    case agent::EntryType::kOther:
+      return "other";
+  }
+  return "other";
+}
+
+class MicrovmTierSandbox : public TierSandbox {
+ public:
+  explicit MicrovmTierSandbox(std::unique_ptr<microvm::MicrovmSandbox> sb) : sb_(std::move(sb)) {}
+  ~MicrovmTierSandbox() override { (void)Destroy(); }
+
+  absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
+    agent::ExecRequest req;
+    req.argv = spec.argv;
+    req.env = spec.env;
+    req.cwd = spec.cwd;
+    req.timeout_ms = spec.timeout_ms > 0 ? static_cast<uint64_t>(spec.timeout_ms) : 0;
+    req.output_cap_bytes = spec.output_cap_bytes;
+    req.stdin = !spec.stdin_data.empty();
+    ExecOutcome out;
+    // The agent applies the cap; what arrives is what the cap admitted.
+    auto on_chunk = [&out, &spec](int stream, std::string_view data) {
+      (stream == 2 ? out.stderr_data : out.stdout_data).append(data.data(), data.size());
+      if (spec.on_output) spec.on_output(stream, data);
+    };
+    auto done = sb_->Exec(req, on_chunk, spec.stdin_data);
+    if (!done.ok()) {
+      // The command could not be started: report it as a shell would (127
+      // not found, 126 not executable), like the container tier.
+      if (absl::IsNotFound(done.status()) || absl::IsPermissionDenied(done.status())) {
+        out.exit_code = absl::IsNotFound(done.status()) ? 127 : 126;
+        out.stderr_data = absl::StrCat("dsec: ", done.status().message(), "\n");
+        return out;
+      }
+      return done.status();
+    }
+    out.exit_code = done->exit_code;
+    out.signal = done->signal;
+    out.timed_out = done->timed_out;
+    out.killed_by = done->killed_by == "disconnect" ? "" : done->killed_by;
+    out.stdout_dropped = done->stdout_dropped;
+    out.stderr_dropped = done->stderr_dropped;
+    out.duration_ms = static_cast<double>(done->duration_ms);
+    return out;
+  }
+
+  absl::Status Pause() override { return sb_->Pause(); }
+  absl::Status Resume() override { return sb_->Resume(); }
+
+  absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) override {
+    return sb_->ReadFile(path, max_bytes);
+  }
+  absl::Status WriteFile(const std::string& path, const std::string& data, uint32_t mode) override {
+    return sb_->WriteFile(path, data, mode);
+  }
+  absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string& path) override {
+    DSEC_ASSIGN_OR_RETURN(std::vector<agent::DirEntry> entries, sb_->ListDir(path));
+    std::vector<FileEntry> out;
+    out.reserve(entries.size());
+    for (const agent::DirEntry& e : entries) out.push_back({e.name, EntryTypeString(e.type), e.size, e.mode});
+    return out;
+  }
+  // The guest's upper directory, copied out through the agent (pack_diff
+  // stream) into a fresh directory of the state dir: an overlay upper
+  // directory that layers::PackDiff turns into a layer. The copy is made
+  // here, while the VM runs; the Service's pause that follows is harmless.
+  absl::StatusOr<std::string> UpperDir() override { return sb_->PackDiffDir(); }
+  absl::Status Destroy() override { return sb_->Destroy(); }
+
+ private:
+  std::unique_ptr<microvm::MicrovmSandbox> sb_;
+};
+
+}  // namespace
+
+MicrovmTier::MicrovmTier(MicrovmTierOptions options) : options_(std::move(options)) {
+  options_.sandbox.state_root = options_.state_root;
+  launcher_ = options_.launcher != nullptr ? options_.launcher
+                                           : std::make_shared<microvm::VmLauncher>(options_.vm);
+}
+
+absl::Status MicrovmTier::Availability() const { return launcher_->CheckHost(); }
+
+absl::StatusOr<std::unique_ptr<TierSandbox>> MicrovmTier::Create(const CreateSpec& spec) {
+  microvm::MicrovmSpec m;
+  m.id = spec.id;
+  m.layers = spec.images;
+  m.memory_mib = spec.memory_mib;
+  m.cpus = spec.cpus;
+  m.pids = spec.pids;
+  m.qos = spec.qos;
+  if (spec.isolation != nullptr) {
+    std::shared_ptr<const sched::SandboxIsolation> iso = spec.isolation;
+    m.join = [iso](pid_t pid) { return iso->AddProcess(pid); };
+    if (const sched::SandboxCgroup* cg = iso->cgroup(); cg != nullptr) {
+      m.placement_cgroups.push_back(cg->cpuset_dir().path());
+      if (cg->cpu_dir() != nullptr) m.placement_cgroups.push_back(cg->cpu_dir()->path());
+    }
+  }
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<microvm::MicrovmSandbox> sb,
+                        microvm::MicrovmSandbox::Create(*launcher_, m, options_.sandbox));
+  DSEC_LOG(info, "microvm: sandbox={} booted in {:.1f} ms", spec.id, sb->boot_ms());
+  return std::unique_ptr<TierSandbox>(new MicrovmTierSandbox(std::move(sb)));
+}
+
+absl::StatusOr<int> MicrovmTier::CleanupOrphans() { return microvm::CleanupOrphans(options_.state_root); }
+
+}  // namespace dsec::daemon

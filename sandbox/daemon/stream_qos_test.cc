@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: Apache-2.0
+// The API end to end over a unix socket, for the two things that need real
+// time and real cgroups: exec/stream delivering output while the command
+// runs (slow and vanishing clients included), and qos placing sandboxes in
+// sched/ cpusets.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "sandbox/container/test_image.h"
+#include "sandbox/daemon/container_tier.h"
+#include "sandbox/daemon/daemon_testing.h"
+#include "sandbox/daemon/fncall_tier.h"
+#include "sandbox/daemon/http_server.h"
+#include "sandbox/fncall/fncall_testing.h"
+#include "sched/cpu_list.h"
+
+namespace dsec::daemon {
+namespace {
+
+using nlohmann::json;
+using container::testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kJson[] = "application/json";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// What a client saw of one streamed exec.
+struct Streamed {
+  int status = 0;
+  std::string out, err;
+  json last;                            // the exit (or error) line
+  std::optional<Clock::time_point> first;  // when the first output line arrived
+  Clock::time_point end;
+};
+
+class StreamQosTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto dir = TempDir::Create("dsec-daemon-sq-");
+    ASSERT_TRUE(dir.ok());
+    dir_ = new TempDir(std::move(*dir));
+    absl::Status s = testing::BuildBusyboxLayer(Store(), dir_->path());
+    if (!s.ok()) skip_ = absl::StrCat("busybox layer: ", s.ToString());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Store() { return dir_->path() + "/store"; }
+
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    static int n = 0;
+    const std::string run = absl::StrCat(dir_->path(), "/run", n++);
+    ASSERT_EQ(::mkdir(run.c_str(), 0700), 0);
+    ::mkdir((run + "/ctr").c_str(), 0700);
+    ::mkdir((run + "/fn").c_str(), 0700);
+    ServiceOptions so;
+    std::string fncall_image;
+    if (auto l = fncall::testing::EnsureTestLayers(); l.ok()) fncall_image = l->runtime;
+    so.resolve_layers = testing::StoreResolver(Store(), fncall_image);
+    so.layer_store = Store();
+    so.start_reaper = false;
+    placer_ = QosPlacer::ForHost();
+    so.qos = placer_;
+    std::map<std::string, std::unique_ptr<Tier>> tiers;
+    tiers["container"] = std::make_unique<ContainerTier>(ContainerTierOptions{run + "/ctr", 16 << 20});
+    FncallTierOptions fo;
+    fo.state_root = run + "/fn";
+    fo.max_workers_per_pool = 2;
+    tiers["fncall"] = std::make_unique<FncallTier>(fo);
+    auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});
+    ASSERT_TRUE(store.ok());
+    service_ = std::make_unique<Service>(so, std::move(tiers), std::move(*store));
+    HttpOptions ho;
+    ho.socket_path = run + "/api/api.sock";
+    socket_ = ho.socket_path;
+    auto server = HttpServer::Start(service_.get(), ho);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    client_ = testing::UnixClient(socket_);
+  }
+  void TearDown() override {
+    client_.reset();
+    if (server_) server_->Stop();
+    server_.reset();
+    service_.reset();
+  }
+
+  json Create(json body) {
+    auto r = client_->Post("/v1/sandboxes", body.dump(), kJson);
+    EXPECT_TRUE(r);
+    if (!r) return nullptr;
+    EXPECT_EQ(r->status, 201) << r->body;
+    return testing::JsonOf(r);
+  }
+  json Exec(const std::string& id, json body) {
+    auto c = testing::UnixClient(socket_);
+    auto r = c->Post(absl::StrCat("/v1/sandboxes/", id, "/exec"), body.dump(), kJson);
+    EXPECT_TRUE(r);
+    return r ? testing::JsonOf(r) : json(nullptr);
+  }
+
+  // POSTs to exec/stream on a connection of its own and parses the NDJSON
+  // as it arrives. `on_line` sees each output line first; returning false
+  // drops the connection.
+  Streamed Stream(const std::string& id, json body,
+                  const std::function<bool(const Streamed&)>& on_line = nullptr) {
+    Streamed s;
+    auto c = testing::UnixClient(socket_);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = absl::StrCat("/v1/sandboxes/", id, "/exec/stream");
+    req.body = body.dump();
+    req.set_header("Content-Type", kJson);
+    std::string pending;
+    req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+      pending.append(data, len);
+      for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+        json j = json::parse(pending.substr(0, nl), nullptr, false);
+        pending.erase(0, nl + 1);
+        if (j.contains("stream")) {
+          if (!s.first) s.first = Clock::now();
+          (j["stream"] == "stdout" ? s.out : s.err) += Base64Decode(j["data_b64"]).value_or("<bad>");
+          if (on_line && !on_line(s)) return false;
+        } else {
+          s.last = j;
+        }
+      }
+      return true;
+    };
+    auto r = c->send(req);
+    s.end = Clock::now();
+    if (r) s.status = r->status;
+    return s;
+  }
+
+  static TempDir* dir_;
+  static std::string skip_;
+  std::shared_ptr<QosPlacer> placer_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  std::string socket_;
+};
+TempDir* StreamQosTest::dir_ = nullptr;
+std::string StreamQosTest::skip_;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+TEST_F(StreamQosTest, ContainerOutputArrivesWhileTheCommandRuns) {
+  const std::string id = Create({{"tier", "container"}, {"task_id", "stream-ct"}})["id"];
+  const auto start = Clock::now();
+  Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo first; sleep 2; echo second >&2; exit 4"}}});
+  ASSERT_EQ(s.status, 200);
+  ASSERT_TRUE(s.first.has_value());
+  // The first line came before the sleep, the end after it.
+  EXPECT_LT(Seconds(*s.first - start), 1.5);
+  EXPECT_GE(Seconds(s.end - *s.first), 1.5);
+  EXPECT_EQ(s.out, "first\n");
+  EXPECT_EQ(s.err, "second\n");
+  EXPECT_EQ(s.last["exit"]["exit_code"], 4);
+  EXPECT_EQ(s.last["deferred_bytes"], 0);
+  // Recorded like a plain exec: the same result in the trajectory.
+  EXPECT_EQ(s.last["exit"]["seq"], 0);
+  auto log = client_->Get("/v1/tasks/stream-ct/log");
+  ASSERT_TRUE(log);
+  json rec = testing::JsonOf(log)["records"][0];
+  EXPECT_EQ(Base64Decode(rec["stdout_b64"]).value_or(""), "first\n");
+  EXPECT_EQ(Base64Decode(rec["stderr_b64"]).value_or(""), "second\n");
+  EXPECT_EQ(rec["exit_code"], 4);
+  client_->Delete(absl::StrCat("/v1/sandboxes/", id));
+  client_->Delete("/v1/tasks/stream-ct");
+}
+
+TEST_F(StreamQosTest, FncallOutputArrivesWhileTheCallRuns) {
+  if (!fncall::testing::EnsureTestLayers().ok()) GTEST_SKIP() << "no fncall test layers";
+  const std::string id = Create({{"tier", "fncall"}})["id"];
+  const auto start = Clock::now();
+  Streamed s = Stream(id, {{"code", "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second')"}});
+  ASSERT_EQ(s.status, 200);
+  ASSERT_TRUE(s.first.has_value());
+  EXPECT_LT(Seconds(*s.first - start), 1.5);
+  EXPECT_GE(Seconds(s.end - *s.first), 1.5);
+  EXPECT_EQ(s.out, "first\nsecond\n");
+  EXPECT_EQ(s.last["exit"]["exit_code"], 0);
+}
+
+TEST_F(StreamQosTest, YesFloodIsCappedAndTheExecReturns) {
+  const std::string id = Create({{"tier", "container"}})["id"];
+  Streamed s = Stream(id, {{"argv", {"sh", "-c", "yes | head -c 20000000"}}});
+  ASSERT_EQ(s.status, 200);
+  EXPECT_EQ(s.last["exit"]["exit_code"], 0);
+  const uint64_t dropped = s.last["exit"]["stdout_dropped"];
+  EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(s.out.size(), 4u << 20);  // the daemon's per-exec cap
+  EXPECT_EQ(s.out.size() + dropped, 20000000u);
+  EXPECT_EQ(s.last["exit"]["stderr_dropped"], 0);
+  EXPECT_EQ(s.out.find_first_not_of("y\n"), std::string::npos);
+}
+
+TEST_F(StreamQosTest, SlowClientDoesNotHoldTheExecAndLosesNothing) {
+  const std::string id = Create({{"tier", "container"}})["id"];
+  bool waited = false;
+  json after;
+  // At the first line the client stops reading until another exec on the
+  // sandbox has run, which it can only once the streamed one ended.
+  Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo go; yes | head -c 3000000; echo end >&2"}}},
+                      [&](const Streamed&) {
+                        if (!waited) after = Exec(id, {{"argv", {"echo", "after"}}});
+                        waited = true;
+                        return true;
+                      });
+  ASSERT_EQ(s.status, 200);
+  EXPECT_EQ(after["stdout"], "after\n");
+  EXPECT_EQ(s.out.size(), 3u + 3000000u);
+  EXPECT_EQ(s.err, "end\n");
+  EXPECT_EQ(s.last["exit"]["exit_code"], 0);
+  // More than the live buffer and the socket hold was sent after the end.
+  EXPECT_GT(s.last["deferred_bytes"].get<uint64_t>(), 0u) << s.last;
+}
+
+TEST_F(StreamQosTest, ClientThatDisconnectsLeavesTheDaemonAndSandboxUsable) {
+  const std::string id = Create({{"tier", "container"}})["id"];
+  Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo one; sleep 1; yes | head -c 5000000; echo two"}}},
+                      [](const Streamed&) { return false; });
+  EXPECT_EQ(s.out, "one\n");
+  EXPECT_TRUE(s.last.is_null());
+  // The abandoned exec ran on to its end; the sandbox takes the next one.
+  json r = Exec(id, {{"argv", {"sh", "-c", "echo ok"}}});
+  EXPECT_EQ(r["stdout"], "ok\n");
+  auto h = client_->Get("/v1/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(testing::JsonOf(h)["status"], "ok");
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("dsec_execs_running 0"), std::string::npos);
+  EXPECT_NE(m->body.find("dsec_execs_total{tier=\"container\"} 2"), std::string::npos);
+}
+
+// The pid (host view) of the process in `cgroup` whose command line holds
+// `marker`, or 0.
+pid_t FindInCgroup(const std::string& cgroup, const std::string& marker) {
+  std::istringstream procs(ReadAll(cgroup + "/cgroup.procs"));
+  for (pid_t pid; procs >> pid;) {
+    std::string cmdline = ReadAll(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(marker) != std::string::npos) return pid;
+  }
+  return 0;
+}
+
+std::string StatusField(pid_t pid, const std::string& field) {
+  for (absl::string_view line : absl::StrSplit(ReadAll(absl::StrCat("/proc/", pid, "/status")), '\n')) {
+    if (absl::StartsWith(line, field + ":")) {
+      return std::string(absl::StripAsciiWhitespace(line.substr(field.size() + 1)));
+    }
+  }
+  return "";
+}
+
+TEST_F(StreamQosTest, LsAndBeSandboxesRunInTheirPlacedCpusets) {
+  if (!placer_->available()) GTEST_SKIP() << "no QoS placement on this host: " << placer_->status();
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  json ls = Create({{"tier", "container"}, {"qos", "ls"}});
+  json be = Create({{"tier", "container"}, {"qos", "be"}});
+  ASSERT_TRUE(ls["qos_applied"].get<bool>()) << ls;
+  ASSERT_TRUE(be["qos_applied"].get<bool>()) << be;
+  const std::vector<int> ls_cpus = ls["placement"]["cpus"];
+  const std::vector<int> be_cpus = be["placement"]["cpus"];
+  if (online >= 2) {
+    // With two or more cores LS and BE never share one (no SMT here: a
+    // core is a CPU; SMT siblings are covered by the fake-topology test).
+    for (int c : be_cpus) EXPECT_EQ(std::count(ls_cpus.begin(), ls_cpus.end(), c), 0) << c;
+  }
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("dsec_sandboxes_qos{qos=\"ls\",applied=\"true\"} 1"), std::string::npos);
+  EXPECT_NE(m->body.find("dsec_sandboxes_qos{qos=\"be\",applied=\"true\"} 1"), std::string::npos);
+
+  std::vector<std::string> cgroups;
+  for (const json* sb : {&ls, &be}) {
+    const std::string id = (*sb)["id"];
+    const std::string cgroup = (*sb)["placement"]["cgroup"];
+    const std::vector<int> cpus = (*sb)["placement"]["cpus"];
+    cgroups.push_back(cgroup);
+    EXPECT_EQ(ReadAll(cgroup + "/cpuset.cpus"), sched::FormatCpuList(cpus) + "\n");
+    // While the command runs (it said so on the stream), look at it from
+    // the host: it is in the sandbox's cpuset, allowed only the placed CPUs.
+    pid_t pid = 0;
+    std::string cgroup_line, allowed;
+    Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo qos-marker; sleep 2; true"}}}, [&](const Streamed&) {
+      pid = FindInCgroup(cgroup, "echo qos-marker");
+      if (pid != 0) {
+        cgroup_line = ReadAll(absl::StrCat("/proc/", pid, "/cgroup"));
+        allowed = StatusField(pid, "Cpus_allowed_list");
+      }
+      return true;
+    });
+    EXPECT_EQ(s.out, "qos-marker\n");
+    ASSERT_NE(pid, 0) << "no exec process in " << cgroup;
+    const std::string name = cgroup.substr(cgroup.rfind('/') + 1);
+    bool in_cpuset = false;
+    for (absl::string_view line : absl::StrSplit(cgroup_line, '\n')) {
+      if (line.find(":cpuset:") != std::string::npos && absl::EndsWith(line, "/" + name)) in_cpuset = true;
+    }
+    EXPECT_TRUE(in_cpuset) << cgroup_line;
+    EXPECT_EQ(allowed, sched::FormatCpuList(cpus));
+    // The sandbox's init and exec helper are in it too (its whole life).
+    std::istringstream procs(ReadAll(cgroup + "/cgroup.procs"));
+    int members = 0;
+    for (pid_t p; procs >> p;) ++members;
+    EXPECT_GE(members, 2);
+  }
+  for (const json* sb : {&ls, &be}) {
+    auto d = client_->Delete(absl::StrCat("/v1/sandboxes/", (*sb)["id"].get<std::string>()));
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->status, 204);
+  }
+  // Delete removed the cpuset cgroups (and their cpu twins, same name).
+  for (const std::string& cg : cgroups) {
+    EXPECT_NE(::access(cg.c_str(), F_OK), 0) << cg;
+    const std::string name = cg.substr(cg.rfind('/') + 1);
+    auto found = container::testing::RunHostCommand(
+        {"/bin/sh", "-c", absl::StrCat("find /sys/fs/cgroup -maxdepth 6 -name ", name, " 2>/dev/null; true")});
+    EXPECT_EQ(found.value_or("?"), "") << name;
+  }
+  // The placement was released: a new LS sandbox gets the same CPUs.
+  json ls2 = Create({{"tier", "container"}, {"qos", "ls"}});
+  EXPECT_EQ(ls2["placement"]["cpus"], json(ls_cpus));
+  client_->Delete(absl::StrCat("/v1/sandboxes/", ls2["id"].get<std::string>()));
+}
+
+TEST_F(StreamQosTest, FncallSandboxWithQosGetsAPlacedPoolOfItsOwn) {
+  if (!placer_->available()) GTEST_SKIP() << "no QoS placement on this host: " << placer_->status();
+  if (!fncall::testing::EnsureTestLayers().ok()) GTEST_SKIP() << "no fncall test layers";
+  json sb = Create({{"tier", "fncall"}, {"qos", "be"}});
+  ASSERT_TRUE(sb["qos_applied"].get<bool>()) << sb;
+  const std::string cgroup = sb["placement"]["cgroup"];
+  const std::vector<int> cpus = sb["placement"]["cpus"];
+  // The call reports its own CPU set; meanwhile, from the host, every
+  // process of the pool's cpuset (zygote, call) is confined to it.
+  std::vector<std::string> allowed;
+  Streamed s = Stream(sb["id"].get<std::string>(),
+                      {{"code", "import os, time\nprint(','.join(map(str, sorted(os.sched_getaffinity(0)))), "
+                                "flush=True)\ntime.sleep(1)"}},
+                      [&](const Streamed&) {
+                        std::istringstream procs(ReadAll(cgroup + "/cgroup.procs"));
+                        for (pid_t p; procs >> p;) allowed.push_back(StatusField(p, "Cpus_allowed_list"));
+                        return true;
+                      });
+  EXPECT_EQ(s.out, sched::FormatCpuList(cpus) + "\n");  // one CPU here: "N"
+  ASSERT_FALSE(allowed.empty()) << "nothing in " << cgroup;
+  for (const std::string& a : allowed) EXPECT_EQ(a, sched::FormatCpuList(cpus));
+  auto d = client_->Delete(absl::StrCat("/v1/sandboxes/", sb["id"].get<std::string>()));
+  ASSERT_TRUE(d);
+  EXPECT_NE(::access(cgroup.c_str(), F_OK), 0) << cgroup;
+}
+
+}  // namespace
+}  // namespace dsec::daemon

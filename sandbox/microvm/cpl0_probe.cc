@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/microvm/cpl0_probe.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "vmm/base/scoped_fd.h"
+#include "vmm/base/status.h"
+
+extern char** environ;
+
+namespace dsec::microvm {
+
+namespace {
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+absl::StatusOr<Cpl0Probe> ParseCpl0ProbeOutput(std::string_view output) {
+  const absl::string_view text(output.data(), output.size());
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    size_t at = line.find("result workload=cpl0-probe");
+    if (at == absl::string_view::npos) continue;
+    Cpl0Probe p;
+    bool have[4] = {false, false, false, false};
+    for (absl::string_view kv : absl::StrSplit(line.substr(at), ' ', absl::SkipEmpty())) {
+      std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      const std::pair<const char*, uint64_t*> keys[] = {{"iterations", &p.iterations},
+                                                        {"cpl3_cycles", &p.cpl3_cycles},
+                                                        {"ucall_cycles", &p.ucall_cycles},
+                                                        {"cpl0_cycles", &p.cpl0_cycles}};
+      for (size_t i = 0; i < 4; ++i) {
+        if (f.first == keys[i].first) have[i] = absl::SimpleAtoi(f.second, keys[i].second);
+      }
+    }
+    if (!(have[0] && have[1] && have[2] && have[3]) || p.iterations == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("malformed cpl0-probe report: ", std::string(line)));
+    }
+    return p;
+  }
+  return absl::NotFoundError("no cpl0-probe report in the output");
+}
+
+absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& vmm_binary, const std::string& testguest,
+                                       int64_t timeout_ms) {
+  const int64_t start = NowNs();
+  std::vector<std::string> argv = {vmm_binary, "vm", "run"};
+  if (!testguest.empty()) {
+    argv.push_back("--kernel");
+    argv.push_back(testguest);
+  }
+  for (const std::string& a :
+       {std::string("--cmdline"), absl::StrCat("console=ttyS0 testguest.run=cpl0-probe:", kCpl0ProbeIterations),
+        std::string("--console"), std::string("none"), std::string("--log-level"), std::string("error"),
+        std::string("--timeout-ms"), absl::StrCat(timeout_ms)}) {
+    argv.push_back(a);
+  }
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+  ScopedFd out_r(fds[0]), out_w(fds[1]);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_w.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, out_w.get(), 2);
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  out_w.Reset();
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("microvm: cannot run the CPL0 probe (", vmm_binary, "): ", strerror(rc)));
+  }
+  ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  // Read to EOF, bounded by the deadline (vm run's own --timeout-ms stops
+  // the guest; this bounds the monitor too).
+  const int64_t deadline = start + (timeout_ms + 5000) * 1'000'000;
+  std::string output;
+  bool timed_out = false;
+  for (;;) {
+    const int64_t left_ms = (deadline - NowNs()) / 1'000'000;
+    if (left_ms <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{out_r.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left_ms));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[4096];
+    ssize_t r = ::read(out_r.get(), buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    if (output.size() < (1u << 20)) output.append(buf, static_cast<size_t>(r));
+  }
+  if (timed_out) {
+    if (pidfd) ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+    else ::kill(pid, SIGKILL);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  auto probe = ParseCpl0ProbeOutput(output);
+  if (!probe.ok()) {
+    if (output.size() > 1500) output = output.substr(output.size() - 1500);
+    return absl::UnavailableError(absl::StrCat(
+        "microvm: the CPL0 probe VM gave no result", timed_out ? " (timed out)" : "", ": ",
+        probe.status().message(), "; output: ", output));
+  }
+  probe->wall_ms = static_cast<double>(NowNs() - start) / 1e6;
+  return probe;
+}
+
+std::string EmulatedCpl0Reason(const Cpl0Probe& probe) {
+  return absl::StrFormat(
+      "microvm tier: guest kernel code is emulated on this host (PVM): %.0f cycles per CPL0 loop "
+      "round; a Linux guest needs hardware virtualisation (HOST.md)",
+      probe.cycles_per_round());
+}
+
+}  // namespace dsec::microvm

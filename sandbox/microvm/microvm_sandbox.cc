@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/microvm/microvm_sandbox.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "devices/pmem/pmem_image_check.h"
+#include "sandbox/microvm/jail.h"
+#include "sched/sysfs_file.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/scoped_fd.h"
+#include "vmm/base/status.h"
+
+namespace dsec::microvm {
+
+namespace {
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+absl::Status ValidateId(const std::string& id) {
+  if (id.empty() || id.size() > 64 || id == "." || id == "..") {
+    return absl::InvalidArgumentError(absl::StrCat("sandbox id \"", id, "\" must be 1-64 chars"));
+  }
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat("sandbox id \"", id, "\" may hold only [A-Za-z0-9_.-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckDaxLayers(const std::vector<std::string>& layers) {
+  for (const std::string& layer : layers) {
+    ScopedFd fd(::open(layer.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return ErrnoToStatus(absl::StrCat("microvm: layer ", layer));
+    std::string why = devices::ErofsDaxIncompatibilityOfFile(fd.get());
+    if (!why.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "microvm: layer ", layer, " cannot be mapped with DAX (", why,
+          "); microVM layers must be uncompressed EROFS (dsec-vmm layer build --compress none)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
+    Launcher& launcher, const MicrovmSpec& spec, const MicrovmSandboxOptions& options) {
+  DSEC_RETURN_IF_ERROR(ValidateId(spec.id));
+  // Host first: on a host that cannot boot the guest every create fails
+  // here, at once, with the reason.
+  DSEC_RETURN_IF_ERROR(launcher.CheckHost());
+  DSEC_RETURN_IF_ERROR(CheckDaxLayers(spec.layers));
+  DSEC_ASSIGN_OR_RETURN(container::StateDir state, container::StateDir::Create(options.state_root, spec.id));
+  std::unique_ptr<MicrovmSandbox> sb(new MicrovmSandbox(spec.id, std::move(state), options));
+  LaunchSpec ls;
+  ls.id = spec.id;
+  ls.state_dir = sb->state_.path();
+  ls.layers = spec.layers;
+  ls.memory_mib = spec.memory_mib;
+  ls.cpus = spec.cpus;
+  ls.pids = spec.pids;
+  ls.qos = spec.qos;
+  ls.agent_port = options.agent_port;
+  ls.join = spec.join;
+  for (const std::string& cg : spec.placement_cgroups) DSEC_RETURN_IF_ERROR(sb->state_.RecordCgroup(cg));
+  const container::StateDir* st = &sb->state_;
+  ls.record_cgroup = [st](const std::string& dir) { return st->RecordCgroup(dir); };
+  const int64_t start = NowNs();
+  DSEC_ASSIGN_OR_RETURN(sb->host_, launcher.Launch(ls));
+  if (absl::Status s = sb->state_.RecordInit(sb->host_->pid()); !s.ok()) {
+    // It died already: say why.
+    absl::Status err = absl::UnavailableError(
+        absl::StrCat("microvm: the sandbox stopped at once: ", sb->host_->ExitReport()));
+    (void)sb->Destroy();
+    return err;
+  }
+  if (absl::Status s = sb->ConnectUntilBooted(); !s.ok()) {
+    (void)sb->Destroy();
+    return s;
+  }
+  sb->boot_ms_ = static_cast<double>(NowNs() - start) / 1e6;
+  return sb;
+}
+
+absl::Status MicrovmSandbox::ConnectUntilBooted() {
+  const int64_t deadline = NowNs() + options_.boot_timeout_ms * 1'000'000;
+  int64_t backoff_ms = 2;
+  absl::Status last = absl::UnavailableError("no attempt");
+  for (int attempt = 1;; ++attempt) {
+    if (WaitReadable(host_->exit_fd(), 0)) {
+      return absl::UnavailableError(absl::StrCat("microvm: sandbox ", id_,
+                                                 " stopped before its agent answered: ", host_->ExitReport()));
+    }
+    const int64_t left_ms = (deadline - NowNs()) / 1'000'000;
+    if (left_ms <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "microvm: the agent of sandbox ", id_, " did not answer within ", options_.boot_timeout_ms,
+          " ms (", attempt - 1, " attempts; last: ", last.message(), "); ", host_->ExitReport()));
+    }
+    auto fd = host_->ConnectAgent(std::min<int64_t>(left_ms, 5000));
+    if (fd.ok()) {
+      auto client = agent::Client::Connect(std::move(*fd), options_.client);
+      if (client.ok()) {
+        client_ = std::move(*client);
+        return absl::OkStatus();
+      }
+      last = client.status();
+    } else {
+      last = fd.status();
+    }
+    // Not up yet: wait on the host process, so that its exit ends the wait.
+    WaitReadable(host_->exit_fd(), std::min<int64_t>(backoff_ms, std::max<int64_t>(1, left_ms)));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 100);
+  }
+}
+
+absl::Status MicrovmSandbox::Usable() const {
+  if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
+  if (paused_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is paused"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<agent::Client*> MicrovmSandbox::Agent() {
+  DSEC_RETURN_IF_ERROR(Usable());
+  if (client_ != nullptr && !client_->broken()) return client_.get();
+  client_.reset();
+  if (WaitReadable(host_->exit_fd(), 0)) {
+    return absl::UnavailableError(absl::StrCat("microvm: sandbox ", id_, " has stopped: ", host_->ExitReport()));
+  }
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, host_->ConnectAgent(options_.client.io_timeout_ms));
+  DSEC_ASSIGN_OR_RETURN(client_, agent::Client::Connect(std::move(fd), options_.client));
+  return client_.get();
+}
+
+absl::StatusOr<agent::ExecDone> MicrovmSandbox::Exec(const agent::ExecRequest& request,
+                                                     const agent::OutputCallback& on_chunk,
+                                                     std::string_view stdin_data) {
+  DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
+  return c->Exec(request, on_chunk, stdin_data);
+}
+
+absl::StatusOr<std::string> MicrovmSandbox::ReadFile(const std::string& path, uint64_t max_bytes,
+                                                     agent::FileReadDone* info) {
+  DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
+  return c->ReadFile(path, max_bytes, info);
+}
+
+absl::Status MicrovmSandbox::WriteFile(const std::string& path, std::string_view data, uint32_t mode) {
+  DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
+  return c->WriteFile(path, data, mode);
+}
+
+absl::StatusOr<std::vector<agent::DirEntry>> MicrovmSandbox::ListDir(const std::string& path) {
+  DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
+  return c->ListDir(path);
+}
+
+absl::Status MicrovmSandbox::Pause() {
+  if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
+  if (paused_) return absl::OkStatus();
+  DSEC_RETURN_IF_ERROR(host_->Pause());
+  paused_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status MicrovmSandbox::Resume() {
+  if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
+  if (!paused_) return absl::OkStatus();
+  DSEC_RETURN_IF_ERROR(host_->Resume());
+  paused_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MicrovmSandbox::PackDiffDir() {
+  if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
+  // The agent walks the upper directory: the guest must run meanwhile.
+  const bool was_paused = paused_;
+  if (was_paused) DSEC_RETURN_IF_ERROR(Resume());
+  auto repause = [this, was_paused](absl::Status s) {
+    if (was_paused) {
+      absl::Status p = Pause();
+      if (s.ok()) s = p;
+    }
+    return s;
+  };
+  if (!diff_dir_.empty()) {
+    if (absl::Status s = container::RemoveTree(diff_dir_); !s.ok()) return repause(s);
+    diff_dir_.clear();
+  }
+  const std::string dir = absl::StrCat(state_.path(), "/diff-", ++diff_seq_);
+  if (::mkdir(dir.c_str(), 0700) != 0) return repause(ErrnoToStatus(absl::StrCat("mkdir ", dir)));
+  diff_dir_ = dir;
+  absl::StatusOr<agent::Client*> c = Agent();
+  absl::Status s = c.status();
+  if (s.ok()) s = (*c)->PackDiff(dir).status();
+  if (!s.ok()) {
+    (void)container::RemoveTree(dir);
+    diff_dir_.clear();
+    return repause(s);
+  }
+  DSEC_RETURN_IF_ERROR(repause(absl::OkStatus()));
+  return dir;
+}
+
+absl::Status MicrovmSandbox::Destroy() {
+  if (destroyed_) return absl::OkStatus();
+  destroyed_ = true;
+  if (client_ != nullptr && !client_->broken() && !paused_ && host_ != nullptr &&
+      !WaitReadable(host_->exit_fd(), 0)) {
+    // Bounded by the client's io timeout; the tmpfs upper dies with the
+    // VM anyway, so a failure here only costs the clean guest stop.
+    if (absl::Status s = client_->Shutdown(); !s.ok()) {
+      DSEC_LOG(warn, "microvm: sandbox={} agent shutdown: {}", id_, s.ToString());
+    }
+  }
+  client_.reset();
+  absl::Status first;
+  if (host_ != nullptr) first = host_->Stop(0);
+  host_.reset();
+  absl::Status rm = state_.Remove();
+  return first.ok() ? rm : first;
+}
+
+MicrovmSandbox::~MicrovmSandbox() {
+  if (absl::Status s = Destroy(); !s.ok()) DSEC_LOG(warn, "microvm: sandbox={} destroy: {}", id_, s.ToString());
+}
+
+void MicrovmSandbox::AbandonForTesting(std::unique_ptr<MicrovmSandbox> sandbox) {
+  (void)sandbox.release();  // deliberately leaked, as by a killed daemon
+}
+
+absl::StatusOr<int> CleanupOrphans(const std::string& root) {
+  auto entries = sched::ListDirectory(root);
+  if (!entries.ok()) {
+    if (absl::IsNotFound(entries.status())) return 0;
+    return entries.status();
+  }
+  int removed = 0;
+  absl::Status first;
+  auto note = [&first](absl::Status s) {
+    if (!s.ok() && first.ok()) first = s;
+  };
+  for (const std::string& id : *entries) {
+    const std::string dir = absl::StrCat(root, "/", id);
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (auto owner = sched::ReadSmallFile(dir + "/owner"); owner.ok()) {
+      std::vector<absl::string_view> f = absl::StrSplit(absl::StripAsciiWhitespace(*owner), ' ');
+      int pid = 0;
+      if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid)) {
+        auto live = container::ProcessIdentity(pid);
+        if (live && *live == absl::StripAsciiWhitespace(*owner)) continue;  // its daemon lives
+      }
+    }
+    DSEC_LOG(info, "microvm: removing orphaned sandbox={} dir={}", id, dir);
+    if (auto init = sched::ReadSmallFile(dir + "/init"); init.ok()) {
+      const std::string record(absl::StripAsciiWhitespace(*init));
+      std::vector<absl::string_view> f = absl::StrSplit(record, ' ');
+      int pid = 0;
+      if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid) && pid > 1) {
+        ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+        auto cmdline = sched::ReadSmallFile(absl::StrCat("/proc/", pid, "/cmdline"));
+        auto now = container::ProcessIdentity(pid);
+        // The pidfd pins the process; start time and command line tell a
+        // reused pid apart.
+        if (pidfd && now && *now == record && cmdline.ok() &&
+            cmdline->find(dir + "/") != std::string::npos) {
+          ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+          if (!WaitReadable(pidfd.get(), 5000)) {
+            note(absl::DeadlineExceededError(absl::StrCat("microvm: orphan process ", pid, " did not exit")));
+          }
+          // Reaps it when it is our own child (a test's abandoned sandbox).
+          siginfo_t info{};
+          ::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(pidfd.get()), &info,
+                   WEXITED | WNOHANG);
+        }
+      }
+    }
+    if (auto cgroups = sched::ReadSmallFile(dir + "/cgroups"); cgroups.ok()) {
+      for (absl::string_view cg : absl::StrSplit(*cgroups, '\n', absl::SkipEmpty())) {
+        note(RemoveCgroupTree(std::string(cg)));
+      }
+    }
+    absl::Status rm = container::RemoveTree(dir);
+    note(rm);
+    if (rm.ok()) ++removed;
+  }
+  if (!first.ok()) return first;
+  return removed;
+}
+
+}  // namespace dsec::microvm

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// One microVM sandbox: a state directory, an agent host from a Launcher
+// (a jailed microVM, or the host-mode stand-in of the tests) and one agent
+// client connection. Create waits for the agent's HELLO until a boot
+// deadline, waiting on the host process's pidfd between attempts, so a VM
+// that dies fails the create at once with its log and console.
+//
+// State directory <root>/<id>/ (container::StateDir): "owner" (the daemon),
+// "init" (the VM process, "<pid> <starttime>"), "cgroups", the monitor's
+// files (vm_process.h) and "diff-<n>" (the last pack_diff). CleanupOrphans
+// removes sandboxes whose owner is dead.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "guest-kernel/agent/client.h"
+#include "sandbox/container/state_dir.h"
+#include "sandbox/microvm/launcher.h"
+
+namespace dsec::microvm {
+
+inline constexpr char kDefaultStateRoot[] = "/run/dsec-vmm/microvm";
+
+struct MicrovmSandboxOptions {
+  std::string state_root = kDefaultStateRoot;
+  // From launch to the agent's HELLO.
+  int64_t boot_timeout_ms = 30'000;
+  uint32_t agent_port = 1024;
+  // io_timeout_ms also bounds Destroy's agent shutdown.
+  agent::ClientOptions client = {10'000, 30'000, 24ll * 3600 * 1000};
+};
+
+struct MicrovmSpec {
+  std::string id;
+  std::vector<std::string> layers;  // EROFS images, lowest first (uncompressed)
+  uint64_t memory_mib = 512;
+  double cpus = 0;
+  uint64_t pids = 512;
+  std::string qos;
+  // The daemon's QoS placement (LaunchSpec::join) and the cgroups it owns,
+  // recorded in the state dir so that orphan cleanup removes them too.
+  std::function<absl::Status(pid_t)> join;
+  std::vector<std::string> placement_cgroups;
+};
+
+// InvalidArgument for a layer the guest cannot map with DAX (compressed
+// EROFS), naming the layer and how to rebuild it.
+absl::Status CheckDaxLayers(const std::vector<std::string>& layers);
+
+// Threads: one caller at a time (the daemon serialises calls per sandbox).
+class MicrovmSandbox {
+ public:
+  static absl::StatusOr<std::unique_ptr<MicrovmSandbox>> Create(Launcher& launcher,
+                                                                const MicrovmSpec& spec,
+                                                                const MicrovmSandboxOptions& options);
+  ~MicrovmSandbox();
+  MicrovmSandbox(const MicrovmSandbox&) = delete;
+  MicrovmSandbox& operator=(const MicrovmSandbox&) = delete;
+
+  const std::string& id() const { return id_; }
+  const std::string& state_dir() const { return state_.path(); }
+  AgentHost& host() { return *host_; }
+  // Launch to the agent's HELLO.
+  double boot_ms() const { return boot_ms_; }
+  bool paused() const { return paused_; }
+
+  absl::StatusOr<agent::ExecDone> Exec(const agent::ExecRequest& request,
+                                       const agent::OutputCallback& on_chunk,
+                                       std::string_view stdin_data = {});
+  absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes,
+                                       agent::FileReadDone* info = nullptr);
+  absl::Status WriteFile(const std::string& path, std::string_view data, uint32_t mode);
+  absl::StatusOr<std::vector<agent::DirEntry>> ListDir(const std::string& path);
+  absl::Status Pause();
+  absl::Status Resume();
+  // Streams the guest's upper directory (PACK_DIFF) into a fresh directory
+  // under the state dir (the previous one is removed) and returns it: an
+  // overlay upper directory (whiteouts, opaque dirs) for layers::PackDiff.
+  // A paused sandbox is resumed for the copy and paused again.
+  absl::StatusOr<std::string> PackDiffDir();
+  // Agent shutdown (bounded by the client's io timeout), then the host is
+  // killed, its cgroups and the state directory removed. Idempotent.
+  absl::Status Destroy();
+
+  // Tests: forgets the sandbox without cleaning anything up, as a killed
+  // daemon would (its process, cgroups and state stay for CleanupOrphans).
+  static void AbandonForTesting(std::unique_ptr<MicrovmSandbox> sandbox);
+
+ private:
+  MicrovmSandbox(std::string id, container::StateDir state, MicrovmSandboxOptions options)
+      : id_(std::move(id)), state_(std::move(state)), options_(std::move(options)) {}
+  absl::Status ConnectUntilBooted();
+  // The client, reconnected once if the last call broke it.
+  absl::StatusOr<agent::Client*> Agent();
+  absl::Status Usable() const;
+
+  const std::string id_;
+  container::StateDir state_;
+  const MicrovmSandboxOptions options_;
+  std::unique_ptr<AgentHost> host_;
+  std::unique_ptr<agent::Client> client_;
+  std::string diff_dir_;
+  int diff_seq_ = 0;
+  double boot_ms_ = 0;
+  bool paused_ = false;
+  bool destroyed_ = false;
+};
+
+// Removes every sandbox under `state_root` whose owner process is gone:
+// kills its recorded VM process (if that pid is still that process and its
+// command line names the state dir), removes its cgroups (and any below
+// them) and its directory. Returns how many were removed.
+absl::StatusOr<int> CleanupOrphans(const std::string& state_root = kDefaultStateRoot);
+
+}  // namespace dsec::microvm

@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: Apache-2.0
+// MicrovmSandbox's agent-facing logic against the real dsec-agent binary in
+// host mode (host_agent_launcher.h): a busybox EROFS layer stacked under an
+// overlay, exec, files, pack_diff into a real layer that a second sandbox
+// stacks, pause/resume, destroy, orphan cleanup, refusal of compressed
+// layers, fail-fast of a host process that dies, the boot deadline.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "sandbox/container/state_dir.h"
+#include "sandbox/container/test_image.h"
+#include "sandbox/layers/layer_store.h"
+#include "sandbox/layers/pack_diff.h"
+#include "sandbox/microvm/host_agent_launcher.h"
+#include "sandbox/microvm/microvm_sandbox.h"
+
+namespace dsec::microvm {
+namespace {
+
+using container::testing::TempDir;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+char ProcState(pid_t pid) {
+  std::string s = ReadAll(absl::StrCat("/proc/", pid, "/stat"));
+  size_t paren = s.rfind(')');
+  return paren == std::string::npos || paren + 2 >= s.size() ? '?' : s[paren + 2];
+}
+
+struct Collected {
+  std::string out, err;
+  agent::OutputCallback Callback() {
+    return [this](int stream, std::string_view d) { (stream == 2 ? err : out).append(d.data(), d.size()); };
+  }
+};
+
+class MicrovmSandboxTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (::geteuid() != 0) {
+      skip_ = "needs root (mounts, cgroups)";
+      return;
+    }
+    if (::access(DSEC_AGENT_BINARY_PATH, X_OK) != 0) {
+      skip_ = "dsec-agent not built";
+      return;
+    }
+    auto dir = TempDir::Create("dsec-mvm-sandbox-");
+    if (!dir.ok()) {
+      skip_ = dir.status().ToString();
+      return;
+    }
+    dir_ = new TempDir(std::move(*dir));
+    const std::string tree = dir_->path() + "/tree";
+    absl::Status s = container::testing::BuildBusyboxTree(tree);
+    if (s.ok()) s = container::testing::WriteTreeFile(tree, "etc/greeting", "hello from the layer\n");
+    if (s.ok()) s = container::testing::WriteTreeFile(tree, "etc/doomed", "delete me\n");
+    if (s.ok()) s = container::testing::WriteTreeFile(tree, "tmp/.keep", "");
+    if (s.ok()) s = container::testing::WriteTreeFile(tree, "work/.keep", "");
+    if (!s.ok()) {
+      skip_ = absl::StrCat("busybox layer: ", s.ToString());
+      return;
+    }
+    auto store = layers::LayerStore::Create(Store());
+    if (!store.ok()) {
+      skip_ = store.status().ToString();
+      return;
+    }
+    layers::BuildRequest req;
+    req.name = "base";
+    req.version = "1";
+    auto built = store->Build(tree, req);
+    if (!built.ok()) {
+      skip_ = absl::StrCat("building the base layer: ", built.status().ToString());
+      return;
+    }
+    base_image_ = new std::string(store->ImagePath(built->layer.digest));
+    lz4_image_ = new std::string(dir_->path() + "/lz4.erofs");
+    auto mkfs = container::testing::FindMkfsErofs();
+    auto lz4 = mkfs.ok() ? container::testing::RunHostCommand({*mkfs, "--quiet", "-zlz4", *lz4_image_, tree})
+                         : absl::StatusOr<std::string>(mkfs.status());
+    if (!lz4.ok()) lz4_image_->clear();
+  }
+  static void TearDownTestSuite() {
+    delete base_image_;
+    delete lz4_image_;
+    delete dir_;
+  }
+  static std::string Store() { return dir_->path() + "/store"; }
+
+  void SetUp() override {
+    if (!skip_.empty()) {
+      GTEST_SKIP() << skip_;
+    }
+    static int n = 0;
+    root_ = absl::StrCat(dir_->path(), "/state", n++);
+    launcher_ = std::make_unique<HostAgentLauncher>(HostAgentLauncherOptions{DSEC_AGENT_BINARY_PATH});
+    options_.state_root = root_;
+    options_.boot_timeout_ms = 20'000;
+  }
+  void TearDown() override {
+    if (skip_.empty()) {
+      EXPECT_TRUE(container::RemoveTree(root_).ok()) << "state root not empty?";
+    }
+  }
+
+  MicrovmSpec Spec(const std::string& id, std::vector<std::string> layers = {}) const {
+    MicrovmSpec s;
+    s.id = id;
+    s.layers = layers.empty() ? std::vector<std::string>{*base_image_} : std::move(layers);
+    s.memory_mib = 256;
+    s.pids = 128;
+    return s;
+  }
+  std::unique_ptr<MicrovmSandbox> MustCreate(const MicrovmSpec& spec) {
+    auto sb = MicrovmSandbox::Create(*launcher_, spec, options_);
+    EXPECT_TRUE(sb.ok()) << sb.status();
+    return sb.ok() ? std::move(*sb) : nullptr;
+  }
+  std::vector<std::string> Entries() const {
+    std::vector<std::string> out;
+    if (auto dir = std::unique_ptr<DIR, int (*)(DIR*)>(::opendir(root_.c_str()), ::closedir); dir) {
+      while (dirent* e = ::readdir(dir.get())) {
+        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") out.push_back(e->d_name);
+      }
+    }
+    return out;
+  }
+
+  static std::string skip_;
+  static TempDir* dir_;
+  static std::string* base_image_;
+  static std::string* lz4_image_;
+  std::string root_;
+  std::unique_ptr<HostAgentLauncher> launcher_;
+  MicrovmSandboxOptions options_;
+};
+
+std::string MicrovmSandboxTest::skip_;
+TempDir* MicrovmSandboxTest::dir_ = nullptr;
+std::string* MicrovmSandboxTest::base_image_ = nullptr;
+std::string* MicrovmSandboxTest::lz4_image_ = nullptr;
+
+TEST_F(MicrovmSandboxTest, ExecRunsCommandsAndReportsTheirOutcome) {
+  auto sb = MustCreate(Spec("exec"));
+  ASSERT_NE(sb, nullptr);
+  EXPECT_GT(sb->boot_ms(), 0);
+
+  Collected c;
+  agent::ExecRequest req;
+  req.argv = {"echo", "hello"};
+  auto done = sb->Exec(req, c.Callback());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->exit_code, 0);
+  EXPECT_EQ(c.out, "hello\n");
+
+  Collected c2;
+  req.argv = {"sh", "-c", "echo oops >&2; exit 3"};
+  done = sb->Exec(req, c2.Callback());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->exit_code, 3);
+  EXPECT_EQ(c2.err, "oops\n");
+  EXPECT_EQ(c2.out, "");
+
+  // The layer is the command's working directory (host mode: not chrooted).
+  Collected c3;
+  req.argv = {"cat", "etc/greeting"};
+  done = sb->Exec(req, c3.Callback());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(c3.out, "hello from the layer\n");
+
+  Collected c4;
+  req.argv = {"sleep", "30"};
+  req.timeout_ms = 300;
+  const auto t0 = std::chrono::steady_clock::now();
+  done = sb->Exec(req, c4.Callback());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(done->timed_out);
+  EXPECT_EQ(done->killed_by, "timeout");
+  EXPECT_FALSE(done->exit_code.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+
+  Collected c5;
+  req.argv = {"cat"};
+  req.timeout_ms = 0;
+  req.stdin = true;
+  done = sb->Exec(req, c5.Callback(), "from stdin");
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(c5.out, "from stdin");
+  ASSERT_TRUE(sb->Destroy().ok());
+}
+
+TEST_F(MicrovmSandboxTest, FilesGoThroughTheAgentInsideTheRoot) {
+  auto sb = MustCreate(Spec("files"));
+  ASSERT_NE(sb, nullptr);
+  auto greeting = sb->ReadFile("/etc/greeting", 1 << 20);
+  ASSERT_TRUE(greeting.ok()) << greeting.status();
+  EXPECT_EQ(*greeting, "hello from the layer\n");
+  ASSERT_TRUE(sb->WriteFile("/tmp/note.txt", "written by the host", 0600).ok());
+  auto back = sb->ReadFile("/tmp/note.txt", 1 << 20);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, "written by the host");
+  auto list = sb->ListDir("/tmp");
+  ASSERT_TRUE(list.ok()) << list.status();
+  bool found = false;
+  for (const agent::DirEntry& e : *list) {
+    if (e.name == "note.txt") {
+      found = true;
+      EXPECT_EQ(e.type, agent::EntryType::kFile);
+      EXPECT_EQ(e.mode, 0600u);
+      EXPECT_EQ(e.size, 19u);
+    }
+  }
+  EXPECT_TRUE(found);
+  // ".." cannot leave the root.
+  auto escape = sb->ReadFile("/../../../../etc/hostname", 100);
+  if (escape.ok()) {
+    EXPECT_NE(*escape, ReadAll("/etc/hostname"));
+  }
+  EXPECT_TRUE(absl::IsNotFound(sb->ReadFile("/no/such/file", 10).status()));
+  ASSERT_TRUE(sb->Destroy().ok());
+}
+
+TEST_F(MicrovmSandboxTest, PackDiffMakesALayerThatANewSandboxStacks) {
+  auto sb = MustCreate(Spec("packer"));
+  ASSERT_NE(sb, nullptr);
+  ASSERT_TRUE(sb->WriteFile("/work/result.txt", "made in the sandbox\n", 0644).ok());
+  agent::ExecRequest req;
+  req.argv = {"rm", "etc/doomed"};
+  auto done = sb->Exec(req, nullptr);
+  ASSERT_TRUE(done.ok() && done->exit_code == 0) << done.status();
+
+  auto upper = sb->PackDiffDir();
+  ASSERT_TRUE(upper.ok()) << upper.status();
+  EXPECT_EQ(upper->rfind(sb->state_dir() + "/", 0), 0u) << *upper;
+  struct stat st;
+  ASSERT_EQ(::lstat((*upper + "/work/result.txt").c_str(), &st), 0);
+  ASSERT_EQ(::lstat((*upper + "/etc/doomed").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == 0) << "a whiteout";
+
+  auto store = layers::LayerStore::Create(Store());
+  ASSERT_TRUE(store.ok());
+  layers::BuildRequest breq;
+  breq.name = "packed";
+  breq.version = "1";
+  breq.parents = {"base:1"};
+  auto built = layers::PackDiff(*store, *upper, breq);
+  ASSERT_TRUE(built.ok()) << built.status();
+  const std::string image = store->ImagePath(built->layer.digest);
+  // A second pack_diff replaces the first copy.
+  auto again = sb->PackDiffDir();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(::access(upper->c_str(), F_OK), 0) << "the previous copy stays";
+  ASSERT_TRUE(sb->Destroy().ok());
+
+  auto next = MustCreate(Spec("stacker", {*base_image_, image}));
+  ASSERT_NE(next, nullptr);
+  auto result = next->ReadFile("/work/result.txt", 1 << 20);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(*result, "made in the sandbox\n");
+  EXPECT_TRUE(absl::IsNotFound(next->ReadFile("/etc/doomed", 100).status()))
+      << "the whiteout hides the lower file";
+  ASSERT_TRUE(next->Destroy().ok());
+}
+
+TEST_F(MicrovmSandboxTest, PauseStopsEveryProcessAndResumeContinues) {
+  auto sb = MustCreate(Spec("pauser"));
+  ASSERT_NE(sb, nullptr);
+  const pid_t pid = sb->host().pid();
+  ASSERT_TRUE(sb->Pause().ok());
+  EXPECT_TRUE(sb->paused());
+  EXPECT_EQ(ProcState(pid), 'T');
+  EXPECT_TRUE(absl::IsFailedPrecondition(sb->ReadFile("/etc/greeting", 10).status()));
+  // pack_diff of a paused sandbox resumes it for the copy, then pauses again.
+  auto upper = sb->PackDiffDir();
+  ASSERT_TRUE(upper.ok()) << upper.status();
+  EXPECT_EQ(ProcState(pid), 'T');
+  ASSERT_TRUE(sb->Resume().ok());
+  EXPECT_NE(ProcState(pid), 'T');
+  agent::ExecRequest req;
+  req.argv = {"true"};
+  auto done = sb->Exec(req, nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->exit_code, 0);
+  // Destroying a paused sandbox works too.
+  ASSERT_TRUE(sb->Pause().ok());
+  ASSERT_TRUE(sb->Destroy().ok());
+  EXPECT_TRUE(Entries().empty());
+}
+
+TEST_F(MicrovmSandboxTest, DestroyLeavesNothingBehind) {
+  auto sb = MustCreate(Spec("doomed"));
+  ASSERT_NE(sb, nullptr);
+  const pid_t pid = sb->host().pid();
+  const std::string identity = container::ProcessIdentity(pid).value_or("");
+  const std::string state = sb->state_dir();
+  const std::string cgroups = ReadAll(state + "/cgroups");
+  ASSERT_FALSE(cgroups.empty());
+  // A background process the sandbox started must go too.
+  agent::ExecRequest req;
+  req.argv = {"sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 < /dev/null &"};
+  ASSERT_TRUE(sb->Exec(req, nullptr).ok());
+  ASSERT_TRUE(sb->Destroy().ok());
+  EXPECT_NE(container::ProcessIdentity(pid).value_or(""), identity);
+  std::istringstream in(cgroups);
+  for (std::string d; std::getline(in, d);) {
+    EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
+  }
+  EXPECT_NE(::access(state.c_str(), F_OK), 0);
+  EXPECT_EQ(ReadAll("/proc/self/mountinfo").find(root_), std::string::npos);
+  EXPECT_TRUE(sb->Destroy().ok()) << "idempotent";
+}
+
+TEST_F(MicrovmSandboxTest, OrphanCleanupRemovesSandboxesOfADeadDaemon) {
+  auto live = MustCreate(Spec("live"));
+  ASSERT_NE(live, nullptr);
+  auto orphan = MustCreate(Spec("orphan"));
+  ASSERT_NE(orphan, nullptr);
+  const pid_t pid = orphan->host().pid();
+  const std::string identity = container::ProcessIdentity(pid).value_or("");
+  const std::string state = orphan->state_dir();
+  const std::string cgroups = ReadAll(state + "/cgroups");
+  // The daemon that owned it "died": its identity no longer matches.
+  {
+    std::ofstream owner(state + "/owner", std::ios::trunc);
+    owner << "2147483646 1";
+  }
+  MicrovmSandbox::AbandonForTesting(std::move(orphan));
+
+  auto removed = CleanupOrphans(root_);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 1);
+  EXPECT_NE(container::ProcessIdentity(pid).value_or(""), identity) << "the orphan's process lives";
+  std::istringstream in(cgroups);
+  for (std::string d; std::getline(in, d);) {
+    EXPECT_NE(::access(d.c_str(), F_OK), 0) << d;
+  }
+  EXPECT_NE(::access(state.c_str(), F_OK), 0);
+  // The live daemon's sandbox was left alone.
+  agent::ExecRequest req;
+  req.argv = {"true"};
+  auto done = live->Exec(req, nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(live->Destroy().ok());
+}
+
+TEST_F(MicrovmSandboxTest, RefusesACompressedLayer) {
+  if (lz4_image_->empty()) {
+    GTEST_SKIP() << "mkfs.erofs cannot make lz4 images here";
+  }
+  auto sb = MicrovmSandbox::Create(*launcher_, Spec("lz4", {*base_image_, *lz4_image_}), options_);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(sb.status())) << sb.status();
+  EXPECT_NE(sb.status().message().find("DAX"), std::string::npos) << sb.status();
+  EXPECT_NE(sb.status().message().find(*lz4_image_), std::string::npos) << sb.status();
+  EXPECT_TRUE(Entries().empty());
+}
+
+TEST_F(MicrovmSandboxTest, AHostProcessThatDiesFailsTheCreateAtOnce) {
+  HostAgentLauncher dying(HostAgentLauncherOptions{"/bin/false"});
+  options_.boot_timeout_ms = 60'000;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto sb = MicrovmSandbox::Create(dying, Spec("dies"), options_);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "waited for the boot deadline";
+  EXPECT_TRUE(absl::IsUnavailable(sb.status())) << sb.status();
+  EXPECT_NE(sb.status().message().find("exited with status 1"), std::string::npos) << sb.status();
+  EXPECT_TRUE(Entries().empty());
+}
+
+TEST_F(MicrovmSandboxTest, AnAgentThatNeverAnswersHitsTheBootDeadline) {
+  const std::string script = dir_->path() + "/silent-agent";
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\nexec sleep 600\n";
+  }
+  ASSERT_EQ(::chmod(script.c_str(), 0755), 0);
+  HostAgentLauncher silent(HostAgentLauncherOptions{script});
+  options_.boot_timeout_ms = 500;
+  auto sb = MicrovmSandbox::Create(silent, Spec("silent"), options_);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(sb.status())) << sb.status();
+  EXPECT_NE(sb.status().message().find("did not answer within 500 ms"), std::string::npos) << sb.status();
+  EXPECT_TRUE(Entries().empty());
+}
+
+}  // namespace
+}  // namespace dsec::microvm

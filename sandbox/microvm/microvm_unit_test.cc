@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pure parts of sandbox/microvm: the monitor's argv and kernel command
+// line, the jail's mount plan, the CPL0 probe's report parsing.
+#include <sys/mount.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+#include "sandbox/microvm/cpl0_probe.h"
+#include "sandbox/microvm/jail.h"
+#include "sandbox/microvm/vm_process.h"
+
+namespace dsec::microvm {
+namespace {
+
+bool Contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+TEST(LinuxCmdline, NamesRootImageLayersUpperAndPort) {
+  EXPECT_EQ(LinuxCmdline(2, 128, 1024, "quiet"),
+            "console=ttyS0 root=/dev/pmem0 rootfstype=erofs ro dsec.layers=/dev/pmem1,/dev/pmem2 "
+            "dsec.upper=tmpfs:128 dsec.port=1024 quiet");
+  EXPECT_EQ(LinuxCmdline(0, 64, 7), "console=ttyS0 root=/dev/pmem0 rootfstype=erofs ro dsec.upper=tmpfs:64 dsec.port=7");
+}
+
+TEST(VmArgv, CarriesEveryDeviceAndFile) {
+  VmPlan plan;
+  plan.vmm_binary = "/b/dsec-vmm";
+  plan.kernel = "/k/vmlinux";
+  plan.cmdline = "console=ttyS0";
+  plan.pmems = {"/i/root.erofs", "/i/base.erofs"};
+  plan.mem_mib = 300;
+  plan.vcpus = 2;
+  plan.qos = "ls";
+  plan.console_cap_bytes = 4096;
+  VmFiles f = VmFilesIn("/run/x/sb-1");
+  std::vector<std::string> a = VmArgv(plan, f);
+  ASSERT_GE(a.size(), 3u);
+  EXPECT_EQ(a[0], "/b/dsec-vmm");
+  EXPECT_EQ(a[1], "vm");
+  EXPECT_EQ(a[2], "run");
+  auto after = [&a](const std::string& flag) {
+    auto it = std::find(a.begin(), a.end(), flag);
+    return it == a.end() || it + 1 == a.end() ? std::string("<none>") : *(it + 1);
+  };
+  EXPECT_EQ(after("--kernel"), "/k/vmlinux");
+  EXPECT_EQ(after("--cmdline"), "console=ttyS0");
+  EXPECT_EQ(after("--pmem"), "/i/root.erofs,ro");
+  EXPECT_TRUE(Contains(a, "/i/base.erofs,ro"));
+  EXPECT_EQ(after("--vsock"), "3,/run/x/sb-1/vm/vsock.sock");
+  EXPECT_TRUE(Contains(a, "--balloon"));
+  EXPECT_EQ(after("--mem-mib"), "300");
+  EXPECT_EQ(after("--vcpus"), "2");
+  EXPECT_EQ(after("--qos"), "ls");
+  EXPECT_EQ(after("--console"), "/run/x/sb-1/vm/console.log");
+  EXPECT_EQ(after("--console-cap-bytes"), "4096");
+  EXPECT_EQ(after("--control"), "/run/x/sb-1/vm/control.sock");
+  EXPECT_EQ(after("--log-level"), "warn");
+  EXPECT_EQ(after("--stats-json"), "/run/x/sb-1/vm/stats.json");
+  plan.qos.clear();
+  EXPECT_FALSE(Contains(VmArgv(plan, f), "--qos"));
+}
+
+TEST(VmJailSteps, BindsOnlyWhatTheMonitorNeedsThenPivots) {
+  VmPlan plan;
+  plan.vmm_binary = "/b/dsec-vmm";
+  plan.kernel = "/k/vmlinux";
+  plan.pmems = {"/i/root.erofs", "/i/root.erofs"};
+  VmFiles f = VmFilesIn("/s/sb-1");
+  std::vector<MountStep> steps = VmJailSteps(plan, f, false);
+  std::vector<std::string> binds;
+  int pivots = 0;
+  size_t pivot_at = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const MountStep& s = steps[i];
+    if (s.kind == MountStep::Kind::kMount && (s.flags & MS_BIND) && !(s.flags & MS_REMOUNT)) {
+      binds.push_back(s.source + " -> " + s.target);
+    }
+    if (s.kind == MountStep::Kind::kPivot) {
+      ++pivots;
+      pivot_at = i;
+      EXPECT_EQ(s.target, "/s/sb-1/jail");
+    }
+    EXPECT_NE(s.target, "/s/sb-1/jail/sys/fs/cgroup") << "no cgroup tree without --qos";
+    EXPECT_NE(s.target, "/s/sb-1/jail/usr") << "a static monitor needs no /usr";
+  }
+  EXPECT_EQ(pivots, 1);
+  EXPECT_GT(pivot_at, 0u);
+  EXPECT_TRUE(Contains(binds, "/dev/kvm -> /s/sb-1/jail/dev/kvm"));
+  EXPECT_TRUE(Contains(binds, "/b/dsec-vmm -> /s/sb-1/jail/b/dsec-vmm"));
+  EXPECT_TRUE(Contains(binds, "/k/vmlinux -> /s/sb-1/jail/k/vmlinux"));
+  EXPECT_TRUE(Contains(binds, "/s/sb-1/vm -> /s/sb-1/jail/s/sb-1/vm"));
+  EXPECT_EQ(std::count(binds.begin(), binds.end(), "/i/root.erofs -> /s/sb-1/jail/i/root.erofs"), 1)
+      << "an image used twice is bound once";
+  // The last step makes the new root read-only.
+  EXPECT_EQ(steps.back().target, "/");
+  EXPECT_TRUE(steps.back().flags & MS_RDONLY);
+
+  plan.qos = "be";
+  bool cgroup = false, usr = false;
+  for (const MountStep& s : VmJailSteps(plan, f, true)) {
+    cgroup |= s.target == "/s/sb-1/jail/sys/fs/cgroup";
+    usr |= s.target == "/s/sb-1/jail/usr";
+  }
+  EXPECT_TRUE(cgroup);
+  EXPECT_TRUE(usr);
+}
+
+TEST(MkdirAllSteps, MakesEveryComponentBelowTheRoot) {
+  std::vector<MountStep> s = MkdirAllSteps("/j", "/a/b/c");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].target, "/j/a");
+  EXPECT_EQ(s[2].target, "/j/a/b/c");
+}
+
+TEST(DescribeWaitStatus, NamesExitAndSignal) {
+  EXPECT_EQ(DescribeWaitStatus(W_EXITCODE(2, 0)), "exited with status 2");
+  EXPECT_EQ(DescribeWaitStatus(W_EXITCODE(0, 9)), "killed by signal 9");
+}
+
+TEST(Cpl0Probe, ParsesTheTestGuestReport) {
+  auto p = ParseCpl0ProbeOutput(
+      "testguest: cpus count=1\n"
+      "testguest: result workload=cpl0-probe iterations=20000 cpl3_cycles=12688 ucall_cycles=104702 "
+      "cpl0_cycles=58000000\n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->iterations, 20000u);
+  EXPECT_EQ(p->cpl3_cycles, 12688u);
+  EXPECT_EQ(p->ucall_cycles, 104702u);
+  EXPECT_EQ(p->cpl0_cycles, 58000000u);
+  EXPECT_DOUBLE_EQ(p->cycles_per_round(), 2900);
+  EXPECT_TRUE(p->emulated());
+  EXPECT_EQ(EmulatedCpl0Reason(*p),
+            "microvm tier: guest kernel code is emulated on this host (PVM): 2900 cycles per CPL0 "
+            "loop round; a Linux guest needs hardware virtualisation (HOST.md)");
+}
+
+TEST(Cpl0Probe, HardwareVirtualisationIsNotEmulated) {
+  auto p = ParseCpl0ProbeOutput(
+      "result workload=cpl0-probe iterations=20000 cpl3_cycles=20000 ucall_cycles=900 cpl0_cycles=41000");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->emulated());
+}
+
+TEST(Cpl0Probe, RejectsMissingOrMalformedReports) {
+  EXPECT_TRUE(absl::IsNotFound(ParseCpl0ProbeOutput("testguest: result workload=spin").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ParseCpl0ProbeOutput("result workload=cpl0-probe iterations=0 cpl3_cycles=1 ucall_cycles=1 cpl0_cycles=1")
+          .status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ParseCpl0ProbeOutput("result workload=cpl0-probe iterations=5 cpl3_cycles=x").status()));
+}
+
+}  // namespace
+}  // namespace dsec::microvm

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/microvm/vm_launcher.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "guest-kernel/agent/client.h"
+#include "sandbox/microvm/vm_process.h"
+#include "vmm/base/status.h"
+
+namespace dsec::microvm {
+
+namespace {
+
+bool Readable(const std::string& path) { return !path.empty() && ::access(path.c_str(), R_OK) == 0; }
+
+class VmAgentHost : public AgentHost {
+ public:
+  VmAgentHost(std::unique_ptr<VmProcess> vm, uint32_t port) : vm_(std::move(vm)), port_(port) {}
+  pid_t pid() const override { return vm_->pid(); }
+  int exit_fd() const override { return vm_->exit_fd(); }
+  absl::StatusOr<ScopedFd> ConnectAgent(int64_t timeout_ms) override {
+    return agent::ConnectVsockUnix(vm_->files().vsock_socket, port_, timeout_ms);
+  }
+  std::string ExitReport() override { return vm_->ExitReport(); }
+  absl::Status Pause() override { return vm_->Pause(); }
+  absl::Status Resume() override { return vm_->Resume(); }
+  absl::Status Stop(int64_t grace_ms) override {
+    if (grace_ms > 0) WaitReadable(vm_->exit_fd(), grace_ms);
+    return vm_->Stop(0);
+  }
+  VmProcess& vm() { return *vm_; }
+
+ private:
+  std::unique_ptr<VmProcess> vm_;
+  const uint32_t port_;
+};
+
+}  // namespace
+
+std::string DefaultCacheDir() {
+  if (const char* d = std::getenv("DSEC_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr && *home != '\0' ? home : "/root", "/.cache/dsec-vmm");
+}
+
+std::string DefaultGuestKernelPath() { return DefaultCacheDir() + "/guest-kernel/current/vmlinux"; }
+std::string DefaultGuestRootfsPath() { return DefaultCacheDir() + "/guest-image/rootfs.erofs"; }
+
+std::string DefaultVmmBinary() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    std::string exe(buf, static_cast<size_t>(n));
+    size_t slash = exe.rfind('/');
+    std::string candidate = exe.substr(0, slash + 1) + "dsec-vmm";
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "dsec-vmm";
+}
+
+std::string AgentBinaryBeside(const std::string& vmm_binary) {
+  size_t slash = vmm_binary.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : vmm_binary.substr(0, slash);
+  return dir + "/guest-kernel/agent/dsec-agent";
+}
+
+VmLauncher::VmLauncher(VmLauncherOptions options) : options_(std::move(options)) {
+  if (options_.vmm_binary.empty()) options_.vmm_binary = DefaultVmmBinary();
+  if (options_.kernel.empty()) options_.kernel = DefaultGuestKernelPath();
+  if (options_.rootfs.empty()) options_.rootfs = DefaultGuestRootfsPath();
+}
+
+std::optional<Cpl0Probe> VmLauncher::probe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return probe_;
+}
+
+absl::Status VmLauncher::CheckHost() {
+  if (!options_.skip_probe) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!probe_) {
+      // A probe that could not run is not cached: the next create retries.
+      DSEC_ASSIGN_OR_RETURN(Cpl0Probe p, RunCpl0Probe(options_.vmm_binary, options_.testguest));
+      probe_ = p;
+    }
+    if (probe_->emulated()) return absl::UnavailableError(EmulatedCpl0Reason(*probe_));
+  }
+  if (!Readable(options_.kernel)) {
+    return absl::UnavailableError(absl::StrCat("microvm tier: guest kernel ", options_.kernel,
+                                               " not found: build it with tools/build-guest-kernel.sh"));
+  }
+  if (!Readable(options_.rootfs)) {
+    return absl::UnavailableError(absl::StrCat(
+        "microvm tier: guest root image ", options_.rootfs, " not found: build it with "
+        "tools/build-guest-image.sh ", AgentBinaryBeside(options_.vmm_binary), " ", options_.rootfs));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<AgentHost>> VmLauncher::Launch(const LaunchSpec& spec) {
+  VmPlan plan;
+  plan.vmm_binary = options_.vmm_binary;
+  plan.kernel = options_.kernel;
+  plan.cmdline = LinuxCmdline(spec.layers.size(), options_.upper_mib, spec.agent_port,
+                              options_.extra_cmdline);
+  plan.pmems.push_back(options_.rootfs);
+  plan.pmems.insert(plan.pmems.end(), spec.layers.begin(), spec.layers.end());
+  plan.mem_mib = spec.memory_mib;
+  plan.vcpus = std::max<uint32_t>(options_.vcpus, static_cast<uint32_t>(std::ceil(spec.cpus)));
+  // With the daemon's placement (join) the monitor places nothing itself.
+  if (!spec.join) plan.qos = spec.qos;
+  plan.console_cap_bytes = options_.console_cap_bytes;
+  VmJailOptions jail;
+  jail.id = spec.id;
+  jail.state_dir = spec.state_dir;
+  jail.overhead_mib = options_.overhead_mib;
+  jail.cpus = spec.cpus;
+  jail.pivot_root = options_.pivot_root;
+  jail.record_cgroup = spec.record_cgroup;
+  jail.join = spec.join;
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<VmProcess> vm, VmProcess::Start(plan, jail));
+  return std::unique_ptr<AgentHost>(new VmAgentHost(std::move(vm), spec.agent_port));
+}
+
+}  // namespace dsec::microvm

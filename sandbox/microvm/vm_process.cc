@@ -1,0 +1,441 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/microvm/vm_process.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sched/sysfs_file.h"
+#include "vmm/base/scoped_fd.h"
+#include "vmm/base/status.h"
+
+namespace dsec::microvm {
+
+namespace {
+
+int64_t NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+std::string Dirname(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Procfs entries a uid-0 process without capabilities could still read or
+// write through their owner bits (Docker masks the same).
+constexpr const char* kMaskedProc[] = {"kcore",      "keys",       "kpagecount", "kpageflags",
+                                       "kpagecgroup", "timer_list", "sched_debug", "sysrq-trigger"};
+constexpr const char* kReadOnlyProc[] = {"sys", "bus", "fs", "irq"};
+
+absl::StatusCode CodeFromName(const std::string& name) {
+  static const std::pair<const char*, absl::StatusCode> kCodes[] = {
+      {"INVALID_ARGUMENT", absl::StatusCode::kInvalidArgument},
+      {"FAILED_PRECONDITION", absl::StatusCode::kFailedPrecondition},
+      {"NOT_FOUND", absl::StatusCode::kNotFound},
+      {"RESOURCE_EXHAUSTED", absl::StatusCode::kResourceExhausted},
+      {"UNAVAILABLE", absl::StatusCode::kUnavailable},
+      {"PERMISSION_DENIED", absl::StatusCode::kPermissionDenied},
+  };
+  for (const auto& [n, c] : kCodes) {
+    if (name == n) return c;
+  }
+  return absl::StatusCode::kInternal;
+}
+
+absl::StatusOr<std::string> RealFile(const std::string& what, const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat("microvm: no ", what, " given"));
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) {
+    return ErrnoToStatus(absl::StrCat("microvm: ", what, " ", path));
+  }
+  struct stat st;
+  if (::stat(buf, &st) != 0) return ErrnoToStatus(absl::StrCat("microvm: ", what, " ", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("microvm: ", what, " ", path, " is not a file"));
+  }
+  return std::string(buf);
+}
+
+}  // namespace
+
+std::string LinuxCmdline(size_t layer_count, uint64_t upper_mib, uint32_t agent_port,
+                         const std::string& extra) {
+  std::string c = "console=ttyS0 root=/dev/pmem0 rootfstype=erofs ro";
+  if (layer_count > 0) {
+    std::vector<std::string> devs;
+    for (size_t i = 1; i <= layer_count; ++i) devs.push_back(absl::StrCat("/dev/pmem", i));
+    absl::StrAppend(&c, " dsec.layers=", absl::StrJoin(devs, ","));
+  }
+  absl::StrAppend(&c, " dsec.upper=tmpfs:", upper_mib, " dsec.port=", agent_port);
+  if (!extra.empty()) absl::StrAppend(&c, " ", extra);
+  return c;
+}
+
+VmFiles VmFilesIn(const std::string& state_dir) {
+  VmFiles f;
+  f.dir = absl::StrCat(state_dir, "/vm");
+  f.vsock_socket = absl::StrCat(f.dir, "/vsock.sock");
+  f.control_socket = absl::StrCat(f.dir, "/control.sock");
+  f.console = absl::StrCat(f.dir, "/console.log");
+  f.stats_json = absl::StrCat(f.dir, "/stats.json");
+  f.log = absl::StrCat(state_dir, "/vmm.log");
+  f.jail_root = absl::StrCat(state_dir, "/jail");
+  return f;
+}
+
+std::vector<std::string> VmArgv(const VmPlan& plan, const VmFiles& files) {
+  std::vector<std::string> a = {plan.vmm_binary, "vm", "run", "--kernel", plan.kernel,
+                                "--cmdline", plan.cmdline,
+                                "--mem-mib", absl::StrCat(plan.mem_mib),
+                                "--vcpus", absl::StrCat(plan.vcpus)};
+  for (const std::string& p : plan.pmems) {
+    a.push_back("--pmem");
+    a.push_back(absl::StrCat(p, ",ro"));
+  }
+  if (plan.vsock) {
+    a.push_back("--vsock");
+    a.push_back(absl::StrCat(plan.vsock_cid, ",", files.vsock_socket));
+  }
+  if (plan.balloon) a.push_back("--balloon");
+  if (!plan.qos.empty()) {
+    a.push_back("--qos");
+    a.push_back(plan.qos);
+  }
+  for (const std::string& s : {std::string("--console"), files.console, std::string("--console-cap-bytes"),
+                               absl::StrCat(plan.console_cap_bytes), std::string("--control"),
+                               files.control_socket, std::string("--log-level"), plan.log_level,
+                               std::string("--stats-json"), files.stats_json}) {
+    a.push_back(s);
+  }
+  a.insert(a.end(), plan.extra_args.begin(), plan.extra_args.end());
+  return a;
+}
+
+absl::StatusOr<bool> IsDynamicElf(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoToStatus(absl::StrCat("open ", path));
+  Elf64_Ehdr eh;
+  if (::pread(fd.get(), &eh, sizeof(eh), 0) != static_cast<ssize_t>(sizeof(eh)) ||
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not an ELF64 binary"));
+  }
+  for (unsigned i = 0; i < eh.e_phnum && i < 512; ++i) {
+    Elf64_Phdr ph;
+    off_t off = static_cast<off_t>(eh.e_phoff + static_cast<uint64_t>(i) * eh.e_phentsize);
+    if (::pread(fd.get(), &ph, sizeof(ph), off) != static_cast<ssize_t>(sizeof(ph))) break;
+    if (ph.p_type == PT_INTERP) return true;
+  }
+  return false;
+}
+
+std::vector<MountStep> VmJailSteps(const VmPlan& plan, const VmFiles& files, bool dynamic_binary) {
+  const std::string& j = files.jail_root;
+  std::vector<MountStep> s;
+  auto add = [&s](std::vector<MountStep> more) {
+    for (MountStep& m : more) s.push_back(std::move(m));
+  };
+  // Nothing below propagates back to the host's mount namespace.
+  s.push_back(MountStep::Mount("", "/", "", MS_REC | MS_PRIVATE));
+  s.push_back(MountStep::Mount("tmpfs", j, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"));
+  s.push_back(MountStep::Mkdir(j + "/dev"));
+  for (const char* dev : {"/dev/kvm", "/dev/null"}) {
+    s.push_back(MountStep::Touch(j + dev));
+    s.push_back(MountStep::Bind(dev, j + dev));
+    s.push_back(MountStep::Remount(j + dev, MS_NOSUID | MS_NOEXEC));
+  }
+  // procfs of the new pid namespace: the monitor reads /proc/self/{status,
+  // smaps_rollup,pagemap}.
+  s.push_back(MountStep::Mkdir(j + "/proc"));
+  s.push_back(MountStep::Mount("proc", j + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  // Entries differ by kernel configuration, not by namespace: the host's
+  // /proc tells which exist.
+  for (const char* p : kReadOnlyProc) {
+    if (!sched::PathExists(absl::StrCat("/proc/", p))) continue;
+    const std::string path = absl::StrCat(j, "/proc/", p);
+    s.push_back(MountStep::Bind(path, path, true));
+    s.push_back(MountStep::Remount(path, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  }
+  for (const char* p : kMaskedProc) {
+    if (!sched::PathExists(absl::StrCat("/proc/", p))) continue;
+    s.push_back(MountStep::Bind("/dev/null", absl::StrCat(j, "/proc/", p)));
+  }
+  // A fresh sysfs (of the new network namespace), read-only: CPU topology
+  // for --qos. With --qos the cgroup tree is bound in read-write, because
+  // sched/ makes the vCPUs' cpuset/cpu cgroups below the monitor's own.
+  s.push_back(MountStep::Mkdir(j + "/sys"));
+  s.push_back(MountStep::Mount("sysfs", j + "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  if (!plan.qos.empty()) s.push_back(MountStep::Bind("/sys/fs/cgroup", j + "/sys/fs/cgroup", true));
+  if (dynamic_binary) {
+    // A dynamically linked monitor (sanitizer builds): its libraries.
+    s.push_back(MountStep::Mkdir(j + "/usr"));
+    s.push_back(MountStep::Bind("/usr", j + "/usr", true));
+    s.push_back(MountStep::Remount(j + "/usr", MS_RDONLY | MS_NOSUID | MS_NODEV));
+    s.push_back(MountStep::Symlink("usr/lib", j + "/lib"));
+    s.push_back(MountStep::Symlink("usr/lib64", j + "/lib64"));
+  }
+  // The binary, kernel and images at their host paths, read-only.
+  std::set<std::string> done;
+  std::vector<std::string> files_in = {plan.vmm_binary, plan.kernel};
+  files_in.insert(files_in.end(), plan.pmems.begin(), plan.pmems.end());
+  for (const std::string& f : files_in) {
+    if (!done.insert(f).second) continue;
+    add(MkdirAllSteps(j, Dirname(f)));
+    s.push_back(MountStep::Touch(j + f));
+    s.push_back(MountStep::Bind(f, j + f));
+    unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV;
+    if (f != plan.vmm_binary) flags |= MS_NOEXEC;
+    s.push_back(MountStep::Remount(j + f, flags));
+  }
+  // The monitor's own directory (sockets, console, stats), read-write.
+  add(MkdirAllSteps(j, files.dir));
+  s.push_back(MountStep::Bind(files.dir, j + files.dir));
+  s.push_back(MountStep::Remount(j + files.dir, MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  s.push_back(MountStep::Pivot(j));
+  s.push_back(MountStep::Remount("/", MS_RDONLY | MS_NOSUID | MS_NODEV));
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_in,
+                                                            const VmJailOptions& jail) {
+  VmPlan plan = plan_in;
+  DSEC_ASSIGN_OR_RETURN(plan.vmm_binary, RealFile("dsec-vmm binary", plan.vmm_binary));
+  DSEC_ASSIGN_OR_RETURN(plan.kernel, RealFile("kernel", plan.kernel));
+  for (std::string& p : plan.pmems) {
+    DSEC_ASSIGN_OR_RETURN(p, RealFile("pmem image", p));
+  }
+  if (jail.id.empty() || jail.state_dir.empty()) {
+    return absl::InvalidArgumentError("microvm: the jail needs an id and a state directory");
+  }
+  VmFiles files = VmFilesIn(jail.state_dir);
+  if (::mkdir(files.dir.c_str(), 0700) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", files.dir));
+  if (jail.pivot_root && ::mkdir(files.jail_root.c_str(), 0755) != 0) {
+    return ErrnoToStatus(absl::StrCat("mkdir ", files.jail_root));
+  }
+  DSEC_ASSIGN_OR_RETURN(bool dynamic, IsDynamicElf(plan.vmm_binary));
+
+  container::ResourceLimits limits;
+  limits.memory_bytes = (plan.mem_mib + jail.overhead_mib) << 20;
+  limits.pids_max = jail.pids + plan.vcpus;
+  if (jail.cpus > 0) {
+    limits.cpu_quota_us = static_cast<int64_t>(jail.cpus * static_cast<double>(limits.cpu_period_us));
+  }
+  auto record = [&jail](const std::string& dir) {
+    return jail.record_cgroup ? jail.record_cgroup(dir) : absl::OkStatus();
+  };
+  DSEC_ASSIGN_OR_RETURN(container::ContainerCgroups cg,
+                        container::ContainerCgroups::Create(absl::StrCat("mvm-", jail.id), limits,
+                                                            /*skip_cpu=*/jail.join != nullptr, record));
+  auto cgroups = std::make_unique<container::ContainerCgroups>(std::move(cg));
+
+  ScopedFd log(::open(files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
+  if (!log) return ErrnoToStatus(absl::StrCat("open ", files.log));
+  JailSpec spec;
+  spec.argv = VmArgv(plan, files);
+  spec.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"};
+  spec.namespaces = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWPID;
+  if (jail.pivot_root) {
+    spec.steps = VmJailSteps(plan, files, dynamic);
+  } else {
+    spec.steps.push_back(MountStep::Mount("", "/", "", MS_REC | MS_PRIVATE));
+  }
+  spec.stdout_fd = log.get();
+  spec.stderr_fd = log.get();
+  spec.drop_capabilities = true;
+  spec.cgroups = cgroups.get();
+  spec.join = jail.join;
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<JailedProcess> process, JailedProcess::Start(spec));
+  return std::unique_ptr<VmProcess>(new VmProcess(std::move(files), std::move(cgroups), std::move(process)));
+}
+
+VmProcess::~VmProcess() { (void)Stop(0); }
+
+absl::StatusOr<nlohmann::json> VmProcess::Control(const nlohmann::json& request,
+                                                  int64_t timeout_ms) const {
+  DSEC_ASSIGN_OR_RETURN(nlohmann::json answer, ControlCall(files_.control_socket, request, timeout_ms));
+  if (!answer.is_object()) return absl::InternalError("microvm: control answer is not an object");
+  if (!answer.value("ok", false)) {
+    std::string code, message = answer.dump();
+    if (auto e = answer.find("error"); e != answer.end() && e->is_object()) {
+      code = e->value("code", "");
+      message = e->value("message", message);
+    }
+    return absl::Status(CodeFromName(code), absl::StrCat("microvm: control: ", message));
+  }
+  return answer;
+}
+
+absl::Status VmProcess::WaitRunning(int64_t timeout_ms) {
+  const int64_t deadline = NowMs() + timeout_ms;
+  int64_t backoff_ms = 2;
+  for (;;) {
+    if (Exited()) {
+      return absl::UnavailableError(
+          absl::StrCat("microvm: dsec-vmm stopped before its control socket answered: ", ExitReport()));
+    }
+    const int64_t left = deadline - NowMs();
+    auto stats = Control({{"op", "stats"}}, std::max<int64_t>(1, std::min<int64_t>(left, 1000)));
+    if (stats.ok()) return absl::OkStatus();
+    if (NowMs() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("microvm: control socket did not answer within ",
+                                                      timeout_ms, " ms: ", stats.status().message()));
+    }
+    // Not listening yet: wait on the process (an exit ends the wait at once).
+    WaitReadable(exit_fd(), std::min(backoff_ms, std::max<int64_t>(1, deadline - NowMs())));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 50);
+  }
+}
+
+absl::Status VmProcess::Pause() {
+  DSEC_ASSIGN_OR_RETURN(nlohmann::json a, Control({{"op", "pause"}}));
+  if (!a.value("paused", false)) return absl::InternalError("microvm: pause not acknowledged");
+  return absl::OkStatus();
+}
+
+absl::Status VmProcess::Resume() {
+  DSEC_ASSIGN_OR_RETURN(nlohmann::json a, Control({{"op", "resume"}}));
+  if (a.value("paused", true)) return absl::InternalError("microvm: resume not acknowledged");
+  return absl::OkStatus();
+}
+
+std::string VmProcess::ExitReport() {
+  std::string out = "dsec-vmm ";
+  if (Exited()) {
+    auto st = process_->WaitExit(0);
+    out += st.ok() ? DescribeWaitStatus(*st) : "has exited";
+  } else {
+    out += "is still running";
+  }
+  if (auto stats = sched::ReadSmallFile(files_.stats_json); stats.ok()) {
+    nlohmann::json j = nlohmann::json::parse(*stats, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      absl::StrAppend(&out, "; stop_reason=", j.value("stop_reason", "?"), " detail=\"",
+                      j.value("detail", ""), "\"");
+    }
+  }
+  std::string log = FileTail(files_.log, 1500);
+  if (!log.empty()) absl::StrAppend(&out, "; log: ", log);
+  std::string console = FileTail(files_.console, 1500);
+  if (!console.empty()) absl::StrAppend(&out, "; console: ", console);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+absl::Status VmProcess::Stop(int64_t grace_ms) {
+  if (stopped_) return absl::OkStatus();
+  absl::Status first = process_->Kill(grace_ms > 0 ? SIGTERM : 0, grace_ms);
+  // sched/ (--qos) makes cgroups below the monitor's own; a killed monitor
+  // leaves them.
+  for (const std::string& dir : cgroups_->dirs()) {
+    auto children = sched::ListDirectory(dir);
+    if (!children.ok()) continue;
+    for (const std::string& c : *children) {
+      const std::string path = absl::StrCat(dir, "/", c);
+      struct stat st;
+      if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        absl::Status s = RemoveCgroupTree(path);
+        if (!s.ok() && first.ok()) first = s;
+      }
+    }
+  }
+  absl::Status removed = cgroups_->Remove();
+  if (!removed.ok() && first.ok()) first = removed;
+  stopped_ = true;
+  return first;
+}
+
+absl::StatusOr<nlohmann::json> ControlCall(const std::string& socket_path,
+                                           const nlohmann::json& request, int64_t timeout_ms) {
+  const int64_t deadline = NowMs() + timeout_ms;
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("control socket path too long: ", socket_path));
+  }
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return ErrnoToStatus("socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (errno == ENOENT || errno == ECONNREFUSED || errno == EAGAIN) {
+      return absl::UnavailableError(absl::StrCat("connect ", socket_path, ": ", std::strerror(errno)));
+    }
+    return ErrnoToStatus(absl::StrCat("connect ", socket_path));
+  }
+  auto wait = [&](short events) -> absl::Status {
+    for (;;) {
+      const int64_t left = deadline - NowMs();
+      if (left <= 0) return absl::DeadlineExceededError(absl::StrCat("control socket ", socket_path, ": no answer"));
+      pollfd p{fd.get(), events, 0};
+      int n = ::poll(&p, 1, static_cast<int>(left));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoToStatus("poll");
+      if (n > 0) return absl::OkStatus();
+    }
+  };
+  const std::string line = request.dump() + "\n";
+  size_t off = 0;
+  while (off < line.size()) {
+    DSEC_RETURN_IF_ERROR(wait(POLLOUT));
+    ssize_t n = ::send(fd.get(), line.data() + off, line.size() - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoToStatus("control: send");
+    }
+    off += static_cast<size_t>(n);
+  }
+  std::string reply;
+  for (;;) {
+    DSEC_RETURN_IF_ERROR(wait(POLLIN));
+    char buf[4096];
+    ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoToStatus("control: recv");
+    }
+    if (n == 0) return absl::UnavailableError("control: connection closed without an answer");
+    reply.append(buf, static_cast<size_t>(n));
+    if (size_t nl = reply.find('\n'); nl != std::string::npos) {
+      reply.resize(nl);
+      break;
+    }
+    if (reply.size() > (16u << 20)) return absl::InternalError("control: answer too long");
+  }
+  nlohmann::json j = nlohmann::json::parse(reply, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InternalError(absl::StrCat("control: answer is not JSON: ", reply.substr(0, 200)));
+  return j;
+}
+
+std::string FileTail(const std::string& path, size_t max_bytes) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return "";
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return "";
+  const off_t size = st.st_size;
+  const off_t start = size > static_cast<off_t>(max_bytes) ? size - static_cast<off_t>(max_bytes) : 0;
+  std::string out(static_cast<size_t>(size - start), '\0');
+  ssize_t n = ::pread(fd.get(), out.data(), out.size(), start);
+  if (n < 0) return "";
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace dsec::microvm

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// One jailed `dsec-vmm vm run` per microVM sandbox: the plan (its argv),
+// the jail (own cgroups, mount/ipc/uts/net/pid namespaces, a minimal
+// pivot_root'ed filesystem view, no capabilities, no_new_privs, a parent-
+// death signal, a clean environment, output to a log file), and the
+// control socket (stats, pause, resume). README.md says what the jail does
+// and does not narrow.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "sandbox/container/cgroups.h"
+#include "sandbox/microvm/jail.h"
+
+namespace dsec::microvm {
+
+// What the monitor boots. Paths are host paths.
+struct VmPlan {
+  std::string vmm_binary;  // dsec-vmm (static, or the jail binds /usr for its libraries)
+  std::string kernel;
+  std::string cmdline;
+  // virtio-pmem images, all read-only, in device order (/dev/pmem0 first).
+  std::vector<std::string> pmems;
+  uint32_t vsock_cid = 3;
+  bool vsock = true;
+  bool balloon = true;
+  uint64_t mem_mib = 256;
+  uint32_t vcpus = 1;
+  std::string qos;  // "", "ls" or "be"
+  uint64_t console_cap_bytes = 1u << 20;
+  std::string log_level = "warn";
+  std::vector<std::string> extra_args;  // appended (e.g. --timeout-ms N)
+};
+
+// The kernel command line of a Linux guest with the dsec-agent as PID 1:
+// "console=ttyS0 root=/dev/pmem0 rootfstype=erofs ro dsec.layers=/dev/pmem1,...
+//  dsec.upper=tmpfs:<MiB> dsec.port=<port> <extra>" (pmem0 is the root image,
+// pmem1.. the layers, lowest first; no dsec.layers without layers).
+std::string LinuxCmdline(size_t layer_count, uint64_t upper_mib, uint32_t agent_port,
+                         const std::string& extra = "");
+
+// Files of one monitor inside its state directory.
+struct VmFiles {
+  std::string dir;            // <state>/vm: bound read-write into the jail (same path)
+  std::string vsock_socket;   // <state>/vm/vsock.sock
+  std::string control_socket; // <state>/vm/control.sock
+  std::string console;        // <state>/vm/console.log
+  std::string stats_json;     // <state>/vm/stats.json (written at exit)
+  std::string log;            // <state>/vmm.log (stdout+stderr, outside the jail)
+  std::string jail_root;      // <state>/jail (a tmpfs there, in the child's namespace only)
+};
+VmFiles VmFilesIn(const std::string& state_dir);
+
+// The `dsec-vmm vm run` argv of a plan.
+std::vector<std::string> VmArgv(const VmPlan& plan, const VmFiles& files);
+
+struct VmJailOptions {
+  std::string id;          // names the cgroups (dsec-ctr-mvm-<id>)
+  std::string state_dir;   // an existing directory the process's files go to
+  // Memory limit = guest RAM + this allowance for the monitor itself (its
+  // text, heap, device buffers, page tables, the layers' page cache it
+  // touches).
+  uint64_t overhead_mib = 96;
+  double cpus = 0;         // CPU quota in CPUs (0: none)
+  uint64_t pids = 64;      // the monitor's threads: API, event loop, vCPUs, control
+  // pivot_root into a minimal root (off: the host's filesystem view, for
+  // debugging; the namespaces, cgroups and privileges stay).
+  bool pivot_root = true;
+  // Called with each cgroup directory before it is made (state records).
+  std::function<absl::Status(const std::string&)> record_cgroup;
+  // Called with the monitor's pid before it runs (the daemon's QoS
+  // placement); with it, the cpu controller is left to the placement.
+  std::function<absl::Status(pid_t)> join;
+};
+
+// The jail's mount steps for `plan` (exposed for tests and the README).
+std::vector<MountStep> VmJailSteps(const VmPlan& plan, const VmFiles& files, bool dynamic_binary);
+// Whether an ELF file asks for an interpreter (a dynamically linked binary).
+absl::StatusOr<bool> IsDynamicElf(const std::string& path);
+
+// One running monitor. Destruction kills and reaps it and removes its
+// cgroups (the files stay, for the caller to read or remove).
+// Threads: one owner thread; Control() may be called from any thread.
+class VmProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<VmProcess>> Start(const VmPlan& plan,
+                                                          const VmJailOptions& jail);
+  ~VmProcess();
+
+  pid_t pid() const { return process_->pid(); }
+  int exit_fd() const { return process_->exit_fd(); }
+  bool Exited() const { return process_->Exited(); }
+  const VmFiles& files() const { return files_; }
+  const container::ContainerCgroups& cgroups() const { return *cgroups_; }
+  JailedProcess& process() { return *process_; }
+
+  // One request on the control socket (cmd/README.md): the answer object.
+  // An answer with "ok": false is an error carrying its code and message.
+  absl::StatusOr<nlohmann::json> Control(const nlohmann::json& request, int64_t timeout_ms = 5000) const;
+  // Waits until the control socket answers `stats` (the VM runs), the
+  // process exits (the error holds ExitReport()) or the deadline passes.
+  absl::Status WaitRunning(int64_t timeout_ms);
+  absl::Status Pause();
+  absl::Status Resume();
+
+  // Why the monitor is gone: its wait status, the tail of its log, its
+  // stats JSON. Reaps it first if it has exited.
+  std::string ExitReport();
+  // SIGTERM (a clean stop writes the stats JSON and removes the sockets),
+  // up to grace_ms, then SIGKILL; reaps; removes the cgroups. Idempotent.
+  absl::Status Stop(int64_t grace_ms);
+
+ private:
+  VmProcess(VmFiles files, std::unique_ptr<container::ContainerCgroups> cgroups,
+            std::unique_ptr<JailedProcess> process)
+      : files_(std::move(files)), cgroups_(std::move(cgroups)), process_(std::move(process)) {}
+
+  VmFiles files_;
+  std::unique_ptr<container::ContainerCgroups> cgroups_;
+  std::unique_ptr<JailedProcess> process_;
+  bool stopped_ = false;
+};
+
+// One JSON request/answer on a monitor's control socket.
+absl::StatusOr<nlohmann::json> ControlCall(const std::string& socket_path,
+                                           const nlohmann::json& request, int64_t timeout_ms);
+
+// The last `max_bytes` of a file ("" if unreadable).
+std::string FileTail(const std::string& path, size_t max_bytes);
+
+}  // namespace dsec::microvm
