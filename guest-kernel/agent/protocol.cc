@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "vmm/base/status.h"
 
@@ -57,18 +59,6 @@ uint32_t GetU32(const char* p) {
   const auto* u = reinterpret_cast<const unsigned char*>(p);
   return static_cast<uint32_t>(u[0]) | static_cast<uint32_t>(u[1]) << 8 |
          static_cast<uint32_t>(u[2]) << 16 | static_cast<uint32_t>(u[3]) << 24;
-}
-
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-// Value of a base64 digit in either alphabet, or -1.
-int B64Value(unsigned char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+' || c == '-') return 62;
-  if (c == '/' || c == '_') return 63;
-  return -1;
 }
 
 }  // namespace
@@ -144,65 +134,33 @@ absl::StatusOr<std::optional<Frame>> FrameReader::Next() {
 }
 
 std::string Base64Encode(std::string_view bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  auto u = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(bytes[k])); };
-  for (; i + 3 <= bytes.size(); i += 3) {
-    uint32_t v = u(i) << 16 | u(i + 1) << 8 | u(i + 2);
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += kB64[(v >> 6) & 63];
-    out += kB64[v & 63];
-  }
-  size_t rest = bytes.size() - i;
-  if (rest == 1) {
-    uint32_t v = u(i) << 16;
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += "==";
-  } else if (rest == 2) {
-    uint32_t v = u(i) << 16 | u(i + 1) << 8;
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += kB64[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
+  return absl::Base64Escape(absl::string_view(bytes.data(), bytes.size()));
 }
 
 absl::StatusOr<std::string> Base64Decode(std::string_view text) {
-  // Strip up to two pad characters; they must complete the last quantum.
-  size_t n = text.size();
-  size_t pads = 0;
-  while (n > 0 && text[n - 1] == '=' && pads < 2) {
-    --n;
-    ++pads;
+  // Abseil's decoders skip whitespace and take either alphabet only by
+  // name: allow exactly the two alphabets and padding, then pick one.
+  bool web_safe = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || c == '=') continue;
+    if (c == '-' || c == '_') {
+      web_safe = true;
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("base64: invalid character at offset ", i));
   }
-  if (pads > 0 && (n + pads) % 4 != 0) {
-    return absl::InvalidArgumentError("base64: padding does not complete a 4-character group");
-  }
-  if (n % 4 == 1) return absl::InvalidArgumentError("base64: truncated input");
   std::string out;
-  out.reserve(n / 4 * 3 + 2);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < n; ++i) {
-    int v = B64Value(static_cast<unsigned char>(text[i]));
-    if (v < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("base64: invalid character at offset ", i));
-    }
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xff);
-    }
+  const absl::string_view in(text.data(), text.size());
+  // A mix of both alphabets decodes with the web-safe one once '+' and
+  // '/' are mapped to it.
+  std::string mapped;
+  if (web_safe) {
+    mapped = std::string(text);
+    for (char& c : mapped) c = c == '+' ? '-' : c == '/' ? '_' : c;
   }
-  // Leftover bits of the last digit must be zero (canonical encoding).
-  if (bits > 0 && (acc & ((1u << bits) - 1)) != 0) {
-    return absl::InvalidArgumentError("base64: non-zero trailing bits");
-  }
+  const bool ok = web_safe ? absl::WebSafeBase64Unescape(mapped, &out) : absl::Base64Unescape(in, &out);
+  if (!ok) return absl::InvalidArgumentError("base64: malformed input");
   return out;
 }
 
