@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "vmm/base/scoped_fd.h"
 
 namespace dsec::container {
 
@@ -51,6 +52,39 @@ class Mount {
   std::string target_;  // "" once unmounted or moved from
   bool loop_ = false;
 };
+
+// A mount attached nowhere (fsmount(2)): it is reached only through its
+// descriptor, shows in no mount table, and is gone once the descriptor is
+// closed and no mount cloned from it (an overlay's private copy of a layer)
+// remains, so a killed runtime leaves nothing of it behind. Move-only.
+// Threads: any; the descriptor is close-on-exec.
+class DetachedMount {
+ public:
+  DetachedMount() = default;
+  // An EROFS image read-only (nodev, nosuid): the file itself as source
+  // (Linux 6.12+), else a loop device set to autoclear. Errors name the
+  // image: NotFound, InvalidArgument (not an EROFS image), Internal.
+  static absl::StatusOr<DetachedMount> Erofs(const std::string& image);
+  // An empty tmpfs of `size_bytes` (read-only when `read_only`).
+  static absl::StatusOr<DetachedMount> Tmpfs(uint64_t size_bytes, bool read_only);
+
+  bool valid() const { return fd_.valid(); }
+  int fd() const { return fd_.get(); }
+  // "/proc/self/fd/N": names the mount's root in this process (for
+  // overlayfs' lowerdir=, which resolves it when the overlay is mounted).
+  std::string path() const;
+  bool used_loop_device() const { return loop_; }
+
+ private:
+  DetachedMount(ScopedFd fd, bool loop) : fd_(std::move(fd)), loop_(loop) {}
+  ScopedFd fd_;
+  bool loop_ = false;
+};
+
+// Whether overlayfs accepts layers on detached mounts here (Linux 6.15+;
+// older kernels want every layer in the caller's mount namespace): probed
+// once per process with two detached tmpfs lowers, nothing attached.
+bool OverlayAcceptsDetachedLayers();
 
 // Mount points listed in mountinfo text (field 5, unescaped), in file order.
 std::vector<std::string> ParseMountPoints(std::string_view mountinfo);

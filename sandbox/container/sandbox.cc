@@ -52,13 +52,7 @@ absl::Status ValidateConfig(const SandboxConfig& c) {
     }
   }
   if (c.layers.empty()) return absl::InvalidArgumentError("a sandbox needs at least one layer");
-  for (const std::string& layer : c.layers) {
-    struct stat st;
-    if (::stat(layer.c_str(), &st) != 0) return ErrnoToStatus(absl::StrCat("layer ", layer));
-    if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is not an image file"));
-    }
-  }
+  DSEC_RETURN_IF_ERROR(CheckLayerFiles(c.layers));
   if (c.hostname.empty() || c.hostname.size() > 64) {
     return absl::InvalidArgumentError("hostname must be 1-64 chars");
   }
@@ -93,13 +87,15 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
   sb->seccomp_ = seccomp;
   // Any error below destroys `sb`, which undoes what was done so far.
   const std::string& dir = sb->state_.path();
-  DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/layers")));
-  std::vector<std::string> lowers;
+  LayerMountCache& cache =
+      sb->config_.layer_cache ? *sb->config_.layer_cache : LayerMountCache::Default();
+  // Own mounts (no sharing here) go below the state dir, where orphan
+  // cleanup finds them; shared ones are detached and need no directory.
+  if (!cache.sharing()) DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/layers")));
   for (size_t i = 0; i < sb->config_.layers.size(); ++i) {
-    std::string target = absl::StrCat(dir, "/layers/", i);
-    DSEC_RETURN_IF_ERROR(Mkdir(target));
-    DSEC_ASSIGN_OR_RETURN(Mount m, Mount::Erofs(sb->config_.layers[i], target));
-    sb->layers_.push_back(std::move(m));
+    DSEC_ASSIGN_OR_RETURN(auto layer,
+                          cache.Acquire(sb->config_.layers[i], absl::StrCat(dir, "/layers/", i)));
+    sb->layers_.push_back(std::move(layer));
   }
   DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/upper")));
   DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/merged")));
@@ -125,8 +121,8 @@ Sandbox::~Sandbox() {
 std::string Sandbox::rootfs_dir() const { return absl::StrCat(state_.path(), "/merged"); }
 
 bool Sandbox::used_loop_devices() const {
-  for (const Mount& m : layers_) {
-    if (m.used_loop_device()) return true;
+  for (const auto& m : layers_) {
+    if (m->used_loop_device()) return true;
   }
   return false;
 }
@@ -160,7 +156,7 @@ absl::Status Sandbox::MountUpperAndOverlay() {
   DSEC_RETURN_IF_ERROR(Mkdir(upper_dir_));
   DSEC_RETURN_IF_ERROR(Mkdir(work));
   std::vector<std::string> lowers;
-  for (const Mount& m : layers_) lowers.push_back(m.target());
+  for (const auto& m : layers_) lowers.push_back(m->lower_dir());
   DSEC_ASSIGN_OR_RETURN(overlay_,
                         Mount::Overlay(lowers, upper_dir_, work, absl::StrCat(dir, "/merged")));
   return absl::OkStatus();
@@ -293,7 +289,8 @@ absl::Status Sandbox::Destroy() {
   };
   note(overlay_.Unmount());
   note(upper_.Unmount());
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) note(it->Unmount());
+  // A shared layer stays mounted for the next sandbox; an own one (no
+  // sharing here) is unmounted with its last reference.
   layers_.clear();
   // A killed task keeps its cgroup busy until it has finished exiting,
   // which on a loaded host can outlast KillAndRemoveCgroup's quick retries

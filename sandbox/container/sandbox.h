@@ -16,6 +16,7 @@
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/exec.h"
 #include "sandbox/container/exec_helper.h"
+#include "sandbox/container/layer_mounts.h"
 #include "sandbox/container/mount.h"
 #include "sandbox/container/seccomp_policy.h"
 #include "sandbox/container/state_dir.h"
@@ -40,6 +41,9 @@ struct SandboxConfig {
   // Optional QoS placement from sched/ (cpuset + cpu weight cgroup). When
   // set, it owns the cpu controller and the sandbox does not make its own.
   std::shared_ptr<const sched::SandboxIsolation> isolation;
+  // Where the layer images are mounted (layer_mounts.h); nullptr: the
+  // process-wide LayerMountCache::Default(). Must outlive the sandbox.
+  LayerMountCache* layer_cache = nullptr;
 };
 
 // One container sandbox. Network: its own empty net namespace (lo only).
@@ -88,7 +92,7 @@ class Sandbox {
   SandboxConfig config_;
   const SeccompProgram* seccomp_ = nullptr;
   StateDir state_;
-  std::vector<Mount> layers_;
+  std::vector<std::shared_ptr<const LayerMount>> layers_;
   Mount upper_;
   Mount overlay_;
   std::string upper_dir_;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "sandbox/container/layer_mounts.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/service.h"
 #include "sandbox/daemon/service_internal.h"
@@ -429,7 +430,11 @@ absl::Status Service::RemoveLayer(const std::string& ref) {
       }
     }
   }
-  return store.Remove(ref);
+  DSEC_RETURN_IF_ERROR(store.Remove(ref));
+  // A cached shared mount of the image (sandbox/container/layer_mounts.h)
+  // holds the deleted file open: drop it so that its blocks are freed.
+  container::LayerMountCache::Default().Forget(image);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<json> Service::ResumeTask(const std::string& task_id, const json& body) {

@@ -48,13 +48,7 @@ absl::Status ValidateConfig(const PoolConfig& c) {
     }
   }
   if (c.layers.empty()) return absl::InvalidArgumentError("a pool needs at least one layer");
-  for (const std::string& layer : c.layers) {
-    struct stat st;
-    if (::stat(layer.c_str(), &st) != 0) return ErrnoToStatus(absl::StrCat("layer ", layer));
-    if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is not an image file"));
-    }
-  }
+  DSEC_RETURN_IF_ERROR(container::CheckLayerFiles(c.layers));
   // The overlay's lowerdir= list cannot carry these.
   if (c.state_root.empty() || c.state_root.find_first_of(":,") != std::string::npos) {
     return absl::InvalidArgumentError("state_root must be non-empty without ':' or ','");
@@ -123,15 +117,17 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(PoolConfig config) {
 
 absl::Status Pool::MountRoot() {
   const std::string& dir = state_.path();
-  DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/layers"), 0755));
+  // Shared with the container tier's sandboxes and other pools on the same
+  // images (layer_mounts.h); own mounts below the state dir otherwise.
+  container::LayerMountCache& cache = container::LayerMountCache::Default();
+  if (!cache.sharing()) DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/layers"), 0755));
   std::string lowers;
   std::vector<std::string> layer_dirs;
   for (size_t i = 0; i < config_.layers.size(); ++i) {
-    std::string target = absl::StrCat(dir, "/layers/", i);
-    DSEC_RETURN_IF_ERROR(Mkdir(target, 0755));
-    DSEC_ASSIGN_OR_RETURN(container::Mount m, container::Mount::Erofs(config_.layers[i], target));
-    layer_mounts_.push_back(std::move(m));
-    layer_dirs.push_back(target);
+    DSEC_ASSIGN_OR_RETURN(auto layer,
+                          cache.Acquire(config_.layers[i], absl::StrCat(dir, "/layers/", i)));
+    layer_dirs.push_back(layer->lower_dir());
+    layer_mounts_.push_back(std::move(layer));
   }
   // The skeleton is the top lower layer: the mount points a worker needs,
   // whatever the layers hold. With no upper layer the root is read-only.
@@ -384,8 +380,7 @@ absl::Status Pool::Destroy() {
   for (auto& w : idle) note(w->Destroy());
   idle.clear();
   note(root_.Unmount());
-  for (auto it = layer_mounts_.rbegin(); it != layer_mounts_.rend(); ++it) note(it->Unmount());
-  layer_mounts_.clear();
+  layer_mounts_.clear();  // shared ones stay cached; own ones unmount
   if (first.ok()) note(state_.Remove());
   return first;
 }

@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "sandbox/container/layer_mounts.h"
 #include "sandbox/container/mount.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/fncall/call.h"
@@ -114,7 +115,7 @@ class Pool {
   PoolConfig config_;
   container::StateDir state_;
   const container::SeccompProgram* seccomp_ = nullptr;
-  std::vector<container::Mount> layer_mounts_;
+  std::vector<std::shared_ptr<const container::LayerMount>> layer_mounts_;
   container::Mount root_;
   std::string root_dir_;
   int max_workers_ = 1;
