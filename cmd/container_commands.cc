@@ -172,7 +172,12 @@ void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
                   "EROFS image files or layer-store references (name:version, sha256:...; a "
                   "reference brings its parents), lowest first; default base:bookworm, built on "
                   "first use")
-      ->delimiter(',');
+      ->delimiter(',')
+      // One value per occurrence (comma lists or repeats): a vector option
+      // that swallows words makes CLI11 take the first `--` as the end of
+      // its list, and the command's own options (`sh -c`) then fail.
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   const char* store_env = std::getenv("DSEC_LAYER_STORE");
   opts->store = store_env != nullptr && *store_env != '\0' ? store_env : layers::kDefaultStoreRoot;
   run->add_option("--store", opts->store, "Layer store for references (env DSEC_LAYER_STORE)")
@@ -187,7 +192,9 @@ void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
                   "stdout+stderr kept at most (excess dropped and counted; 0 = no cap)");
   run->add_option("--output-rate-bytes", opts->output_rate_bytes,
                   "Output rate limit in bytes/s (0 = none)");
-  run->add_option("--env", opts->env, "KEY=VALUE added to the default environment");
+  run->add_option("--env", opts->env, "KEY=VALUE added to the default environment (repeat it)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("--cwd", opts->cwd, "Working directory inside the sandbox");
   run->add_option("--state-dir", opts->state_dir, "Root of sandbox state directories");
   run->add_option("--log-level", opts->log_level, "trace|debug|info|warn|error|off");

@@ -173,5 +173,26 @@ TEST_F(ContainerLayersTest, SandboxRunUsesTheDefaultLayerAndReferences) {
   EXPECT_FALSE(bad.ok());
 }
 
+// The README's form: the command's own options after `--` belong to it,
+// also right after a list option (CLI11 once took that `--` as the end of
+// the --layers list and then refused `-c`).
+TEST_F(ContainerLayersTest, CommandOptionsAfterALayerListReachTheCommand) {
+  std::string base = BuildLayer(tree_, "base", "bookworm");
+  ASSERT_TRUE(container::testing::WriteTreeFile(dir_->path() + "/tk", "etc/motd", "toolkit\n").ok());
+  std::string tk = BuildLayer(dir_->path() + "/tk", "motd", "1", {"base:bookworm"});
+  const std::string state = dir_->path() + "/state";
+  auto out = container::testing::RunHostCommand(
+      {DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "container", "--state-dir", state,
+       "--layers", absl::StrCat(base, ",", tk), "--", "/bin/sh", "-c", "cat /etc/motd; echo $X"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "toolkit\n\n");
+  out = container::testing::RunHostCommand(
+      {DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "container", "--state-dir", state,
+       "--layer", base, "--layer", tk, "--env", "X=1", "--env", "Y=2", "--", "sh", "-c",
+       "cat /etc/motd; echo $X$Y"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "toolkit\n12\n");
+}
+
 }  // namespace
 }  // namespace dsec::cmd
