@@ -25,43 +25,12 @@ namespace dsec::container {
 
 namespace {
 
-enum Step : int32_t {
-  kReady = 0,
-  kWaitGo,
-  kUnshareCgroup,
-  kMakePrivate,
-  kMkdir,
-  kMountDev,
-  kMknod,
-  kMountDevpts,
-  kMountShm,
-  kPivotRoot,
-  kUmountOld,
-  kMountProc,
-  kMaskPath,
-  kMountSys,
-  kHostname,
-  kLoopbackUp,
-  kNoNewPrivs,
-  kDropCaps,
-  kSeccomp,
-  kSetns,
-  kClone,
-  kSetsid,
-  kStdio,
-  kChdir,
-  kRlimit,
-  kSetId,
-  kExec,
-  kStepCount,
-};
-
 constexpr const char* kStepNames[kStepCount] = {
     "ready", "wait for runtime", "unshare cgroup namespace", "make mounts private", "mkdir",
     "mount /dev", "mknod", "mount /dev/pts", "mount /dev/shm", "pivot_root", "umount old root",
     "mount /proc", "mask path", "mount /sys", "sethostname", "bring lo up", "no_new_privs",
     "drop capabilities", "seccomp", "setns", "clone exec process", "setsid", "set up stdio",
-    "chdir", "setrlimit", "setuid/setgid", "execve",
+    "chdir", "setrlimit", "setuid/setgid", "execve", "set up the control channel",
 };
 
 [[noreturn]] void Fail(int fd, int32_t step, int err) {
@@ -214,127 +183,6 @@ uint64_t SafeCapabilities() {
   return mask;
 }
 
-void ExecPlan::Finalize() {
-  argv_c.clear();
-  env_c.clear();
-  for (std::string& s : argv) argv_c.push_back(s.data());
-  argv_c.push_back(nullptr);
-  for (std::string& s : env) env_c.push_back(s.data());
-  env_c.push_back(nullptr);
-}
-
-void RunInit(const InitPlan& plan) {
-  const int report = plan.report_fd;
-  // Before anything that binds to the network namespace (sysfs, lo).
-  if (plan.net_fd >= 0 && ::setns(plan.net_fd, CLONE_NEWNET) != 0) Fail(report, kSetns, errno);
-  // Keep only the two sync pipes: descriptors of the runtime (other
-  // sandboxes' exec pipes among them) must not live on in the sandbox.
-  int lo = plan.go_fd < report ? plan.go_fd : report;
-  int hi = plan.go_fd < report ? report : plan.go_fd;
-  ::syscall(SYS_close_range, 0, lo - 1, 0);
-  ::syscall(SYS_close_range, lo + 1, hi - 1, 0);
-  ::syscall(SYS_close_range, hi + 1, ~0u, 0);
-  char go = 0;
-  if (::read(plan.go_fd, &go, 1) != 1) Fail(report, kWaitGo, errno ? errno : EPIPE);
-  ::close(plan.go_fd);
-  // The cgroup namespace is made now, after the runtime moved us into the
-  // sandbox's cgroups, so that those become its root.
-  if (::unshare(CLONE_NEWCGROUP) != 0) Fail(report, kUnshareCgroup, errno);
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    Fail(report, kMakePrivate, errno);
-  }
-  if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
-  for (const char* dir : {"proc", "sys", "dev", "tmp"}) {
-    if (!MkdirP(dir, 0755)) Fail(report, kMkdir, errno);
-  }
-  ::chmod("tmp", 01777);
-  BuildDev(report);
-  // pivot_root(".", "."): the old root ends up stacked under the new one
-  // and is detached right away; no directory for it is needed.
-  if (::syscall(SYS_pivot_root, ".", ".") != 0) Fail(report, kPivotRoot, errno);
-  if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
-  if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);
-  MountProcAndSys(report);
-  if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) {
-    Fail(report, kHostname, errno);
-  }
-  LoopbackUp(report);
-  sigset_t all;
-  sigfillset(&all);
-  sigprocmask(SIG_SETMASK, &all, nullptr);
-  int32_t step = 0;
-  if (int err = LockDown(plan.seccomp, 0, 0, &step); err != 0) Fail(report, step, err);
-  ChildError ready{kReady, 0};
-  (void)!::write(report, &ready, sizeof(ready));
-  ::close(report);
-  // PID 1: reap every child, own and adopted. SIGCHLD stays blocked and
-  // pending, so none is missed between the reap and the wait.
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  while (true) {
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    siginfo_t info;
-    ::sigwaitinfo(&chld, &info);
-  }
-}
-
-void RunExecLauncher(const ExecPlan& plan) {
-  const int err_fd = plan.error_fd;
-  for (int fd : plan.ns_fds) {
-    if (::setns(fd, 0) != 0) Fail(err_fd, kSetns, errno);
-  }
-  // A sibling of this launcher: the runtime is its parent and waits for it.
-  long pid = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
-  if (pid < 0) Fail(err_fd, kClone, errno);
-  if (pid > 0) {
-    int32_t p = static_cast<int32_t>(pid);
-    (void)!::write(plan.pid_report_fd, &p, sizeof(p));
-    ::_exit(0);
-  }
-  RunExecProcess(plan);
-}
-
-void RunExecProcess(const ExecPlan& plan) {
-  const int err_fd = plan.error_fd;
-  // The exec process, PID > 1 in the sandbox's pid namespace.
-  char go = 0;
-  if (plan.go_fd >= 0 && ::read(plan.go_fd, &go, 1) != 1) {
-    Fail(err_fd, kWaitGo, errno ? errno : EPIPE);
-  }
-  if (::setsid() < 0) Fail(err_fd, kSetsid, errno);
-  if (::dup2(plan.stdin_fd, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 ||
-      ::dup2(plan.stderr_fd, 2) < 0) {
-    Fail(err_fd, kStdio, errno);
-  }
-  if (::dup3(err_fd, 3, O_CLOEXEC) < 0 && err_fd != 3) Fail(err_fd, kStdio, errno);
-  if (err_fd == 3) ::fcntl(3, F_SETFD, FD_CLOEXEC);
-  ::syscall(SYS_close_range, 4, ~0u, 0);
-  // Handlers first, then the mask: a vfork-style clone (exec_helper.cc)
-  // shares the helper's memory, where a runtime's handler must not run.
-  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (::chdir(plan.cwd.c_str()) != 0) Fail(3, kChdir, errno);
-  rlimit nofile{plan.nofile, plan.nofile};
-  rlimit core{0, 0};
-  if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0 || ::setrlimit(RLIMIT_CORE, &core) != 0) {
-    Fail(3, kRlimit, errno);
-  }
-  int32_t step = 0;
-  if (int err = LockDown(plan.seccomp, plan.uid, plan.gid, &step); err != 0) Fail(3, step, err);
-  int last = ENOENT;
-  for (const std::string& path : plan.exec_paths) {
-    ::execve(path.c_str(), plan.argv_c.data(), plan.env_c.data());
-    // Keep the most telling error: EACCES beats a later ENOENT.
-    if (errno != ENOENT || last == ENOENT) last = errno;
-  }
-  Fail(3, kExec, last);
-}
-
-
 void FailChild(int fd, int32_t step, int err) { Fail(fd, step, err); }
 
 int LockDownProcess(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t* step) {
@@ -348,6 +196,12 @@ void BuildSandboxRoot(const RootPlan& plan) {
     Fail(report, kMakePrivate, errno);
   }
   if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
+  if (plan.make_mount_points) {
+    for (const char* dir : {"proc", "sys", "dev", "tmp"}) {
+      if (!MkdirP(dir, 0755)) Fail(report, kMkdir, errno);
+    }
+    ::chmod("tmp", 01777);
+  }
   BuildDev(report);
   for (const auto& [source, target] : plan.binds) {
     // Relative to the new root: strip leading slashes.

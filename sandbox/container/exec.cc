@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,11 +16,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "sandbox/container/child_process.h"
-#include "sandbox/container/exec_helper.h"
+#include "sandbox/container/init_protocol.h"
 #include "sandbox/container/output_limiter.h"
-#include "sched/isolation.h"
+#include "sched/sysfs_file.h"
 #include "vmm/base/clock.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/status.h"
@@ -100,113 +103,145 @@ ssize_t WriteNoSigpipe(int fd, const char* data, size_t len) {
   return n;
 }
 
+namespace {
+
+// One message from the init (blocking: the init writes each in one call).
+// `*fd` gets a descriptor that came with it (else -1). False on EOF or an
+// error: the init is gone.
+bool ReadInitMessage(int control, InitMessage* m, ScopedFd* fd) {
+  iovec iov{m, sizeof(*m)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+  msg.msg_control = ctl;
+  msg.msg_controllen = sizeof(ctl);
+  ssize_t n;
+  do {
+    n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  } while (n < 0 && errno == EINTR);
+  fd->Reset();
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      int got;
+      std::memcpy(&got, CMSG_DATA(c), sizeof(int));
+      fd->Reset(got);
+    }
+  }
+  return n == static_cast<ssize_t>(sizeof(*m));
+}
+
+// Sends the request header with the four descriptors, then the body.
+bool SendRequest(int control, const ExecRequestHeader& h, const std::string& body,
+                 const int (&fds)[kExecRequestFds]) {
+  iovec iov{const_cast<ExecRequestHeader*>(&h), sizeof(h)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(fds))] = {};
+  msg.msg_control = ctl;
+  msg.msg_controllen = sizeof(ctl);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(fds));
+  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+  ssize_t n;
+  do {
+    n = ::sendmsg(control, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof(h))) return false;
+  for (size_t off = 0; off < body.size();) {
+    ssize_t w = ::send(control, body.data() + off, body.size() - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// The host pid behind a pidfd ("Pid:" in its fdinfo), or 0.
+pid_t PidOfPidfd(int pidfd) {
+  auto info = sched::ReadSmallFile(absl::StrCat("/proc/self/fdinfo/", pidfd));
+  if (!info.ok()) return 0;
+  for (absl::string_view line : absl::StrSplit(*info, '\n')) {
+    if (!absl::ConsumePrefix(&line, "Pid:")) continue;
+    int pid = 0;
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &pid) && pid > 0 ? pid : 0;
+  }
+  return 0;
+}
+
+absl::Status InitGone() {
+  return absl::FailedPreconditionError("exec: the sandbox's init is gone");
+}
+
+}  // namespace
+
 absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return absl::InvalidArgumentError("exec: empty argv");
   }
+  if (target.init_control_fd < 0) return InitGone();
   const Clock& clock = MonotonicClock::Get();
   const int64_t start = clock.NowNs();
   const int64_t deadline = start + std::max<int64_t>(options.timeout_ms, 1) * 1'000'000;
 
-  ExecPlan plan;
-  for (const ScopedFd& fd : *target.ns_fds) plan.ns_fds.push_back(fd.get());
-  plan.argv = options.argv;
-  plan.env = options.env.empty() ? *target.default_env : options.env;
-  plan.exec_paths = ExecPaths(options.argv[0], plan.env);
-  plan.cwd = options.cwd.empty() ? "/" : options.cwd;
-  plan.uid = options.uid;
-  plan.gid = options.gid;
-  plan.nofile = target.nofile;
-  plan.seccomp = target.seccomp;
+  ExecSpec spec;
+  spec.argv = options.argv;
+  spec.env = options.env.empty() ? *target.default_env : options.env;
+  spec.exec_paths = ExecPaths(options.argv[0], spec.env);
+  spec.cwd = options.cwd.empty() ? "/" : options.cwd;
+  spec.uid = options.uid;
+  spec.gid = options.gid;
+  spec.kill_group_on_exit = options.kill_group_on_exit;
+  ExecRequestHeader header;
+  DSEC_ASSIGN_OR_RETURN(std::string body, EncodeExecRequest(spec, &header));
   DSEC_ASSIGN_OR_RETURN(Pipe in, Pipe::Create());
   DSEC_ASSIGN_OR_RETURN(Pipe out, Pipe::Create());
   DSEC_ASSIGN_OR_RETURN(Pipe err, Pipe::Create());
-  DSEC_ASSIGN_OR_RETURN(Pipe pid_pipe, Pipe::Create());
-  DSEC_ASSIGN_OR_RETURN(Pipe go, Pipe::Create());
   DSEC_ASSIGN_OR_RETURN(Pipe error, Pipe::Create());
-  plan.stdin_fd = in.read.get();
-  plan.stdout_fd = out.write.get();
-  plan.stderr_fd = err.write.get();
-  plan.pid_report_fd = pid_pipe.write.get();
-  plan.go_fd = go.read.get();
-  plan.error_fd = error.write.get();
-  plan.Finalize();
 
   target.cgroups->ResetPeak();
   const uint64_t oom_before = target.cgroups->OomKills();
-
-  int32_t child = 0;
-  // The helper's process is born in the cgroups: no migration, no go byte.
-  bool via_helper = false;
-  if (target.helper != nullptr && target.helper->running()) {
-    auto spawned = target.helper->Spawn(plan);
-    if (spawned.ok()) {
-      child = *spawned;
-      via_helper = true;
-    } else if (!absl::IsUnavailable(spawned.status())) {
-      return spawned.status();
-    }
-  }
-  pid_t launcher = 0;
-  if (!via_helper) {
-    launcher = ::fork();
-    if (launcher < 0) return ErrnoToStatus("fork");
-    if (launcher == 0) RunExecLauncher(plan);
-  }
+  const int control = target.init_control_fd;
+  const int fds[kExecRequestFds] = {in.read.get(), out.write.get(), err.write.get(),
+                                    error.write.get()};
+  if (!SendRequest(control, header, body, fds)) return InitGone();
   in.read.Reset();
   out.write.Reset();
   err.write.Reset();
-  pid_pipe.write.Reset();
-  go.read.Reset();
   error.write.Reset();
 
-  if (!via_helper) {
-    ssize_t got;
-    do {
-      got = ::read(pid_pipe.read.get(), &child, sizeof(child));
-    } while (got < 0 && errno == EINTR);
-    int launcher_status = 0;
-    while (::waitpid(launcher, &launcher_status, 0) < 0 && errno == EINTR) {
+  // The init's answer. Reports of earlier execs that gave up waiting may
+  // come first; they carry other pids.
+  InitMessage m;
+  ScopedFd pidfd;
+  while (true) {
+    pollfd p{control, POLLIN, 0};
+    int64_t left_ms = (deadline - clock.NowNs()) / 1'000'000;
+    if (left_ms <= 0) {
+      return absl::DeadlineExceededError("exec: the sandbox's init did not start the process");
     }
-    if (got != sizeof(child) || child <= 0) {
-      ChildError e;
-      if (::read(error.read.get(), &e, sizeof(e)) == sizeof(e)) {
-        return ErrnoToStatus(absl::StrCat("exec: ", ChildStepName(e.step)), e.err);
-      }
-      return absl::InternalError("exec: launcher died without reporting");
-    }
+    int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 1000)));
+    if (ready < 0 && errno != EINTR) return ErrnoToStatus("exec: poll");
+    if (ready <= 0) continue;
+    if (!ReadInitMessage(control, &m, &pidfd)) return InitGone();
+    if (m.type == kInitSpawned || m.type == kInitSpawnFailed) break;
   }
-  ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
-  if (!pidfd) return ErrnoToStatus("pidfd_open exec process");
-  ExecResult result;
-  // Until the process is waited for, every error path must kill and reap it.
-  auto reap = [&](int options_flags) -> bool {
-    int status = 0;
-    rusage usage{};
-    pid_t r = ::wait4(child, &status, options_flags, &usage);
-    if (r != child) return false;
-    if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-    result.peak_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
-    return true;
+  if (m.type == kInitSpawnFailed) {
+    return ErrnoToStatus("exec: the sandbox's init could not start the process", m.value);
+  }
+  if (!pidfd) return absl::InternalError("exec: the init's answer came without a pidfd");
+  const int32_t child = m.pid;  // in the sandbox's pid namespace
+  pid_t host_pid = 0;           // looked up when needed (group kills)
+  auto host_pgid = [&]() {
+    if (host_pid == 0) host_pid = PidOfPidfd(pidfd.get());
+    return host_pid;
   };
-  absl::Status joined = via_helper ? absl::OkStatus() : target.cgroups->AddProcess(child);
-  if (joined.ok() && target.isolation && !via_helper) {
-    joined = target.isolation->AddProcess(child);
-  }
-  if (!joined.ok()) {
-    ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-    reap(0);
-    return Annotate(joined, "exec: joining the sandbox cgroups");
-  }
-  char one = 1;
-  if (!via_helper && ::write(go.write.get(), &one, 1) != 1) {
-    ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-    reap(0);
-    return ErrnoToStatus("exec: starting the process");
-  }
-  go.write.Reset();
 
+  ExecResult result;
   for (ScopedFd* fd : {&out.read, &err.read, &in.write, &error.read}) {
     ::fcntl(fd->get(), F_SETFL, O_NONBLOCK);
   }
@@ -218,6 +253,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   bool exited = false;
   int64_t stop_at = deadline;  // moves to the drain or kill deadline
   bool killed = false;
+  bool init_lost = false;
   while (true) {
     int64_t now = clock.NowNs();
     bool pipes_open = out.read.valid() || err.read.valid();
@@ -226,13 +262,13 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
       if (exited) break;  // drain deadline: strays hold the pipes; stop reading
       if (killed) {
         return absl::InternalError(
-            absl::StrCat("exec: process ", child, " survived SIGKILL for 5 s"));
+            absl::StrCat("exec: process ", child, " was not reaped 5 s after SIGKILL"));
       }
       // Timeout: the process group, then anything else in the sandbox's
       // cgroups but its init (double-forked, setsid'd strays).
       result.timed_out = true;
       killed = true;
-      ::kill(-child, SIGKILL);
+      if (pid_t g = host_pgid(); g > 0) ::kill(-g, SIGKILL);
       ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
       auto strays = target.cgroups->KillAll(target.init_pid, now + kKillGraceNs);
       if (strays.ok()) {
@@ -250,7 +286,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
     add(err.read.get(), POLLIN);
     add(error.read.get(), POLLIN);
     add(in.write.get(), POLLOUT);
-    add(exited ? -1 : pidfd.get(), POLLIN);
+    add(exited || init_lost ? -1 : control, POLLIN);
     int64_t wait_ms = (stop_at - now + 999'999) / 1'000'000;
     int ready = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::min<int64_t>(wait_ms, 1000)));
     if (ready < 0 && errno != EINTR) return ErrnoToStatus("exec: poll");
@@ -276,16 +312,30 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
       if ((w < 0 && errno != EAGAIN) || stdin_off == options.stdin_data.size()) in.write.Reset();
     }
     if (fds[4].revents && !exited) {
-      // The zombie still holds its pid, so its group id cannot be reused
-      // before the group is killed.
-      if (options.kill_group_on_exit && !killed) {
-        auto left = target.cgroups->KillGroup(child, clock.NowNs() + kKillGraceNs);
-        if (!left.ok()) DSEC_LOG(warn, "container: exec group kill: {}", left.status().ToString());
+      ScopedFd extra;
+      if (!ReadInitMessage(control, &m, &extra)) {
+        // The init died (the sandbox with it): its processes are gone, so
+        // the pipes close and the loop ends; there is no status to report.
+        init_lost = true;
+        continue;
       }
-      exited = reap(WNOHANG);
-      if (exited && !killed) stop_at = std::min(deadline, clock.NowNs() + kDrainNs);
-      if (exited && killed) stop_at = std::min(stop_at, clock.NowNs() + kDrainNs);
+      if (m.type != kInitExited || m.pid != child) continue;
+      exited = true;
+      if (WIFEXITED(m.value)) result.exit_code = WEXITSTATUS(m.value);
+      if (WIFSIGNALED(m.value)) result.signal = WTERMSIG(m.value);
+      result.peak_rss_bytes = m.maxrss_kib * 1024;
+      // The init SIGKILLed what the process left in its group; wait until
+      // those members are gone, so that the exec returns without them.
+      if (m.group_left != 0 && !killed) {
+        if (pid_t g = host_pgid(); g > 0) {
+          auto left = target.cgroups->KillGroup(g, clock.NowNs() + kKillGraceNs);
+          if (!left.ok()) DSEC_LOG(warn, "container: exec group kill: {}", left.status().ToString());
+        }
+      }
+      if (!killed) stop_at = std::min(deadline, clock.NowNs() + kDrainNs);
+      if (killed) stop_at = std::min(stop_at, clock.NowNs() + kDrainNs);
     }
+    if (init_lost && !out.read.valid() && !err.read.valid()) break;
   }
   result.wall_ns = clock.NowNs() - start;
   result.output_dropped_bytes = limiter.dropped_bytes();
@@ -295,6 +345,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
     return ErrnoToStatus(absl::StrCat("exec ", options.argv[0], ": ", ChildStepName(exec_error.step)),
                          exec_error.err);
   }
+  if (!exited) return InitGone();
   return result;
 }
 

@@ -15,16 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
-#include "sandbox/container/seccomp_policy.h"
 #include "vmm/base/scoped_fd.h"
 
-namespace dsec::sched {
-class SandboxIsolation;
-}
-
 namespace dsec::container {
-
-class ExecHelper;
 
 // Output as it is read: `stream` is 1 (stdout) or 2 (stderr), `bytes` the
 // piece the OutputLimiter just admitted (dropped bytes never reach it).
@@ -74,20 +67,18 @@ struct ExecResult {
 // What an exec needs from its sandbox. Owned by the Sandbox; valid while
 // the sandbox's init lives.
 struct ExecTarget {
-  const std::vector<ScopedFd>* ns_fds = nullptr;  // net, uts, ipc, cgroup, pid, mnt
   const ContainerCgroups* cgroups = nullptr;
-  const sched::SandboxIsolation* isolation = nullptr;  // optional QoS cgroup
-  const SeccompProgram* seccomp = nullptr;
   pid_t init_pid = 0;
-  uint64_t nofile = 1024;
+  int init_control_fd = -1;  // the runtime's end of the init's control socket (init_protocol.h)
   const std::vector<std::string>* default_env = nullptr;
-  // Optional (exec_helper.h): clones the process inside the cgroups. When
-  // absent or gone, a launcher is forked and the process migrated.
-  ExecHelper* helper = nullptr;
 };
 
-// Runs `options` in `target`. Errors: InvalidArgument (empty argv), NotFound
-// or PermissionDenied (execve failed in the sandbox), Internal (syscalls).
+// Runs `options` in `target`: the sandbox's init starts the process
+// (init_process.h), so it is born in the sandbox's namespaces and cgroups
+// with the init's lockdown. Errors: InvalidArgument (empty argv, NUL bytes,
+// too large), NotFound or PermissionDenied (execve failed in the sandbox),
+// ResourceExhausted (the pids limit refused the process),
+// FailedPrecondition (the init is gone), Internal (syscalls).
 // Threads: any thread; blocks until the command finishes or times out.
 absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options);
 

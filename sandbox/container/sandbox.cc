@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/child_process.h"
+#include "sandbox/container/init_process.h"
 #include "sandbox/container/netns_pool.h"
 #include "sched/isolation.h"
 #include "vmm/base/logging.h"
@@ -31,8 +33,6 @@ struct CloneArgs {
       set_tid_size, cgroup;
 };
 constexpr uint64_t kClonePidfd = 0x1000;
-
-constexpr const char* kNamespaces[] = {"net", "uts", "ipc", "cgroup", "pid", "mnt"};
 
 int64_t NowNs() {
   timespec ts;
@@ -163,17 +163,25 @@ absl::Status Sandbox::MountUpperAndOverlay() {
 }
 
 absl::Status Sandbox::StartInit() {
-  int go[2], report[2];
+  int go[2], report[2], control[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
   ScopedFd go_read(go[0]), go_write(go[1]);
   if (::pipe2(report, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
   ScopedFd report_read(report[0]), report_write(report[1]);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
+    return ErrnoToStatus("socketpair");
+  }
+  ScopedFd control_ours(control[0]), control_init(control[1]);
   InitPlan plan;
-  plan.merged = rootfs_dir();
-  plan.hostname = config_.hostname;
+  plan.root.merged = rootfs_dir();
+  plan.root.hostname = config_.hostname;
+  plan.root.make_mount_points = true;
+  plan.root.report_fd = report_write.get();
   plan.seccomp = seccomp_;
+  plan.nofile = config_.nofile;
   plan.go_fd = go_read.get();
   plan.report_fd = report_write.get();
+  plan.control_fd = control_init.get();
   // A namespace made ahead of time if one is ready (netns_pool.h); the
   // child's copy of the fd is closed with the others it does not keep.
   ScopedFd netns = NetnsPool::Default().Take();
@@ -193,17 +201,12 @@ absl::Status Sandbox::StartInit() {
   netns.Reset();
   go_read.Reset();
   report_write.Reset();
+  control_init.Reset();
 
-  // The exec helper is moved into the cgroups right after init: a second
-  // migration within the first one's RCU grace period does not wait for
-  // another (exec_helper.h).
-  auto helper = ExecHelper::Start(seccomp_);
-  absl::Status joined = helper.status();
-  if (joined.ok()) helper_ = std::move(*helper);
-  if (joined.ok()) joined = cgroups_.AddProcess(init_pid_);
-  if (joined.ok()) joined = cgroups_.AddProcess(helper_.pid());
+  // One cgroup migration per sandbox: every exec process is the init's
+  // child, born in its cgroups.
+  absl::Status joined = cgroups_.AddProcess(init_pid_);
   if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(init_pid_);
-  if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(helper_.pid());
   char one = 1;
   if (joined.ok() && ::write(go_write.get(), &one, 1) != 1) joined = ErrnoToStatus("start init");
   go_write.Reset();
@@ -220,27 +223,16 @@ absl::Status Sandbox::StartInit() {
     }
   }
   if (joined.ok()) joined = state_.RecordInit(init_pid_);
-  for (const char* ns : kNamespaces) {
-    if (!joined.ok()) break;
-    std::string path = absl::StrCat("/proc/", init_pid_, "/ns/", ns);
-    ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-      joined = ErrnoToStatus(absl::StrCat("open ", path));
-      break;
-    }
-    ns_fds_.push_back(std::move(fd));
-  }
-  if (joined.ok()) joined = helper_.Join(init_pid_);
   if (!joined.ok()) {
     (void)StopInit();
     return joined;
   }
+  init_control_ = std::move(control_ours);
   return absl::OkStatus();
 }
 
 absl::Status Sandbox::StopInit() {
-  ns_fds_.clear();
-  helper_.Stop();
+  init_control_.Reset();
   if (!init_pidfd_) return absl::OkStatus();
   // SIGKILL to a pid namespace's init kills every process in it.
   ::syscall(SYS_pidfd_send_signal, init_pidfd_.get(), SIGKILL, nullptr, 0);
@@ -251,8 +243,8 @@ absl::Status Sandbox::StopInit() {
   }
   init_pidfd_.Reset();
   init_pid_ = 0;
-  // Exec processes are the runtime's children (CLONE_PARENT): any still
-  // in the cgroups died with the namespace; kill stragglers outside it.
+  // Every process of the sandbox died with its pid namespace; kill what
+  // is left in the cgroups outside it (none is expected).
   auto killed = cgroups_.KillAll(0, NowNs() + 5'000'000'000);
   return killed.ok() ? absl::OkStatus() : killed.status();
 }
@@ -260,14 +252,10 @@ absl::Status Sandbox::StopInit() {
 absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {
   if (destroyed_ || !init_pidfd_) return absl::FailedPreconditionError("sandbox is not running");
   ExecTarget target;
-  target.ns_fds = &ns_fds_;
   target.cgroups = &cgroups_;
-  target.isolation = config_.isolation.get();
-  target.seccomp = seccomp_;
   target.init_pid = init_pid_;
-  target.nofile = config_.nofile;
+  target.init_control_fd = init_control_.get();
   target.default_env = &config_.env;
-  target.helper = &helper_;
   return RunExec(target, options);
 }
 

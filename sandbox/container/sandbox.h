@@ -15,7 +15,6 @@
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/exec.h"
-#include "sandbox/container/exec_helper.h"
 #include "sandbox/container/layer_mounts.h"
 #include "sandbox/container/mount.h"
 #include "sandbox/container/seccomp_policy.h"
@@ -47,7 +46,8 @@ struct SandboxConfig {
 };
 
 // One container sandbox. Network: its own empty net namespace (lo only).
-// The sandbox's PID 1 is a clone of the runtime that only reaps zombies.
+// The sandbox's PID 1 is a clone of the runtime that starts the exec
+// processes and reaps every process (init_process.h).
 // Threads: one thread at a time (Exec blocks that thread for the command).
 class Sandbox {
  public:
@@ -68,10 +68,9 @@ class Sandbox {
   absl::Status Destroy();
 
   const std::string& id() const { return config_.id; }
+  // The sandbox's PID 1 (host view); it also starts every exec process
+  // (init_process.h).
   pid_t init_pid() const { return init_pid_; }
-  // The exec helper's pid while it serves (it lives in the sandbox's
-  // cgroups next to init), else 0.
-  pid_t exec_helper_pid() const { return helper_.running() ? helper_.pid() : 0; }
   const std::string& state_dir() const { return state_.path(); }
   // The writable layer's directory on the host (what pack_diff captures).
   std::string upper_dir() const { return upper_dir_; }
@@ -99,8 +98,7 @@ class Sandbox {
   ContainerCgroups cgroups_{ContainerCgroups::Empty()};
   pid_t init_pid_ = 0;
   ScopedFd init_pidfd_;
-  std::vector<ScopedFd> ns_fds_;
-  ExecHelper helper_;  // clones exec processes inside the cgroups
+  ScopedFd init_control_;  // our end of the init's control socket (init_protocol.h)
   bool destroyed_ = false;
 };
 

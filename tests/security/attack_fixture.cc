@@ -99,14 +99,13 @@ std::vector<pid_t> ContainerAttackTest::CgroupMembers(const Sandbox& sb) {
   return pids;
 }
 
-void ContainerAttackTest::ExpectOnlyInitAndExecHelper(const Sandbox& sb) {
+void ContainerAttackTest::ExpectOnlyInit(const Sandbox& sb) {
   std::vector<pid_t> members = CgroupMembers(sb);
   EXPECT_NE(std::find(members.begin(), members.end(), sb.init_pid()), members.end())
       << "init is gone";
   for (pid_t p : members) {
-    EXPECT_TRUE(p == sb.init_pid() || (sb.exec_helper_pid() != 0 && p == sb.exec_helper_pid()))
-        << "pid " << p << " survived the exec (init " << sb.init_pid() << ", exec helper "
-        << sb.exec_helper_pid() << ")";
+    EXPECT_EQ(p, sb.init_pid()) << "pid " << p << " survived the exec (init " << sb.init_pid()
+                                << ")";
   }
 }
 

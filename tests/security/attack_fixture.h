@@ -32,11 +32,9 @@ class ContainerAttackTest : public ::testing::Test {
   static ExecResult Cmd(Sandbox& sb, std::vector<std::string> argv);
   // Processes in the sandbox's cgroups (init included).
   static std::vector<pid_t> CgroupMembers(const Sandbox& sb);
-  // Expects the sandbox's cgroups to hold its init and at most the
-  // runtime's exec helper (which joins the cgroups so execs need no cgroup
-  // migration; a timeout kills it too, an exec that ends on its own does
-  // not), nothing else.
-  static void ExpectOnlyInitAndExecHelper(const Sandbox& sb);
+  // Expects the sandbox's cgroups to hold its init (which also starts the
+  // exec processes) and nothing else.
+  static void ExpectOnlyInit(const Sandbox& sb);
   static std::string image() { return image_; }
   static std::string dir() { return dir_->path(); }
 

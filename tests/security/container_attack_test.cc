@@ -73,7 +73,7 @@ TEST_F(ContainerAttackTest, ForkBombIsHeldByThePidsLimit) {
     ASSERT_TRUE(events.ok());
     EXPECT_NE(*events, "max 0\n") << "the bomb never reached pids.max";
   }
-  ExpectOnlyInitAndExecHelper(sb);
+  ExpectOnlyInit(sb);
   EXPECT_EQ(Sh(sb, "echo alive").stdout_data, "alive\n");
   EXPECT_EQ(Sh(other, "echo unaffected").stdout_data, "unaffected\n");
 }
@@ -151,9 +151,33 @@ TEST_F(ContainerAttackTest, TimeoutKillsProcessesThatEscapedTheGroup) {
   ExecResult r = Sh(sb, "setsid sleep 1000 & (sleep 1001 &) ; sleep 1002", 1000);
   EXPECT_TRUE(r.timed_out);
   EXPECT_GE(r.stray_processes_killed, 1);
-  ExpectOnlyInitAndExecHelper(sb);
+  ExpectOnlyInit(sb);
   ExecResult ps = Sh(sb, "ps -o args | grep -cE '^sleep 100[0-2]$'");
   EXPECT_EQ(ps.stdout_data, "0\n");
+}
+
+// The sandbox's init starts every exec and reports its exit status, so an
+// agent that could rewrite it could forge results (an exit 0 for a failed
+// test run). Its processes share the init's uid and capabilities; the init
+// is not dumpable, so its memory, descriptors and environment stay closed
+// to them, and signals from inside cannot stop or kill it.
+TEST_F(ContainerAttackTest, InitCannotBeRewrittenOrStoppedFromInside) {
+  Sandbox& sb = NewSandbox("init");
+  // (fd numbers can be listed, as for any process; what they are cannot.)
+  for (const char* probe : {"exec 3<>/proc/1/mem", "exec 3</proc/1/mem", "readlink /proc/1/fd/0",
+                            "exec 3</proc/1/fd/0", "cat /proc/1/environ", "readlink /proc/1/exe",
+                            "ls /proc/1/root/", "cat /proc/1/maps"}) {
+    ExecResult r = Sh(sb, absl::StrCat("(", probe, ") >/dev/null 2>&1 && echo open || echo denied"));
+    EXPECT_EQ(r.stdout_data, "denied\n") << probe;
+  }
+  // Stop, kill and every other signal from inside: the init is unaffected
+  // and still starts processes (a stopped init could not) and reports
+  // their real status.
+  Sh(sb, "kill -STOP 1; kill -KILL 1; kill -TERM 1; kill -SEGV 1; kill -CHLD 1; true");
+  ExecResult r = Sh(sb, "echo alive; exit 7");
+  EXPECT_EQ(r.stdout_data, "alive\n");
+  EXPECT_EQ(r.status(), 7);
+  ExpectOnlyInit(sb);
 }
 
 // The node's control socket (a unix socket on the host) cannot be reached:

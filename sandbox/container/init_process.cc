@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/init_process.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "sandbox/container/init_protocol.h"
+
+namespace dsec::container {
+
+namespace {
+
+constexpr size_t kChildStackBytes = 64 << 10;
+// Requests that fit use the init's standing buffer; larger ones (up to
+// kMaxExecRequestBytes) map one of their own for the duration.
+constexpr size_t kStandingBodyBytes = 256 << 10;
+constexpr size_t kStandingSlots = 16 << 10;
+constexpr size_t kStandingBytes = kStandingBodyBytes + kStandingSlots * sizeof(char*);
+// Exec processes whose exit is still to be reported. The runtime runs one
+// exec at a time; older entries only remain when an exec gave up waiting.
+constexpr int kMaxTracked = 64;
+
+struct Tracked {
+  pid_t pid = 0;
+  bool kill_group = false;
+};
+
+struct InitState {
+  int control = -1;  // -1 once the runtime's end is gone
+  int sigfd = -1;
+  char* stack_top = nullptr;
+  char* standing = nullptr;
+  Tracked tracked[kMaxTracked];
+  int ntracked = 0;
+};
+
+struct SpawnArgs {
+  const ParsedExecRequest* request = nullptr;
+  int fds[kExecRequestFds] = {-1, -1, -1, -1};
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// The exec process: a CLONE_VM | CLONE_VFORK child of the init, running on
+// its own stack in the init's memory until execve. It writes nothing the
+// init reads (errno aside, which the init does not look at across the
+// clone) and allocates nothing.
+int ExecChild(void* arg) {
+  const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
+  const int err_fd = a.fds[3];
+  if (::setsid() < 0) FailChild(err_fd, kSetsid, errno);
+  // Received descriptors are all above 3 (the init keeps /dev/null on
+  // 0-3), so none is overwritten before it is duplicated, and dup2 onto
+  // 0-2 clears close-on-exec; the error pipe stays close-on-exec on 3.
+  if (::dup2(a.fds[0], 0) < 0 || ::dup2(a.fds[1], 1) < 0 || ::dup2(a.fds[2], 2) < 0 ||
+      ::dup3(err_fd, 3, O_CLOEXEC) < 0) {
+    FailChild(err_fd, kStdio, errno);
+  }
+  ::syscall(SYS_close_range, 4, ~0u, 0);
+  // Every disposition is the default (RunInit), so nothing of the init's
+  // can run here once signals are unblocked.
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (::chdir(a.request->cwd) != 0) FailChild(3, kChdir, errno);
+  if (a.uid != 0 || a.gid != 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(a.gid, a.gid, a.gid) != 0 ||
+        ::setresuid(a.uid, a.uid, a.uid) != 0) {
+      FailChild(3, kSetId, errno);
+    }
+  }
+  int last = ENOENT;
+  for (uint32_t i = 0; i < a.request->npaths; ++i) {
+    ::execve(a.request->paths[i], a.request->argv, a.request->envp);
+    // Keep the most telling error: EACCES beats a later ENOENT.
+    if (errno != ENOENT || last == ENOENT) last = errno;
+  }
+  FailChild(3, kExec, last);
+}
+
+// One message to the runtime, with `fd` attached if >= 0. Never blocks: a
+// runtime that stopped reading loses messages, and the init goes on.
+void Send(const InitState& in, const InitMessage& m, int fd) {
+  if (in.control < 0) return;
+  iovec iov{const_cast<InitMessage*>(&m), sizeof(m)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  while (::sendmsg(in.control, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
+  }
+}
+
+bool ReadFull(int fd, char* buf, size_t len) {
+  while (len > 0) {
+    ssize_t n = ::read(fd, buf, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    buf += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void Track(InitState& in, pid_t pid, bool kill_group) {
+  if (in.ntracked == kMaxTracked) {
+    std::memmove(&in.tracked[0], &in.tracked[1], sizeof(Tracked) * (kMaxTracked - 1));
+    --in.ntracked;
+  }
+  in.tracked[in.ntracked++] = Tracked{pid, kill_group};
+}
+
+// Reaps every child that has exited, own and adopted. For an exec process
+// that asked for it, the rest of its process group is SIGKILLed while its
+// zombie still holds the group's id (so no new process can have taken
+// it), and the report says whether anything of the group was left.
+void ReapChildren(InitState& in) {
+  while (true) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    const pid_t pid = info.si_pid;
+    int index = -1;
+    for (int i = 0; i < in.ntracked; ++i) {
+      if (in.tracked[i].pid == pid) index = i;
+    }
+    const bool kill_group = index >= 0 && in.tracked[index].kill_group;
+    if (kill_group) ::kill(-pid, SIGKILL);
+    int status = 0;
+    rusage usage{};
+    if (::wait4(pid, &status, 0, &usage) != pid) return;
+    if (index < 0) continue;
+    InitMessage m;
+    m.type = kInitExited;
+    m.pid = pid;
+    m.value = status;
+    m.maxrss_kib = static_cast<uint64_t>(usage.ru_maxrss);
+    // With the leader reaped, only members left behind still carry the id.
+    m.group_left = kill_group && ::kill(-pid, 0) == 0 ? 1 : 0;
+    std::memmove(&in.tracked[index], &in.tracked[index + 1],
+                 sizeof(Tracked) * static_cast<size_t>(in.ntracked - index - 1));
+    --in.ntracked;
+    Send(in, m, -1);
+  }
+}
+
+// Reads and serves one request. False when the control channel is done:
+// closed by the runtime, or out of step (nothing after can be trusted).
+bool ServeRequest(InitState& in) {
+  ExecRequestHeader h;
+  iovec iov{&h, sizeof(h)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kExecRequestFds)];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = ::recvmsg(in.control, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  } while (n < 0 && errno == EINTR);
+  int fds[kExecRequestFds] = {-1, -1, -1, -1};
+  int nfds = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (nfds < kExecRequestFds) {
+        fds[nfds++] = fd;
+      } else {
+        ::close(fd);
+      }
+    }
+  }
+  auto close_fds = [&fds] {
+    for (int& fd : fds) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+  };
+  if (n != static_cast<ssize_t>(sizeof(h)) || (msg.msg_flags & MSG_CTRUNC) != 0 ||
+      h.magic != kExecRequestMagic || h.body_bytes > kMaxExecRequestBytes) {
+    close_fds();
+    return false;
+  }
+  InitMessage reply;
+  reply.type = kInitSpawnFailed;
+  reply.value = EINVAL;
+  const size_t slots = ExecRequestPointerSlots(h);
+  char* buf = in.standing;
+  size_t mapped = 0;
+  size_t body_room = kStandingBodyBytes;
+  const bool fits = h.body_bytes <= kStandingBodyBytes && slots <= kStandingSlots;
+  // A valid request has fewer pointer slots than body bytes + 3.
+  const bool plausible = slots <= static_cast<size_t>(h.body_bytes) + 3;
+  if (!fits && plausible) {
+    body_room = (static_cast<size_t>(h.body_bytes) + 7) & ~size_t{7};
+    mapped = body_room + slots * sizeof(char*);
+    void* m = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      mapped = 0;
+      reply.value = ENOMEM;
+    } else {
+      buf = static_cast<char*>(m);
+    }
+  }
+  const bool have_buffer = fits || mapped != 0;
+  // The body is read even when it will be refused, to stay in step.
+  bool in_step = true;
+  if (have_buffer) {
+    in_step = ReadFull(in.control, buf, h.body_bytes);
+  } else {
+    for (size_t left = h.body_bytes; in_step && left > 0;) {
+      size_t chunk = left < kStandingBodyBytes ? left : kStandingBodyBytes;
+      in_step = ReadFull(in.control, in.standing, chunk);
+      left -= chunk;
+    }
+  }
+  ParsedExecRequest request;
+  bool fds_ok = nfds == kExecRequestFds;
+  if (in_step && have_buffer && fds_ok &&
+      ParseExecRequest(h, buf, h.body_bytes, reinterpret_cast<char**>(buf + body_room), slots,
+                       &request)) {
+    SpawnArgs args;
+    args.request = &request;
+    std::memcpy(args.fds, fds, sizeof(fds));
+    args.uid = h.uid;
+    args.gid = h.gid;
+    int pidfd = -1;
+    // Signals stay blocked in the child until it has reset its mask.
+    int pid = ::clone(&ExecChild, in.stack_top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+                      &args, &pidfd);
+    if (pid > 0) {
+      Track(in, pid, (h.flags & kExecKillGroupOnExit) != 0);
+      reply.type = kInitSpawned;
+      reply.pid = pid;
+      reply.value = 0;
+      Send(in, reply, pidfd);
+      ::close(pidfd);
+    } else {
+      reply.value = errno;
+    }
+  }
+  if (reply.type == kInitSpawnFailed && in_step) Send(in, reply, -1);
+  close_fds();
+  if (mapped != 0) ::munmap(buf, mapped);
+  return in_step;
+}
+
+}  // namespace
+
+void RunInit(const InitPlan& plan) {
+  const int report = plan.report_fd;
+  // Before anything that binds to the network namespace (sysfs, lo).
+  if (plan.net_fd >= 0 && ::setns(plan.net_fd, CLONE_NEWNET) != 0) FailChild(report, kSetns, errno);
+  // Keep only the sync pipes and the control socket: descriptors of the
+  // runtime (other sandboxes' among them) must not live on in the sandbox.
+  int keep[3] = {plan.go_fd, report, plan.control_fd};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = i + 1; j < 3; ++j) {
+      if (keep[j] < keep[i]) {
+        int t = keep[i];
+        keep[i] = keep[j];
+        keep[j] = t;
+      }
+    }
+  }
+  int from = 0;
+  for (int fd : keep) {
+    if (fd > from) ::syscall(SYS_close_range, from, fd - 1, 0);
+    from = fd + 1;
+  }
+  ::syscall(SYS_close_range, from, ~0u, 0);
+  char go = 0;
+  if (::read(plan.go_fd, &go, 1) != 1) FailChild(report, kWaitGo, errno ? errno : EPIPE);
+  ::close(plan.go_fd);
+  // Made now, after the runtime put us in the sandbox's cgroups, so that
+  // those become the cgroup namespace's root (BuildSandboxRoot).
+  BuildSandboxRoot(plan.root);
+
+  // No handler may run in an exec process before it execs (it shares this
+  // memory): every disposition back to the default, and all signals
+  // blocked here; SIGCHLD is read from a signalfd. Signals from inside the
+  // pid namespace cannot kill its init, and blocked ones stay pending.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+  sigset_t all;
+  sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // Inherited by every process of the sandbox.
+  rlimit nofile{plan.nofile, plan.nofile};
+  rlimit core{0, 0};
+  if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0 || ::setrlimit(RLIMIT_CORE, &core) != 0) {
+    FailChild(report, kRlimit, errno);
+  }
+  // The sandbox's processes share our uid and capabilities: without this
+  // they could open /proc/1/mem and rewrite the code that reports their
+  // exit status. Exec processes get dumpable back when they execve.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) FailChild(report, kControl, errno);
+
+  InitState in;
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sigfd < 0) FailChild(report, kControl, errno);
+  // Everything we keep moves above 3, and /dev/null fills 0-3, so that
+  // received descriptors arrive above 3 (ExecChild relies on it).
+  in.sigfd = ::fcntl(sigfd, F_DUPFD_CLOEXEC, 10);
+  in.control = ::fcntl(plan.control_fd, F_DUPFD_CLOEXEC, 10);
+  const int ready_fd = ::fcntl(report, F_DUPFD_CLOEXEC, 10);
+  if (in.sigfd < 0 || in.control < 0 || ready_fd < 0) FailChild(report, kControl, errno);
+  ::close(sigfd);
+  ::close(plan.control_fd);
+  ::close(report);
+  for (int fd = 0; fd < 4; ++fd) {
+    if (::open("/dev/null", O_RDWR | O_CLOEXEC) != fd) FailChild(ready_fd, kControl, errno);
+  }
+  void* stack = ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  void* standing = ::mmap(nullptr, kStandingBytes, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (stack == MAP_FAILED || standing == MAP_FAILED) FailChild(ready_fd, kControl, errno);
+  in.stack_top = static_cast<char*>(stack) + kChildStackBytes;
+  in.standing = static_cast<char*>(standing);
+
+  int32_t step = 0;
+  if (int err = LockDownProcess(plan.seccomp, 0, 0, &step); err != 0) {
+    FailChild(ready_fd, step, err);
+  }
+  ChildError ready{kReady, 0};
+  (void)!::write(ready_fd, &ready, sizeof(ready));
+  ::close(ready_fd);
+
+  while (true) {
+    pollfd fds[2] = {{in.sigfd, POLLIN, 0}, {in.control, POLLIN, 0}};
+    int n = ::poll(fds, in.control >= 0 ? 2 : 1, -1);
+    if (n < 0) continue;  // EINTR (nothing is handled, but be safe)
+    if (fds[0].revents != 0) {
+      signalfd_siginfo info[8];
+      while (::read(in.sigfd, info, sizeof(info)) > 0) {
+      }
+      ReapChildren(in);
+    }
+    if (in.control >= 0 && fds[1].revents != 0 && !ServeRequest(in)) {
+      // The runtime is gone or out of step: no more execs; keep reaping
+      // until the sandbox is destroyed (or orphan cleanup kills us).
+      ::close(in.control);
+      in.control = -1;
+    }
+  }
+}
+
+}  // namespace dsec::container

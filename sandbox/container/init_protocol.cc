@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/init_protocol.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace dsec::container {
+
+namespace {
+
+absl::Status Append(const std::vector<std::string>& list, const char* what, std::string* body) {
+  for (const std::string& s : list) {
+    if (s.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("exec: ", what, " holds a NUL byte"));
+    }
+    body->append(s);
+    body->push_back('\0');
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeExecRequest(const ExecSpec& spec, ExecRequestHeader* header) {
+  if (spec.argv.empty()) return absl::InvalidArgumentError("exec: empty argv");
+  if (spec.exec_paths.empty()) return absl::InvalidArgumentError("exec: no path to run");
+  std::string body;
+  size_t need = spec.cwd.size() + 1;
+  for (const auto* list : {&spec.argv, &spec.env, &spec.exec_paths}) {
+    for (const std::string& s : *list) need += s.size() + 1;
+  }
+  if (need > kMaxExecRequestBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exec: argv, env and cwd take ", need, " bytes (at most ",
+                     kMaxExecRequestBytes, ")"));
+  }
+  body.reserve(need);
+  if (absl::Status s = Append(spec.argv, "argv", &body); !s.ok()) return s;
+  if (absl::Status s = Append(spec.env, "env", &body); !s.ok()) return s;
+  if (absl::Status s = Append(spec.exec_paths, "argv[0]", &body); !s.ok()) return s;
+  if (absl::Status s = Append({spec.cwd}, "cwd", &body); !s.ok()) return s;
+  *header = ExecRequestHeader{};
+  header->body_bytes = static_cast<uint32_t>(body.size());
+  header->uid = spec.uid;
+  header->gid = spec.gid;
+  header->argc = static_cast<uint32_t>(spec.argv.size());
+  header->envc = static_cast<uint32_t>(spec.env.size());
+  header->pathc = static_cast<uint32_t>(spec.exec_paths.size());
+  header->flags = spec.kill_group_on_exit ? kExecKillGroupOnExit : 0;
+  return body;
+}
+
+size_t ExecRequestPointerSlots(const ExecRequestHeader& h) {
+  // argv + NULL, envp + NULL, paths.
+  return static_cast<size_t>(h.argc) + 1 + static_cast<size_t>(h.envc) + 1 + h.pathc;
+}
+
+bool ParseExecRequest(const ExecRequestHeader& h, char* body, size_t len, char** slots,
+                      size_t nslots, ParsedExecRequest* out) {
+  if (h.magic != kExecRequestMagic || h.body_bytes != len || len > kMaxExecRequestBytes) {
+    return false;
+  }
+  if (h.argc == 0 || h.pathc == 0 || (h.flags & ~kExecKillGroupOnExit) != 0) return false;
+  // Every string takes at least its NUL: more strings than bytes cannot fit
+  // (and the sums below cannot overflow).
+  const uint64_t strings = static_cast<uint64_t>(h.argc) + h.envc + h.pathc + 1;
+  if (strings > len || nslots < ExecRequestPointerSlots(h)) return false;
+  size_t at = 0;
+  // The init trusts these bytes no more than guest input: each string must
+  // end with a NUL inside the body.
+  auto next = [&](char** s) {
+    if (at >= len) return false;
+    const void* nul = std::memchr(body + at, '\0', len - at);
+    if (nul == nullptr) return false;
+    *s = body + at;
+    at = static_cast<size_t>(static_cast<const char*>(nul) - body) + 1;
+    return true;
+  };
+  char** argv = slots;
+  char** envp = argv + h.argc + 1;
+  char** paths = envp + h.envc + 1;
+  for (uint32_t i = 0; i < h.argc; ++i) {
+    if (!next(&argv[i])) return false;
+  }
+  argv[h.argc] = nullptr;
+  for (uint32_t i = 0; i < h.envc; ++i) {
+    if (!next(&envp[i])) return false;
+  }
+  envp[h.envc] = nullptr;
+  for (uint32_t i = 0; i < h.pathc; ++i) {
+    if (!next(&paths[i]) || paths[i][0] == '\0') return false;
+  }
+  char* cwd = nullptr;
+  if (!next(&cwd) || cwd[0] == '\0' || at != len) return false;
+  out->argv = argv;
+  out->envp = envp;
+  out->paths = paths;
+  out->npaths = h.pathc;
+  out->cwd = cwd;
+  return true;
+}
+
+}  // namespace dsec::container

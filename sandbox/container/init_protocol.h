@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the runtime and a sandbox's init say to each other over the init's
+// control socket (a SOCK_STREAM socketpair made before the init is
+// cloned). The init starts every exec process itself, inside the sandbox's
+// namespaces and cgroups, and reports when each one has exited:
+//
+//   runtime -> init   ExecRequestHeader + SCM_RIGHTS {stdin, stdout,
+//                     stderr, error}, then `body_bytes` of body: argc argv
+//                     strings, envc environment strings, pathc candidate
+//                     paths for argv[0], then the cwd, each NUL-terminated.
+//   init -> runtime   InitMessage kSpawned (+ SCM_RIGHTS pidfd of the
+//                     process) or kSpawnFailed (errno), then, when the
+//                     process has been reaped, kExited.
+//
+// The init side (ParseExecRequest) runs in a clone of a possibly
+// multi-threaded runtime, so it allocates nothing and only touches the
+// buffers it is given.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dsec::container {
+
+inline constexpr uint32_t kExecRequestMagic = 0x31455344;  // "DSE1"
+// The kernel caps argv + envp at a quarter of the stack limit (2 MiB with
+// the default 8 MiB stack); 16 MiB leaves room for larger stack limits.
+inline constexpr uint32_t kMaxExecRequestBytes = 16u << 20;
+inline constexpr int kExecRequestFds = 4;  // stdin, stdout, stderr, error
+
+// Flags of ExecRequestHeader.
+inline constexpr uint32_t kExecKillGroupOnExit = 1;
+
+struct ExecRequestHeader {
+  uint32_t magic = kExecRequestMagic;
+  uint32_t body_bytes = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t argc = 0;
+  uint32_t envc = 0;
+  uint32_t pathc = 0;
+  uint32_t flags = 0;
+};
+
+// What the runtime asks for (runtime side only: allocates).
+struct ExecSpec {
+  std::vector<std::string> argv;        // argv[0] as given
+  std::vector<std::string> env;         // KEY=VALUE
+  std::vector<std::string> exec_paths;  // candidate paths for argv[0], tried in order
+  std::string cwd = "/";
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool kill_group_on_exit = true;
+};
+
+// Header and body for `spec`. InvalidArgument if a string holds a NUL,
+// argv or exec_paths is empty, or the body would exceed
+// kMaxExecRequestBytes.
+absl::StatusOr<std::string> EncodeExecRequest(const ExecSpec& spec, ExecRequestHeader* header);
+
+// The request as the init uses it: pointers into the body.
+struct ParsedExecRequest {
+  char* const* argv = nullptr;   // NULL-terminated
+  char* const* envp = nullptr;   // NULL-terminated
+  char* const* paths = nullptr;  // `npaths` entries
+  uint32_t npaths = 0;
+  const char* cwd = nullptr;
+};
+
+// Pointer slots ParseExecRequest needs for `header`.
+size_t ExecRequestPointerSlots(const ExecRequestHeader& header);
+
+// Validates `header` against a body of `len` bytes (magic, counts, every
+// string NUL-terminated inside the body, nothing after the cwd, no more
+// strings than bytes) and fills `out` with pointers into `body`, using
+// `slots` (room for ExecRequestPointerSlots(header) pointers).
+// Allocates nothing. False on any mismatch.
+bool ParseExecRequest(const ExecRequestHeader& header, char* body, size_t len, char** slots,
+                      size_t nslots, ParsedExecRequest* out);
+
+enum InitMessageType : uint32_t {
+  kInitSpawned = 1,      // pid; a pidfd of the process rides along
+  kInitSpawnFailed = 2,  // value = errno of the clone or a malformed request (EINVAL)
+  kInitExited = 3,       // pid reaped: value = wait status, maxrss_kib, group_left
+};
+
+struct InitMessage {
+  uint32_t type = 0;
+  int32_t pid = 0;          // in the sandbox's pid namespace
+  int32_t value = 0;
+  uint32_t group_left = 0;  // kInitExited: members of its process group were left (and SIGKILLed)
+  uint64_t maxrss_kib = 0;  // kInitExited: the process's peak RSS (rusage)
+};
+
+}  // namespace dsec::container

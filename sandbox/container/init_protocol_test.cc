@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/init_protocol.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dsec::container {
+namespace {
+
+struct Parsed {
+  bool ok = false;
+  std::vector<std::string> argv, env, paths;
+  std::string cwd;
+};
+
+Parsed Parse(const ExecRequestHeader& h, std::string body) {
+  // As the init does: never more slots than a valid request could need.
+  std::vector<char*> slots(std::min(ExecRequestPointerSlots(h), body.size() + 3));
+  ParsedExecRequest r;
+  Parsed p;
+  p.ok = ParseExecRequest(h, body.data(), body.size(), slots.data(), slots.size(), &r);
+  if (!p.ok) return p;
+  for (char* const* a = r.argv; *a != nullptr; ++a) p.argv.emplace_back(*a);
+  for (char* const* e = r.envp; *e != nullptr; ++e) p.env.emplace_back(*e);
+  for (uint32_t i = 0; i < r.npaths; ++i) p.paths.emplace_back(r.paths[i]);
+  p.cwd = r.cwd;
+  return p;
+}
+
+ExecSpec Spec() {
+  ExecSpec s;
+  s.argv = {"sh", "-c", "echo hi", ""};
+  s.env = {"PATH=/bin", "EMPTY="};
+  s.exec_paths = {"/usr/bin/sh", "/bin/sh"};
+  s.cwd = "/work";
+  s.uid = 1000;
+  s.gid = 100;
+  return s;
+}
+
+TEST(InitProtocolTest, RequestRoundTrips) {
+  ExecRequestHeader h;
+  auto body = EncodeExecRequest(Spec(), &h);
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(h.magic, kExecRequestMagic);
+  EXPECT_EQ(h.body_bytes, body->size());
+  EXPECT_EQ(h.uid, 1000u);
+  EXPECT_EQ(h.gid, 100u);
+  EXPECT_EQ(h.flags, kExecKillGroupOnExit);
+  Parsed p = Parse(h, *body);
+  ASSERT_TRUE(p.ok);
+  EXPECT_EQ(p.argv, Spec().argv);
+  EXPECT_EQ(p.env, Spec().env);
+  EXPECT_EQ(p.paths, Spec().exec_paths);
+  EXPECT_EQ(p.cwd, "/work");
+  ExecSpec no_env = Spec();
+  no_env.env.clear();
+  no_env.kill_group_on_exit = false;
+  body = EncodeExecRequest(no_env, &h);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(h.flags, 0u);
+  p = Parse(h, *body);
+  ASSERT_TRUE(p.ok);
+  EXPECT_TRUE(p.env.empty());
+}
+
+TEST(InitProtocolTest, EncodeRefusesWhatCannotCross) {
+  ExecRequestHeader h;
+  ExecSpec s = Spec();
+  s.argv.clear();
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeExecRequest(s, &h).status()));
+  s = Spec();
+  s.exec_paths.clear();
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeExecRequest(s, &h).status()));
+  s = Spec();
+  s.env.push_back(std::string("A=\0B", 4));
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeExecRequest(s, &h).status()));
+  s = Spec();
+  s.cwd = std::string("/\0x", 3);
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeExecRequest(s, &h).status()));
+  s = Spec();
+  s.argv.push_back(std::string(kMaxExecRequestBytes, 'x'));
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeExecRequest(s, &h).status()));
+}
+
+TEST(InitProtocolTest, ParseRejectsMalformedRequests) {
+  ExecRequestHeader good;
+  auto body = EncodeExecRequest(Spec(), &good);
+  ASSERT_TRUE(body.ok());
+  ASSERT_TRUE(Parse(good, *body).ok);
+  auto with = [&](auto change) {
+    ExecRequestHeader h = good;
+    std::string b = *body;
+    change(h, b);
+    return Parse(h, b).ok;
+  };
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.magic ^= 1; }));
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.body_bytes += 1; }));
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.argc = 0; }));
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.pathc = 0; }));
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.flags = 2; }));
+  // One string more or fewer than the body holds.
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.envc += 1; }));
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.envc -= 1; }));
+  // Counts far beyond the body cannot fit and are refused before use.
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.argc = 0xffffffffu; }));
+  // The last NUL missing; bytes after the cwd; an empty path or cwd.
+  EXPECT_FALSE(with([](ExecRequestHeader&, std::string& b) { b.back() = 'x'; }));
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string& b) {
+    b.push_back('x');
+    h.body_bytes += 1;
+  }));
+  ExecSpec empty_cwd = Spec();
+  empty_cwd.cwd = "";
+  ExecRequestHeader h;
+  auto b = EncodeExecRequest(empty_cwd, &h);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(Parse(h, *b).ok);
+  ExecSpec empty_path = Spec();
+  empty_path.exec_paths = {""};
+  b = EncodeExecRequest(empty_path, &h);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(Parse(h, *b).ok);
+  // Too few pointer slots.
+  std::vector<char*> slots(ExecRequestPointerSlots(good) - 1);
+  std::string copy = *body;
+  ParsedExecRequest r;
+  EXPECT_FALSE(ParseExecRequest(good, copy.data(), copy.size(), slots.data(), slots.size(), &r));
+}
+
+}  // namespace
+}  // namespace dsec::container
