@@ -375,6 +375,10 @@ uint64_t ContainerCgroups::PidsLimitHits() const {
 }
 
 absl::Status KillAndRemoveCgroup(const std::string& dir) {
+  // Usually empty by now (the sandbox's processes died with its init):
+  // one rmdir, no walk of its members.
+  if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
+  if (errno != EBUSY) return ErrnoToStatus(absl::StrCat("rmdir ", dir));
   absl::Status last;
   // A zombie still counts as a member until its parent reaps it, so rmdir
   // can briefly fail with EBUSY after the kill: kill again and retry.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Code that runs in freshly cloned children of the runtime (the sandbox's
-// init, init_process.h; fncall workers). The runtime may be
-// multi-threaded, so everything here is async-signal-safe: plans are built
+// Code that runs in sandbox processes: fncall workers (fresh clones of a
+// possibly multi-threaded runtime) and the container init
+// (init_process.h). Everything here is async-signal-safe: plans are built
 // (all strings and arrays allocated) before the clone, the children only
 // make syscalls.
 #pragma once

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The container sandbox's PID 1: builds the root, locks itself down, then
-// starts the sandbox's exec processes on the runtime's request and reaps
-// every process of the sandbox.
+// The container sandbox's PID 1, the program `dsec-sandbox-init`
+// (init_main.cc; started by init_launch.h): builds the root, locks itself
+// down, then starts the sandbox's exec processes on the runtime's request
+// and reaps every process of the sandbox.
 //
 // Why the init starts execs: a process it clones is born in the sandbox's
 // namespaces and cgroups and inherits its lockdown (capabilities,
@@ -44,7 +45,8 @@ struct InitPlan {
 };
 
 // Body of the sandbox's PID 1 (in new mount, pid, uts, ipc and net
-// namespaces; the net one joined from plan.net_fd when given): builds the
+// namespaces; the net one joined from plan.net_fd when given), with every
+// signal blocked from the start (init_launch.h): builds the
 // root (BuildSandboxRoot), resets every signal disposition and blocks all
 // signals, sets RLIMIT_NOFILE/RLIMIT_CORE, makes itself non-dumpable,
 // drops privileges, reports ready, then serves exec requests on

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/container/init_protocol.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -20,7 +23,67 @@ absl::Status Append(const std::vector<std::string>& list, const char* what, std:
   return absl::OkStatus();
 }
 
+struct InitConfigHeader {
+  uint32_t magic;
+  uint32_t flags;
+  uint64_t nofile;
+  uint32_t merged_bytes;
+  uint32_t hostname_bytes;
+  uint32_t filter_insns;
+  uint32_t reserved;
+};
+
+bool ReadExactly(int fd, void* buf, size_t len) {
+  char* c = static_cast<char*>(buf);
+  while (len > 0) {
+    ssize_t n = ::read(fd, c, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    c += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
+
+std::string EncodeInitConfig(const InitConfig& config) {
+  InitConfigHeader h{kInitConfigMagic, config.join_netns ? kInitJoinNetns : 0, config.nofile,
+                     static_cast<uint32_t>(config.merged.size()),
+                     static_cast<uint32_t>(config.hostname.size()),
+                     static_cast<uint32_t>(config.seccomp.size()), 0};
+  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
+  out += config.merged;
+  out += config.hostname;
+  out.append(reinterpret_cast<const char*>(config.seccomp.data()),
+             config.seccomp.size() * sizeof(sock_filter));
+  return out;
+}
+
+bool ReadInitConfig(int fd, InitConfig* config) {
+  InitConfigHeader h;
+  if (!ReadExactly(fd, &h, sizeof(h)) || h.magic != kInitConfigMagic ||
+      (h.flags & ~kInitJoinNetns) != 0 || h.merged_bytes == 0 ||
+      h.merged_bytes > kMaxInitPathBytes || h.hostname_bytes == 0 ||
+      h.hostname_bytes > kMaxInitHostnameBytes || h.filter_insns > kMaxInitFilterInsns) {
+    return false;
+  }
+  config->merged.resize(h.merged_bytes);
+  config->hostname.resize(h.hostname_bytes);
+  config->seccomp.resize(h.filter_insns);
+  if (!ReadExactly(fd, config->merged.data(), h.merged_bytes) ||
+      !ReadExactly(fd, config->hostname.data(), h.hostname_bytes) ||
+      !ReadExactly(fd, config->seccomp.data(), h.filter_insns * sizeof(sock_filter))) {
+    return false;
+  }
+  if (config->merged.find('\0') != std::string::npos ||
+      config->hostname.find('\0') != std::string::npos) {
+    return false;
+  }
+  config->nofile = h.nofile;
+  config->join_netns = (h.flags & kInitJoinNetns) != 0;
+  return true;
+}
 
 absl::StatusOr<std::string> EncodeExecRequest(const ExecSpec& spec, ExecRequestHeader* header) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("exec: empty argv");

@@ -12,10 +12,12 @@
 //                     process) or kSpawnFailed (errno), then, when the
 //                     process has been reaped, kExited.
 //
-// The init side (ParseExecRequest) runs in a clone of a possibly
-// multi-threaded runtime, so it allocates nothing and only touches the
-// buffers it is given.
+// The init's parser (ParseExecRequest) allocates nothing and touches only
+// the buffers it is given: it runs in the init, whose memory its vfork-style
+// exec children share, and it trusts the bytes no more than guest input.
 #pragma once
+
+#include <linux/filter.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +27,37 @@
 #include "absl/status/statusor.h"
 
 namespace dsec::container {
+
+// --- Start-up: what the exec'd init finds (init_launch.h) -------------------
+
+// Descriptors of the sandbox init binary when it starts; 0-2 are /dev/null.
+inline constexpr int kInitConfigFd = 3;   // InitConfig (EncodeInitConfig), then EOF
+inline constexpr int kInitGoFd = 4;       // one byte once the runtime put it in the cgroups
+inline constexpr int kInitReportFd = 5;   // ChildError: step 0 = ready
+inline constexpr int kInitControlFd = 6;  // its end of the control socketpair
+inline constexpr int kInitNetnsFd = 7;    // network namespace to join (kInitJoinNetns)
+
+inline constexpr uint32_t kInitConfigMagic = 0x31494344;  // "DCI1"
+inline constexpr uint32_t kInitJoinNetns = 1;             // InitConfig flag
+inline constexpr size_t kMaxInitPathBytes = 4096;
+inline constexpr size_t kMaxInitHostnameBytes = 64;
+inline constexpr size_t kMaxInitFilterInsns = 4096;  // BPF_MAXINSNS
+
+struct InitConfig {
+  std::string merged;    // the overlay, becomes "/"
+  std::string hostname;
+  uint64_t nofile = 1024;
+  std::vector<sock_filter> seccomp;  // empty: no filter
+  bool join_netns = false;           // setns(kInitNetnsFd) first; else the clone made one
+};
+
+// Header + merged + hostname + filter, native byte order.
+std::string EncodeInitConfig(const InitConfig& config);
+// Reads one config from `fd` (blocking). False on a short read or any
+// field out of bounds. Runs in the fresh init process (may allocate).
+bool ReadInitConfig(int fd, InitConfig* config);
+
+// --- Execs ---------------------------------------------------------------
 
 inline constexpr uint32_t kExecRequestMagic = 0x31455344;  // "DSE1"
 // The kernel caps argv + envp at a quarter of the stack limit (2 MiB with

@@ -17,7 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/child_process.h"
-#include "sandbox/container/init_process.h"
+#include "sandbox/container/init_launch.h"
 #include "sandbox/container/netns_pool.h"
 #include "sched/isolation.h"
 #include "vmm/base/logging.h"
@@ -26,13 +26,6 @@
 namespace dsec::container {
 
 namespace {
-
-// struct clone_args of clone3(2), version 2 (88 bytes).
-struct CloneArgs {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-      set_tid_size, cgroup;
-};
-constexpr uint64_t kClonePidfd = 0x1000;
 
 int64_t NowNs() {
   timespec ts;
@@ -82,9 +75,11 @@ absl::StatusOr<const SeccompProgram*> DefaultSeccomp() {
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
   DSEC_RETURN_IF_ERROR(ValidateConfig(config));
   DSEC_ASSIGN_OR_RETURN(const SeccompProgram* seccomp, DefaultSeccomp());
+  DSEC_ASSIGN_OR_RETURN(std::string init_binary, FindSandboxInit(config.init_binary));
   DSEC_ASSIGN_OR_RETURN(StateDir state, StateDir::Create(config.state_root, config.id));
   std::unique_ptr<Sandbox> sb(new Sandbox(std::move(config), std::move(state)));
   sb->seccomp_ = seccomp;
+  sb->init_binary_ = std::move(init_binary);
   // Any error below destroys `sb`, which undoes what was done so far.
   const std::string& dir = sb->state_.path();
   LayerMountCache& cache =
@@ -172,32 +167,24 @@ absl::Status Sandbox::StartInit() {
     return ErrnoToStatus("socketpair");
   }
   ScopedFd control_ours(control[0]), control_init(control[1]);
-  InitPlan plan;
-  plan.root.merged = rootfs_dir();
-  plan.root.hostname = config_.hostname;
-  plan.root.make_mount_points = true;
-  plan.root.report_fd = report_write.get();
-  plan.seccomp = seccomp_;
-  plan.nofile = config_.nofile;
-  plan.go_fd = go_read.get();
-  plan.report_fd = report_write.get();
-  plan.control_fd = control_init.get();
-  // A namespace made ahead of time if one is ready (netns_pool.h); the
-  // child's copy of the fd is closed with the others it does not keep.
+  InitConfig config;
+  config.merged = rootfs_dir();
+  config.hostname = config_.hostname;
+  config.nofile = config_.nofile;
+  config.seccomp = seccomp_->filter;
+  // A namespace made ahead of time if one is ready (netns_pool.h).
   ScopedFd netns = NetnsPool::Default().Take();
-  plan.net_fd = netns.get();
-
-  int pidfd = -1;
-  CloneArgs args{};
-  args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | kClonePidfd;
-  if (!netns) args.flags |= CLONE_NEWNET;
-  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
-  long pid = ::syscall(SYS_clone3, &args, sizeof(args));
-  if (pid < 0) return ErrnoToStatus("clone3 sandbox init");
-  if (pid == 0) RunInit(plan);
-  init_pid_ = static_cast<pid_t>(pid);
-  init_pidfd_ = ScopedFd(pidfd);
+  config.join_netns = netns.valid();
+  InitFds fds;
+  fds.go_read = go_read.get();
+  fds.report_write = report_write.get();
+  fds.control = control_init.get();
+  fds.netns = netns.get();
+  uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
+  if (!netns) flags |= CLONE_NEWNET;
+  DSEC_ASSIGN_OR_RETURN(LaunchedInit init, LaunchInit(init_binary_, config, fds, flags));
+  init_pid_ = init.pid;
+  init_pidfd_ = std::move(init.pidfd);
   netns.Reset();
   go_read.Reset();
   report_write.Reset();
@@ -208,19 +195,24 @@ absl::Status Sandbox::StartInit() {
   absl::Status joined = cgroups_.AddProcess(init_pid_);
   if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(init_pid_);
   char one = 1;
-  if (joined.ok() && ::write(go_write.get(), &one, 1) != 1) joined = ErrnoToStatus("start init");
+  // An init that failed to exec is gone: no SIGPIPE for that.
+  if (joined.ok() && WriteNoSigpipe(go_write.get(), &one, 1) != 1) {
+    joined = ErrnoToStatus("start init");
+  }
   go_write.Reset();
+  // The report: ready, or the step that failed (an execve failure of the
+  // launch too, which is why a failed join above still looks here: the
+  // init is then gone, and its reason is the better error).
+  if (!joined.ok()) ::fcntl(report_read.get(), F_SETFL, O_NONBLOCK);
   ChildError e{};
-  if (joined.ok()) {
-    ssize_t n;
-    do {
-      n = ::read(report_read.get(), &e, sizeof(e));
-    } while (n < 0 && errno == EINTR);
-    if (n != sizeof(e)) {
-      joined = absl::InternalError("sandbox init died before reporting");
-    } else if (e.step != 0) {
-      joined = ErrnoToStatus(absl::StrCat("sandbox init: ", ChildStepName(e.step)), e.err);
-    }
+  ssize_t n;
+  do {
+    n = ::read(report_read.get(), &e, sizeof(e));
+  } while (n < 0 && errno == EINTR);
+  if (n == sizeof(e) && e.step != 0) {
+    joined = ErrnoToStatus(absl::StrCat("sandbox init: ", ChildStepName(e.step)), e.err);
+  } else if (joined.ok() && n != sizeof(e)) {
+    joined = absl::InternalError("sandbox init died before reporting");
   }
   if (joined.ok()) joined = state_.RecordInit(init_pid_);
   if (!joined.ok()) {

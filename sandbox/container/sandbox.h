@@ -43,6 +43,8 @@ struct SandboxConfig {
   // Where the layer images are mounted (layer_mounts.h); nullptr: the
   // process-wide LayerMountCache::Default(). Must outlive the sandbox.
   LayerMountCache* layer_cache = nullptr;
+  // The sandbox init binary (init_launch.h); "" = FindSandboxInit's default.
+  std::string init_binary;
 };
 
 // One container sandbox. Network: its own empty net namespace (lo only).
@@ -53,7 +55,8 @@ class Sandbox {
  public:
   // Errors: InvalidArgument (bad id, no layers), NotFound (a layer file),
   // AlreadyExists (id in use under state_root), Unavailable (no cgroup
-  // controllers), Internal (syscalls, with the step that failed).
+  // controllers, no sandbox init binary), Internal (syscalls, with the step
+  // that failed).
   static absl::StatusOr<std::unique_ptr<Sandbox>> Create(SandboxConfig config);
   ~Sandbox();
   Sandbox(const Sandbox&) = delete;
@@ -90,6 +93,7 @@ class Sandbox {
 
   SandboxConfig config_;
   const SeccompProgram* seccomp_ = nullptr;
+  std::string init_binary_;
   StateDir state_;
   std::vector<std::shared_ptr<const LayerMount>> layers_;
   Mount upper_;

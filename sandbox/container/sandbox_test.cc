@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "sandbox/container/init_launch.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
 #include "sched/sysfs_file.h"
@@ -318,6 +319,49 @@ TEST_F(SandboxTest, LargeRequestsArriveWholeAndOversizedOnesAreRefused) {
   nul.argv = {"echo", std::string("a\0b", 3)};
   EXPECT_TRUE(absl::IsInvalidArgument((*sb)->Exec(nul).status()));
   EXPECT_EQ(Sh(**sb, "echo fine").stdout_data, "fine\n");
+}
+
+// The init is its own small program (init_launch.h), not a copy of the
+// runtime: its memory does not grow with the runtime's.
+TEST_F(SandboxTest, InitIsTheSmallSandboxInitProgram) {
+  auto sb = Sandbox::Create(Config("init-exe"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto binary = FindSandboxInit("");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  char exe[4096] = {};
+  ASSERT_GT(::readlink(absl::StrCat("/proc/", (*sb)->init_pid(), "/exe").c_str(), exe,
+                       sizeof(exe) - 1), 0);
+  char want[4096] = {};
+  ASSERT_NE(::realpath(binary->c_str(), want), nullptr);
+  EXPECT_STREQ(exe, want);
+  auto status = sched::ReadSmallFile(absl::StrCat("/proc/", (*sb)->init_pid(), "/status"));
+  ASSERT_TRUE(status.ok());
+  size_t at = status->find("RssAnon:");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_LT(std::stoul(status->substr(at + 8)), 1024u) << status->substr(at, 40);  // KiB
+  EXPECT_EQ(Sh(**sb, "echo ok").stdout_data, "ok\n");
+}
+
+// A missing or broken init binary fails the create with the reason and
+// leaves nothing behind.
+TEST_F(SandboxTest, BadInitBinaryFailsTheCreateCleanly) {
+  SandboxConfig missing = Config("init-missing");
+  missing.init_binary = absl::StrCat(dir_->path(), "/no-such-init");
+  auto r = Sandbox::Create(missing);
+  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+  const std::string junk = absl::StrCat(dir_->path(), "/junk-init");
+  ASSERT_TRUE(testing::WriteTreeFile(dir_->path(), "junk-init", "not a program\n", 0755).ok());
+  SandboxConfig broken = Config("init-broken");
+  broken.init_binary = junk;
+  r = Sandbox::Create(broken);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("execve"), std::string::npos) << r.status();
+  for (const SandboxConfig* c : {&missing, &broken}) {
+    EXPECT_FALSE(sched::PathExists(absl::StrCat(c->state_root, "/", c->id)));
+    auto info = sched::ReadSmallFile("/proc/self/mountinfo");
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->find(c->id), std::string::npos);
+  }
 }
 
 // A sandbox whose init died (killed from the host, say) fails its execs

@@ -112,10 +112,4 @@ absl::StatusOr<SeccompProgram> BuildDefaultSeccompProgram() {
   return program;
 }
 
-int LoadSeccompProgram(const SeccompProgram& program) {
-  sock_fprog prog = program.prog();
-  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return errno;
-  return 0;
-}
-
 }  // namespace dsec::container

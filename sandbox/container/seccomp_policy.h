@@ -38,7 +38,7 @@ struct SeccompProgram {
 absl::StatusOr<SeccompProgram> BuildDefaultSeccompProgram();
 
 // Loads `program` on the calling thread (no_new_privs must be set).
-// Async-signal-safe: returns 0 or an errno.
+// Async-signal-safe: returns 0 or an errno. (Defined in child_process.cc.)
 int LoadSeccompProgram(const SeccompProgram& program);
 
 }  // namespace dsec::container
