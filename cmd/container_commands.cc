@@ -48,6 +48,10 @@ struct RunOptions {
   std::string cwd = "/";
   std::string state_dir = container::kDefaultStateRoot;
   std::string log_level = "warn";
+  // --userns: a user namespace whose root is --userns-base outside (uids
+  // and gids base .. base+65535).
+  bool userns = false;
+  uint32_t userns_base = 1u << 20;
   std::vector<std::string> command;
 };
 
@@ -104,6 +108,9 @@ int Run(const RunOptions& o) {
   }
   config.upper_size_bytes = o.upper_mib << 20;
   config.state_root = o.state_dir;
+  if (o.userns) {
+    config.user_namespace = container::UserNamespaceMap{o.userns_base, o.userns_base, 65536};
+  }
   auto sandbox = container::Sandbox::Create(std::move(config));
   if (!sandbox.ok()) {
     fprintf(stderr, "dsec-vmm: creating the sandbox: %s\n", sandbox.status().ToString().c_str());
@@ -198,6 +205,13 @@ void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
   run->add_option("--cwd", opts->cwd, "Working directory inside the sandbox");
   run->add_option("--state-dir", opts->state_dir, "Root of sandbox state directories");
   run->add_option("--log-level", opts->log_level, "trace|debug|info|warn|error|off");
+  run->add_flag("--userns", opts->userns,
+                "Container tier: run in a user namespace (root inside is --userns-base outside; "
+                "files keep their ids on disk)");
+  run->add_option("--userns-base", opts->userns_base,
+                  "First host uid/gid of the namespace's 65536 ids")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 0xfffeffffu));
   run->add_option("command", opts->command, "CMD ARGS (after --)")->required();
   registry.Add(run, [opts] { return Run(*opts); });
 

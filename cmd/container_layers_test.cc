@@ -194,5 +194,20 @@ TEST_F(ContainerLayersTest, CommandOptionsAfterALayerListReachTheCommand) {
   EXPECT_EQ(*out, "toolkit\n12\n");
 }
 
+TEST_F(ContainerLayersTest, SandboxRunUserNamespaceOption) {
+  std::string base = BuildLayer(tree_, "base", "bookworm");
+  const std::string state = dir_->path() + "/state";
+  auto out = container::testing::RunHostCommand(
+      {DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "container", "--state-dir", state,
+       "--layer", base, "--userns", "--userns-base", "2000000", "--", "sh", "-c",
+       "id -u; cat /proc/self/uid_map"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "0\n         0    2000000      65536\n");
+  auto bad = container::testing::RunHostCommand(
+      {DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "container", "--state-dir", state,
+       "--layer", base, "--userns", "--userns-base", "0", "--", "true"});
+  EXPECT_FALSE(bad.ok());
+}
+
 }  // namespace
 }  // namespace dsec::cmd

@@ -32,6 +32,8 @@ constexpr const char* kStepNames[kStepCount] = {
     "mount /proc", "mask path", "mount /sys", "sethostname", "bring lo up", "no_new_privs",
     "drop capabilities", "seccomp", "setns", "clone exec process", "setsid", "set up stdio",
     "chdir", "setrlimit", "setuid/setgid", "execve", "set up the control channel",
+    "forked", "unshare namespaces", "mount the overlay",
+    "read its configuration (is dsec-sandbox-init from this build?)",
 };
 
 [[noreturn]] void Fail(int fd, int32_t step, int err) {
@@ -86,7 +88,7 @@ int LockDown(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t* step)
   return 0;
 }
 
-void BuildDev(int report) {
+void BuildDev(int report, bool bind_nodes) {
   const unsigned long nosuid_noexec = MS_NOSUID | MS_NOEXEC;
   if (::mount("tmpfs", "dev", "tmpfs", nosuid_noexec, "size=1m,mode=0755") != 0) {
     Fail(report, kMountDev, errno);
@@ -99,6 +101,19 @@ void BuildDev(int report) {
                                     {"dev/full", 1, 7},   {"dev/random", 1, 8},
                                     {"dev/urandom", 1, 9}, {"dev/tty", 5, 0}};
   for (const Node& n : kNodes) {
+    if (bind_nodes) {
+      // The host's node (its path is n.path without the "dev/" prefix
+      // under /dev), bound over an empty file: still reachable before
+      // pivot_root. A bind keeps the host mount's device access, which a
+      // tmpfs made in a user namespace lacks (it is always nodev).
+      int fd = ::open(n.path, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+      if (fd < 0) Fail(report, kMknod, errno);
+      ::close(fd);
+      char host[32] = "/";
+      std::strncat(host, n.path, sizeof(host) - 2);
+      if (::mount(host, n.path, nullptr, MS_BIND, nullptr) != 0) Fail(report, kMknod, errno);
+      continue;
+    }
     if (::mknod(n.path, S_IFCHR | 0666, makedev(n.major, n.minor)) != 0) Fail(report, kMknod, errno);
     ::chmod(n.path, 0666);  // mknod's mode is subject to the umask
   }
@@ -117,9 +132,21 @@ void BuildDev(int report) {
   (void)::symlink("/proc/self/fd/2", "dev/stderr");
 }
 
+// Before pivot_root, relative to the new root: in a user namespace the
+// kernel lets proc and sysfs be mounted only while a fully visible
+// instance of each is still in the mount namespace (the host's, until the
+// old root is detached).
 void MountProcAndSys(int report) {
   const unsigned long safe = MS_NOSUID | MS_NODEV | MS_NOEXEC;
-  if (::mount("proc", "/proc", "proc", safe, nullptr) != 0) Fail(report, kMountProc, errno);
+  if (::mount("proc", "proc", "proc", safe, nullptr) != 0) Fail(report, kMountProc, errno);
+  if (::mount("sysfs", "sys", "sysfs", safe | MS_RDONLY, nullptr) != 0) {
+    Fail(report, kMountSys, errno);
+  }
+}
+
+// After pivot_root.
+void MaskProcAndSys(int report) {
+  const unsigned long safe = MS_NOSUID | MS_NODEV | MS_NOEXEC;
   // Kernel-internal files a sandbox must not read or poke: /dev/null over
   // each (those the kernel lacks are skipped).
   static constexpr const char* kMaskedFiles[] = {
@@ -147,9 +174,6 @@ void MountProcAndSys(int report) {
         ::mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | safe, nullptr) != 0) {
       Fail(report, kMaskPath, errno);
     }
-  }
-  if (::mount("sysfs", "/sys", "sysfs", safe | MS_RDONLY, nullptr) != 0) {
-    Fail(report, kMountSys, errno);
   }
   if (::access("/sys/firmware", F_OK) == 0 &&
       ::mount("tmpfs", "/sys/firmware", "tmpfs", safe | MS_RDONLY, "size=0") != 0) {
@@ -204,6 +228,10 @@ void BuildSandboxRoot(const RootPlan& plan) {
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     Fail(report, kMakePrivate, errno);
   }
+  if (!plan.overlay_data.empty() &&
+      ::mount("overlay", plan.merged.c_str(), "overlay", MS_NODEV, plan.overlay_data.c_str()) != 0) {
+    Fail(report, kMountOverlay, errno);
+  }
   if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
   if (plan.make_mount_points) {
     for (const char* dir : {"proc", "sys", "dev", "tmp"}) {
@@ -211,7 +239,7 @@ void BuildSandboxRoot(const RootPlan& plan) {
     }
     ::chmod("tmp", 01777);
   }
-  BuildDev(report);
+  BuildDev(report, plan.bind_dev_nodes);
   for (const auto& [source, target] : plan.binds) {
     // Relative to the new root: strip leading slashes.
     const char* rel = target.c_str();
@@ -226,10 +254,11 @@ void BuildSandboxRoot(const RootPlan& plan) {
               nullptr) != 0) {
     Fail(report, kMountDev, errno);
   }
+  MountProcAndSys(report);
   if (::syscall(SYS_pivot_root, ".", ".") != 0) Fail(report, kPivotRoot, errno);
   if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
   if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);
-  MountProcAndSys(report);
+  MaskProcAndSys(report);
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) {
     Fail(report, kHostname, errno);
   }

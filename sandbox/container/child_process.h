@@ -47,6 +47,10 @@ enum ChildStep : int32_t {
   kSetId,
   kExec,
   kControl,
+  kForked,      // not a failure: err is the host pid of the sandbox's PID 1
+  kUnshare,
+  kMountOverlay,
+  kReadConfig,
   kStepCount,
 };
 
@@ -76,6 +80,11 @@ struct RootPlan {
   // mkdir proc, sys, dev and tmp (1777) in `merged` first (they may be
   // missing from the layers; the overlay's upper takes them).
   bool make_mount_points = false;
+  // Mount overlayfs with this data on `merged` first (empty: it is there).
+  std::string overlay_data;
+  // In a user namespace mknod is refused: bind the host's device nodes
+  // into /dev instead of making them.
+  bool bind_dev_nodes = false;
   int report_fd = -1;          // ChildError on failure
 };
 

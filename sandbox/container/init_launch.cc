@@ -22,13 +22,13 @@ namespace dsec::container {
 namespace {
 
 constexpr size_t kStackBytes = 64 << 10;
-constexpr int kSources = 5;  // config, go, report, control, netns
+constexpr int kSources = 6;  // config, go, report, control, netns, userns
 
 struct Trampoline {
   const char* binary = nullptr;
   char* argv[2] = {nullptr, nullptr};
   char* envp[1] = {nullptr};
-  int sources[kSources] = {-1, -1, -1, -1, -1};  // -1: /dev/null in its place
+  int sources[kSources] = {-1, -1, -1, -1, -1, -1};  // -1: /dev/null in its place
 };
 
 // The child between clone and execve: it shares the runtime's memory and
@@ -52,7 +52,7 @@ int RunTrampoline(void* arg) {
   for (int i = 0; i < kSources; ++i) {
     if (::dup2(moved[i] >= 0 ? moved[i] : devnull, kInitConfigFd + i) < 0) ::_exit(127);
   }
-  ::syscall(SYS_close_range, kInitNetnsFd + 1, ~0u, 0);
+  ::syscall(SYS_close_range, kInitUsernsFd + 1, ~0u, 0);
   ::execve(t.binary, t.argv, t.envp);
   ChildError e{kExec, errno};
   (void)!::write(kInitReportFd, &e, sizeof(e));
@@ -100,11 +100,13 @@ absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitCon
                                         const InitFds& fds, uint64_t clone_flags) {
   if (config.merged.empty() || config.merged.size() > kMaxInitPathBytes ||
       config.hostname.empty() || config.hostname.size() > kMaxInitHostnameBytes ||
-      config.seccomp.size() > kMaxInitFilterInsns) {
-    return absl::InvalidArgumentError("sandbox init: root path, hostname or filter out of bounds");
+      config.seccomp.size() > kMaxInitFilterInsns || config.overlay.size() > kMaxInitOverlayBytes ||
+      config.cwd.size() > kMaxInitPathBytes) {
+    return absl::InvalidArgumentError(
+        "sandbox init: root path, hostname, overlay layers or filter out of bounds");
   }
   // The whole config fits in the pipe's buffer (64 KiB; the bounds above
-  // keep it under 38 KiB), so it is written before the child exists.
+  // keep it under 58 KiB), so it is written before the child exists.
   const std::string encoded = EncodeInitConfig(config);
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoToStatus("sandbox init: pipe2");
@@ -126,6 +128,7 @@ absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitCon
   t.sources[2] = fds.report_write;
   t.sources[3] = fds.control;
   t.sources[4] = config.join_netns ? fds.netns : -1;
+  t.sources[5] = config.join_userns ? fds.userns : -1;
   std::vector<char> stack(kStackBytes);
   // No signal handler of ours may run in the child, which shares our
   // memory; it inherits the full mask and keeps it through execve.

@@ -42,10 +42,11 @@ struct InitFds {
   int report_write = -1;  // becomes kInitReportFd
   int control = -1;       // becomes kInitControlFd
   int netns = -1;         // becomes kInitNetnsFd when config.join_netns
+  int userns = -1;        // becomes kInitUsernsFd when config.join_userns
 };
 
 struct LaunchedInit {
-  pid_t pid = 0;  // host view
+  pid_t pid = 0;  // host view; with config.join_userns the process that forks PID 1
   ScopedFd pidfd;
 };
 

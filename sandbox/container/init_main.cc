@@ -2,6 +2,10 @@
 // dsec-sandbox-init: a container sandbox's PID 1 (init_launch.h starts it,
 // init_process.h is what it does). Its descriptors and configuration are
 // in init_protocol.h; it takes no arguments.
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,16 +14,48 @@
 #include "sandbox/container/init_process.h"
 #include "sandbox/container/init_protocol.h"
 
+namespace {
+
+using namespace dsec::container;
+
+// With a user namespace: join it as its root, make the other namespaces
+// inside it (so that it owns them: proc, sysfs and the overlay can then be
+// mounted), and fork the sandbox's PID 1 into the new pid namespace as a
+// sibling, so that the runtime is its parent. This process reports the
+// child's pid and exits; the child returns and carries on as the init.
+void EnterUserNamespace() {
+  if (::setns(kInitUsernsFd, CLONE_NEWUSER) != 0) FailChild(kInitReportFd, kSetns, errno);
+  ::close(kInitUsernsFd);
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0) {
+    FailChild(kInitReportFd, kSetId, errno);
+  }
+  if (::unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) != 0) {
+    FailChild(kInitReportFd, kUnshare, errno);
+  }
+  long pid = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+  if (pid < 0) FailChild(kInitReportFd, kClone, errno);
+  if (pid > 0) {
+    ChildError forked{kForked, static_cast<int32_t>(pid)};
+    (void)!::write(kInitReportFd, &forked, sizeof(forked));
+    ::_exit(0);
+  }
+}
+
+}  // namespace
+
 int main() {
-  using namespace dsec::container;
   InitConfig config;
-  if (!ReadInitConfig(kInitConfigFd, &config)) FailChild(kInitReportFd, kControl, EINVAL);
+  if (!ReadInitConfig(kInitConfigFd, &config)) FailChild(kInitReportFd, kReadConfig, EINVAL);
   ::close(kInitConfigFd);
+  if (!config.cwd.empty() && ::chdir(config.cwd.c_str()) != 0) FailChild(kInitReportFd, kChdir, errno);
+  if (config.join_userns) EnterUserNamespace();
   SeccompProgram seccomp{config.seccomp};
   InitPlan plan;
   plan.root.merged = config.merged;
   plan.root.hostname = config.hostname;
   plan.root.make_mount_points = true;
+  plan.root.overlay_data = config.overlay;
+  plan.root.bind_dev_nodes = config.join_userns;
   plan.root.report_fd = kInitReportFd;
   plan.seccomp = seccomp.filter.empty() ? nullptr : &seccomp;
   plan.nofile = config.nofile;

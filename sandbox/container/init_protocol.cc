@@ -30,6 +30,8 @@ struct InitConfigHeader {
   uint32_t merged_bytes;
   uint32_t hostname_bytes;
   uint32_t filter_insns;
+  uint32_t overlay_bytes;
+  uint32_t cwd_bytes;
   uint32_t reserved;
 };
 
@@ -48,13 +50,19 @@ bool ReadExactly(int fd, void* buf, size_t len) {
 }  // namespace
 
 std::string EncodeInitConfig(const InitConfig& config) {
-  InitConfigHeader h{kInitConfigMagic, config.join_netns ? kInitJoinNetns : 0, config.nofile,
+  const uint32_t flags =
+      (config.join_netns ? kInitJoinNetns : 0) | (config.join_userns ? kInitJoinUserns : 0);
+  InitConfigHeader h{kInitConfigMagic, flags, config.nofile,
                      static_cast<uint32_t>(config.merged.size()),
                      static_cast<uint32_t>(config.hostname.size()),
-                     static_cast<uint32_t>(config.seccomp.size()), 0};
+                     static_cast<uint32_t>(config.seccomp.size()),
+                     static_cast<uint32_t>(config.overlay.size()),
+                     static_cast<uint32_t>(config.cwd.size()), 0};
   std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
   out += config.merged;
   out += config.hostname;
+  out += config.overlay;
+  out += config.cwd;
   out.append(reinterpret_cast<const char*>(config.seccomp.data()),
              config.seccomp.size() * sizeof(sock_filter));
   return out;
@@ -63,25 +71,33 @@ std::string EncodeInitConfig(const InitConfig& config) {
 bool ReadInitConfig(int fd, InitConfig* config) {
   InitConfigHeader h;
   if (!ReadExactly(fd, &h, sizeof(h)) || h.magic != kInitConfigMagic ||
-      (h.flags & ~kInitJoinNetns) != 0 || h.merged_bytes == 0 ||
+      (h.flags & ~(kInitJoinNetns | kInitJoinUserns)) != 0 || h.merged_bytes == 0 ||
       h.merged_bytes > kMaxInitPathBytes || h.hostname_bytes == 0 ||
-      h.hostname_bytes > kMaxInitHostnameBytes || h.filter_insns > kMaxInitFilterInsns) {
+      h.hostname_bytes > kMaxInitHostnameBytes || h.filter_insns > kMaxInitFilterInsns ||
+      h.overlay_bytes > kMaxInitOverlayBytes || h.cwd_bytes > kMaxInitPathBytes) {
     return false;
   }
   config->merged.resize(h.merged_bytes);
   config->hostname.resize(h.hostname_bytes);
+  config->overlay.resize(h.overlay_bytes);
+  config->cwd.resize(h.cwd_bytes);
   config->seccomp.resize(h.filter_insns);
   if (!ReadExactly(fd, config->merged.data(), h.merged_bytes) ||
       !ReadExactly(fd, config->hostname.data(), h.hostname_bytes) ||
+      !ReadExactly(fd, config->overlay.data(), h.overlay_bytes) ||
+      !ReadExactly(fd, config->cwd.data(), h.cwd_bytes) ||
       !ReadExactly(fd, config->seccomp.data(), h.filter_insns * sizeof(sock_filter))) {
     return false;
   }
   if (config->merged.find('\0') != std::string::npos ||
-      config->hostname.find('\0') != std::string::npos) {
+      config->hostname.find('\0') != std::string::npos ||
+      config->overlay.find('\0') != std::string::npos ||
+      config->cwd.find('\0') != std::string::npos) {
     return false;
   }
   config->nofile = h.nofile;
   config->join_netns = (h.flags & kInitJoinNetns) != 0;
+  config->join_userns = (h.flags & kInitJoinUserns) != 0;
   return true;
 }
 

@@ -36,10 +36,13 @@ inline constexpr int kInitGoFd = 4;       // one byte once the runtime put it in
 inline constexpr int kInitReportFd = 5;   // ChildError: step 0 = ready
 inline constexpr int kInitControlFd = 6;  // its end of the control socketpair
 inline constexpr int kInitNetnsFd = 7;    // network namespace to join (kInitJoinNetns)
+inline constexpr int kInitUsernsFd = 8;   // user namespace to join (kInitJoinUserns)
 
-inline constexpr uint32_t kInitConfigMagic = 0x31494344;  // "DCI1"
-inline constexpr uint32_t kInitJoinNetns = 1;             // InitConfig flag
+inline constexpr uint32_t kInitConfigMagic = 0x32494344;  // "DCI2"
+inline constexpr uint32_t kInitJoinNetns = 1;             // InitConfig flags
+inline constexpr uint32_t kInitJoinUserns = 2;
 inline constexpr size_t kMaxInitPathBytes = 4096;
+inline constexpr size_t kMaxInitOverlayBytes = 16384;
 inline constexpr size_t kMaxInitHostnameBytes = 64;
 inline constexpr size_t kMaxInitFilterInsns = 4096;  // BPF_MAXINSNS
 
@@ -49,6 +52,21 @@ struct InitConfig {
   uint64_t nofile = 1024;
   std::vector<sock_filter> seccomp;  // empty: no filter
   bool join_netns = false;           // setns(kInitNetnsFd) first; else the clone made one
+  // Join the user namespace on kInitUsernsFd as its root, make the mount,
+  // uts, ipc, net and pid namespaces inside it, and fork the sandbox's
+  // PID 1 there (as a sibling: the runtime stays its parent); the first
+  // report is then {kForked, host pid of PID 1}.
+  bool join_userns = false;
+  // overlayfs mount data: the init mounts `merged` itself (with
+  // join_userns, the overlay must be mounted inside the namespace); empty:
+  // the runtime mounted it.
+  std::string overlay;
+  // Directory to chdir into first, as host root; `merged` and the paths
+  // in `overlay` may be relative to it. (Root in a user namespace cannot
+  // search the 0700 state directories above it; a working directory
+  // survives setns and unshare, and resolving from it searches nothing
+  // above.)
+  std::string cwd;
 };
 
 // Header + merged + hostname + filter, native byte order.

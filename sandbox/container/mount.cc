@@ -193,9 +193,9 @@ absl::StatusOr<Mount> Mount::Tmpfs(const std::string& target, uint64_t size_byte
                 absl::StrCat("size=", size_bytes, ",mode=0755"));
 }
 
-absl::StatusOr<Mount> Mount::Overlay(const std::vector<std::string>& lowers,
-                                     const std::string& upper, const std::string& work,
-                                     const std::string& target) {
+absl::StatusOr<std::string> Mount::OverlayData(const std::vector<std::string>& lowers,
+                                               const std::string& upper,
+                                               const std::string& work) {
   if (lowers.empty()) return absl::InvalidArgumentError("overlay needs at least one lower layer");
   std::vector<std::string> top_first(lowers.rbegin(), lowers.rend());
   for (const std::string& dir : top_first) {
@@ -205,9 +205,31 @@ absl::StatusOr<Mount> Mount::Overlay(const std::vector<std::string>& lowers,
   }
   // index/xino off: the same lower layers back many overlays at once, and
   // neither feature is needed for a private upper.
-  std::string data = absl::StrCat("lowerdir=", absl::StrJoin(top_first, ":"), ",upperdir=", upper,
-                                  ",workdir=", work, ",index=off,xino=off");
+  return absl::StrCat("lowerdir=", absl::StrJoin(top_first, ":"), ",upperdir=", upper,
+                      ",workdir=", work, ",index=off,xino=off");
+}
+
+absl::StatusOr<Mount> Mount::Overlay(const std::vector<std::string>& lowers,
+                                     const std::string& upper, const std::string& work,
+                                     const std::string& target) {
+  DSEC_ASSIGN_OR_RETURN(std::string data, OverlayData(lowers, upper, work));
   return Create("overlay", target, "overlay", MS_NODEV, data);
+}
+
+absl::StatusOr<Mount> Mount::Idmapped(const std::string& source, int userns_fd,
+                                      const std::string& target) {
+  ScopedFd tree(::open_tree(AT_FDCWD, source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!tree) return ErrnoToStatus(absl::StrCat("open_tree ", source));
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_IDMAP;
+  attr.userns_fd = static_cast<uint64_t>(userns_fd);
+  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
+    return ErrnoToStatus(absl::StrCat("idmap the mount of ", source));
+  }
+  if (::move_mount(tree.get(), "", AT_FDCWD, target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    return ErrnoToStatus(absl::StrCat("attach the idmapped ", source, " at ", target));
+  }
+  return Mount(target, false);
 }
 
 absl::Status Mount::Unmount() {

@@ -39,6 +39,17 @@ class Mount {
   static absl::StatusOr<Mount> Overlay(const std::vector<std::string>& lowers,
                                        const std::string& upper, const std::string& work,
                                        const std::string& target);
+  // An idmapped copy of the mount at `source` (a path, /proc/self/fd/N of
+  // a detached mount included) attached at `target`: files owned by id N
+  // on disk appear as the id `userns_fd`'s namespace maps N to, and new
+  // files are stored with the inverse (mount_setattr(2) MOUNT_ATTR_IDMAP).
+  // The source's superblock, and so its page cache, is shared.
+  static absl::StatusOr<Mount> Idmapped(const std::string& source, int userns_fd,
+                                        const std::string& target);
+  // The data string Overlay() would pass for these layers.
+  static absl::StatusOr<std::string> OverlayData(const std::vector<std::string>& lowers,
+                                                 const std::string& upper,
+                                                 const std::string& work);
 
   // Unmounts now, reporting failure (the destructor logs it instead).
   absl::Status Unmount();

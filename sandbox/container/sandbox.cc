@@ -52,6 +52,7 @@ absl::Status ValidateConfig(const SandboxConfig& c) {
   if (c.upper_size_bytes < (1 << 20)) {
     return absl::InvalidArgumentError("upper_size_bytes must be at least 1 MiB");
   }
+  if (c.user_namespace) DSEC_RETURN_IF_ERROR(ValidateUserNamespaceMap(*c.user_namespace));
   return absl::OkStatus();
 }
 
@@ -92,6 +93,24 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
                           cache.Acquire(sb->config_.layers[i], absl::StrCat(dir, "/layers/", i)));
     sb->layers_.push_back(std::move(layer));
   }
+  if (sb->config_.user_namespace) {
+    // The namespace first: the idmapped views of the layers need it, and
+    // they must be attached before the init's mount namespace is made.
+    DSEC_ASSIGN_OR_RETURN(sb->userns_, MakeUserNamespace(*sb->config_.user_namespace));
+    // Under ns/ (0755), which root in the namespace can search: the init
+    // names everything relative to it (InitConfig::cwd).
+    DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/ns")));
+    DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/ns/lower")));
+    DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/ns/merged")));
+    for (size_t i = 0; i < sb->layers_.size(); ++i) {
+      std::string target = absl::StrCat(dir, "/ns/lower/", i);
+      DSEC_RETURN_IF_ERROR(Mkdir(target));
+      DSEC_ASSIGN_OR_RETURN(Mount m,
+                            Mount::Idmapped(sb->layers_[i]->lower_dir(), sb->userns_.get(), target));
+      sb->idmapped_layers_.push_back(std::move(m));
+    }
+    DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/ns/upper")));
+  }
   DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/upper")));
   DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/merged")));
   DSEC_RETURN_IF_ERROR(sb->MountUpperAndOverlay());
@@ -113,7 +132,10 @@ Sandbox::~Sandbox() {
   }
 }
 
-std::string Sandbox::rootfs_dir() const { return absl::StrCat(state_.path(), "/merged"); }
+std::string Sandbox::rootfs_dir() const {
+  if (config_.user_namespace && init_pid_ > 0) return absl::StrCat("/proc/", init_pid_, "/root");
+  return absl::StrCat(state_.path(), "/merged");
+}
 
 bool Sandbox::used_loop_devices() const {
   for (const auto& m : layers_) {
@@ -151,9 +173,22 @@ absl::Status Sandbox::MountUpperAndOverlay() {
   DSEC_RETURN_IF_ERROR(Mkdir(upper_dir_));
   DSEC_RETURN_IF_ERROR(Mkdir(work));
   std::vector<std::string> lowers;
-  for (const auto& m : layers_) lowers.push_back(m->lower_dir());
-  DSEC_ASSIGN_OR_RETURN(overlay_,
-                        Mount::Overlay(lowers, upper_dir_, work, absl::StrCat(dir, "/merged")));
+  if (!config_.user_namespace) {
+    for (const auto& m : layers_) lowers.push_back(m->lower_dir());
+    DSEC_ASSIGN_OR_RETURN(overlay_,
+                          Mount::Overlay(lowers, upper_dir_, work, absl::StrCat(dir, "/merged")));
+    return absl::OkStatus();
+  }
+  // The overlay is mounted by the init, inside the namespace, over the
+  // idmapped views (a mounter outside could not create files through them:
+  // its ids have no mapping there). Overlay metadata goes in user.overlay.*
+  // xattrs there (pack_diff reads both forms).
+  DSEC_ASSIGN_OR_RETURN(idmapped_upper_, Mount::Idmapped(upper_root, userns_.get(),
+                                                         absl::StrCat(dir, "/ns/upper")));
+  // Relative to <state>/ns (InitConfig::cwd).
+  for (size_t i = 0; i < idmapped_layers_.size(); ++i) lowers.push_back(absl::StrCat("lower/", i));
+  DSEC_ASSIGN_OR_RETURN(overlay_data_, Mount::OverlayData(lowers, "upper/upper", "upper/work"));
+  absl::StrAppend(&overlay_data_, ",userxattr");
   return absl::OkStatus();
 }
 
@@ -172,23 +207,61 @@ absl::Status Sandbox::StartInit() {
   config.hostname = config_.hostname;
   config.nofile = config_.nofile;
   config.seccomp = seccomp_->filter;
-  // A namespace made ahead of time if one is ready (netns_pool.h).
-  ScopedFd netns = NetnsPool::Default().Take();
-  config.join_netns = netns.valid();
   InitFds fds;
   fds.go_read = go_read.get();
   fds.report_write = report_write.get();
   fds.control = control_init.get();
-  fds.netns = netns.get();
-  uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
-  if (!netns) flags |= CLONE_NEWNET;
+  ScopedFd netns;
+  uint64_t flags = 0;
+  if (config_.user_namespace) {
+    // The init makes every namespace inside the user namespace itself.
+    config.join_userns = true;
+    config.overlay = overlay_data_;
+    config.cwd = absl::StrCat(state_.path(), "/ns");
+    config.merged = "merged";
+    fds.userns = userns_.get();
+  } else {
+    // A namespace made ahead of time if one is ready (netns_pool.h).
+    netns = NetnsPool::Default().Take();
+    config.join_netns = netns.valid();
+    fds.netns = netns.get();
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
+    if (!netns) flags |= CLONE_NEWNET;
+  }
   DSEC_ASSIGN_OR_RETURN(LaunchedInit init, LaunchInit(init_binary_, config, fds, flags));
-  init_pid_ = init.pid;
-  init_pidfd_ = std::move(init.pidfd);
   netns.Reset();
   go_read.Reset();
   report_write.Reset();
   control_init.Reset();
+  if (config_.user_namespace) {
+    // The launched process forked PID 1 (our child too: CLONE_PARENT),
+    // said its pid and exits.
+    ChildError forked{};
+    ssize_t n;
+    do {
+      n = ::read(report_read.get(), &forked, sizeof(forked));
+    } while (n < 0 && errno == EINTR);
+    siginfo_t info{};
+    while (::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(init.pidfd.get()),
+                    &info, WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+    if (n != sizeof(forked)) return absl::InternalError("sandbox init died before forking");
+    if (forked.step != kForked) {
+      return ErrnoToStatus(absl::StrCat("sandbox init: ", ChildStepName(forked.step)), forked.err);
+    }
+    init.pid = forked.err;
+    init.pidfd.Reset(static_cast<int>(::syscall(SYS_pidfd_open, init.pid, 0)));
+    if (!init.pidfd) {
+      absl::Status s = ErrnoToStatus("pidfd_open sandbox init");
+      ::kill(init.pid, SIGKILL);
+      while (::waitpid(init.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      return s;
+    }
+  }
+  init_pid_ = init.pid;
+  init_pidfd_ = std::move(init.pidfd);
 
   // One cgroup migration per sandbox: every exec process is the init's
   // child, born in its cgroups.
@@ -255,6 +328,7 @@ absl::Status Sandbox::Reset() {
   if (destroyed_) return absl::FailedPreconditionError("sandbox destroyed");
   DSEC_RETURN_IF_ERROR(StopInit());
   DSEC_RETURN_IF_ERROR(overlay_.Unmount());
+  DSEC_RETURN_IF_ERROR(idmapped_upper_.Unmount());
   DSEC_RETURN_IF_ERROR(upper_.Unmount());
   DSEC_RETURN_IF_ERROR(MountUpperAndOverlay());
   return StartInit();
@@ -268,7 +342,13 @@ absl::Status Sandbox::Destroy() {
     if (!s.ok() && first.ok()) first = s;
   };
   note(overlay_.Unmount());
+  note(idmapped_upper_.Unmount());
   note(upper_.Unmount());
+  for (auto it = idmapped_layers_.rbegin(); it != idmapped_layers_.rend(); ++it) {
+    note(it->Unmount());
+  }
+  idmapped_layers_.clear();
+  userns_.Reset();
   // A shared layer stays mounted for the next sandbox; an own one (no
   // sharing here) is unmounted with its last reference.
   layers_.clear();

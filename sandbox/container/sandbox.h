@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "sandbox/container/mount.h"
 #include "sandbox/container/seccomp_policy.h"
 #include "sandbox/container/state_dir.h"
+#include "sandbox/container/userns.h"
 #include "vmm/base/scoped_fd.h"
 
 namespace dsec::sched {
@@ -45,6 +47,11 @@ struct SandboxConfig {
   LayerMountCache* layer_cache = nullptr;
   // The sandbox init binary (init_launch.h); "" = FindSandboxInit's default.
   std::string init_binary;
+  // Optional user namespace (userns.h): root inside is `host_uid` outside,
+  // files keep the ids the sandbox sees on disk (idmapped layers). Its
+  // processes then hold their capabilities only over what the namespace
+  // owns. Always a fresh network namespace (the pool's belong to the host).
+  std::optional<UserNamespaceMap> user_namespace;
 };
 
 // One container sandbox. Network: its own empty net namespace (lo only).
@@ -77,8 +84,10 @@ class Sandbox {
   const std::string& state_dir() const { return state_.path(); }
   // The writable layer's directory on the host (what pack_diff captures).
   std::string upper_dir() const { return upper_dir_; }
-  // The merged root as the host sees it.
+  // The merged root as the host sees it (with a user namespace the overlay
+  // lives only in the sandbox's mount namespace: /proc/<init>/root).
   std::string rootfs_dir() const;
+  const std::optional<UserNamespaceMap>& user_namespace() const { return config_.user_namespace; }
   const ContainerCgroups& cgroups() const { return cgroups_; }
   bool used_loop_devices() const;
 
@@ -97,7 +106,11 @@ class Sandbox {
   StateDir state_;
   std::vector<std::shared_ptr<const LayerMount>> layers_;
   Mount upper_;
-  Mount overlay_;
+  Mount overlay_;       // on the host; none with a user namespace
+  ScopedFd userns_;     // the sandbox's user namespace, when configured
+  std::vector<Mount> idmapped_layers_;  // <state>/ns/lower/N: the layers as the namespace sees them
+  Mount idmapped_upper_;                // <state>/ns/upper: the writable layer, likewise
+  std::string overlay_data_;            // what the init mounts, with a user namespace
   std::string upper_dir_;
   ContainerCgroups cgroups_{ContainerCgroups::Empty()};
   pid_t init_pid_ = 0;

@@ -54,6 +54,11 @@ Sandbox& ContainerAttackTest::NewSandbox(const std::string& name,
   c.limits.memory_bytes = 96 << 20;
   c.limits.pids_max = 64;
   c.upper_size_bytes = 32 << 20;
+#ifdef DSEC_ATTACK_USERNS
+  // The same attacks against sandboxes in a user namespace (the test's
+  // second build, container_attack_userns_test).
+  c.user_namespace = UserNamespaceMap{0x30000000u, 0x30000000u, 65536};
+#endif
   if (tweak) tweak(c);
   auto sb = Sandbox::Create(std::move(c));
   if (!sb.ok()) {
