@@ -2,6 +2,7 @@
 #include "sandbox/daemon/container_tier.h"
 
 #include <dirent.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,10 +101,35 @@ absl::Status WaitFrozen(const FreezerPlace& place) {
   }
 }
 
+// File access as the sandbox's root: in a user namespace a file the daemon
+// creates must get an owner that exists there (host root has none, and the
+// idmapped writable layer refuses it: EOVERFLOW). fsuid/fsgid are
+// per-thread; the thread's file capabilities return with fsuid 0.
+class ScopedFsIds {
+ public:
+  explicit ScopedFsIds(const std::optional<container::UserNamespaceMap>& map) {
+    if (!map) return;
+    active_ = true;
+    old_gid_ = static_cast<int>(::syscall(SYS_setfsgid, map->host_gid));
+    old_uid_ = static_cast<int>(::syscall(SYS_setfsuid, map->host_uid));
+  }
+  ~ScopedFsIds() {
+    if (!active_) return;
+    ::syscall(SYS_setfsuid, old_uid_);
+    ::syscall(SYS_setfsgid, old_gid_);
+  }
+  ScopedFsIds(const ScopedFsIds&) = delete;
+  ScopedFsIds& operator=(const ScopedFsIds&) = delete;
+
+ private:
+  bool active_ = false;
+  int old_uid_ = 0, old_gid_ = 0;
+};
+
 class ContainerTierSandbox : public TierSandbox {
  public:
-  explicit ContainerTierSandbox(std::unique_ptr<container::Sandbox> sandbox)
-      : sandbox_(std::move(sandbox)) {}
+  ContainerTierSandbox(std::unique_ptr<container::Sandbox> sandbox, std::shared_ptr<uint32_t> range)
+      : sandbox_(std::move(sandbox)), range_(std::move(range)) {}
   ~ContainerTierSandbox() override { (void)Destroy(); }
 
   absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
@@ -200,15 +226,21 @@ class ContainerTierSandbox : public TierSandbox {
   }
 
   absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) override {
+    ScopedFsIds ids(sandbox_->user_namespace());
     return ReadRootFile(sandbox_->rootfs_dir(), path, max_bytes);
   }
   absl::Status WriteFile(const std::string& path, const std::string& data, uint32_t mode) override {
+    ScopedFsIds ids(sandbox_->user_namespace());
     return WriteRootFile(sandbox_->rootfs_dir(), path, data, mode);
   }
   absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string& path) override {
+    ScopedFsIds ids(sandbox_->user_namespace());
     return ListRootDir(sandbox_->rootfs_dir(), path);
   }
   absl::StatusOr<std::string> UpperDir() override { return sandbox_->upper_dir(); }
+  std::string UpperXattrPrefix() const override {
+    return sandbox_->user_namespace() ? "user.overlay." : "trusted.overlay.";
+  }
 
   absl::Status Destroy() override {
     if (destroyed_) return absl::OkStatus();
@@ -225,6 +257,7 @@ class ContainerTierSandbox : public TierSandbox {
 
  private:
   std::unique_ptr<container::Sandbox> sandbox_;
+  std::shared_ptr<uint32_t> range_;  // its host id range (user namespace), given back with it
   FreezerPlace freezer_;
   bool paused_ = false;
   bool destroyed_ = false;
@@ -248,8 +281,32 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> ContainerTier::Create(const CreateS
   c.upper_size_bytes = options_.upper_size_bytes;
   c.state_root = options_.state_root;
   c.isolation = spec.isolation;
+  std::shared_ptr<uint32_t> range;
+  if (spec.user_namespace) {
+    DSEC_ASSIGN_OR_RETURN(range, TakeRange());
+    c.user_namespace = container::UserNamespaceMap{*range, *range, kRangeIds};
+  }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<container::Sandbox> sb, container::Sandbox::Create(std::move(c)));
-  return std::unique_ptr<TierSandbox>(new ContainerTierSandbox(std::move(sb)));
+  return std::unique_ptr<TierSandbox>(new ContainerTierSandbox(std::move(sb), std::move(range)));
+}
+
+absl::StatusOr<std::shared_ptr<uint32_t>> ContainerTier::TakeRange() {
+  std::lock_guard<std::mutex> lock(*ranges_mu_);
+  for (uint32_t i = 0; i < kMaxRanges; ++i) {
+    const uint32_t base = kFirstHostId + i * kRangeIds;
+    if (ranges_->count(base) != 0) continue;
+    ranges_->insert(base);
+    // The holder may outlive the tier (a sandbox destroyed late): it keeps
+    // the set and its lock alive.
+    return std::shared_ptr<uint32_t>(new uint32_t(base),
+                                     [mu = ranges_mu_, ranges = ranges_](uint32_t* b) {
+                                       std::lock_guard<std::mutex> l(*mu);
+                                       ranges->erase(*b);
+                                       delete b;
+                                     });
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("all ", kMaxRanges, " user-namespace id ranges are in use"));
 }
 
 absl::StatusOr<int> ContainerTier::CleanupOrphans() {

@@ -5,9 +5,14 @@
 // the merged root, and the upper directory for pack_diff.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "sandbox/daemon/tier.h"
 
 namespace dsec::daemon {
@@ -26,8 +31,21 @@ class ContainerTier : public Tier {
   // container::CleanupOrphans.
   absl::StatusOr<int> CleanupOrphans() override;
 
+  // Host id ranges of user-namespace sandboxes: 65536 ids each, from
+  // kFirstHostId, one per live sandbox, so that no two sandboxes share an
+  // id on the host.
+  static constexpr uint32_t kFirstHostId = 0x10000000u;
+  static constexpr uint32_t kRangeIds = 65536;
+  static constexpr uint32_t kMaxRanges = 4096;
+
  private:
+  // A free range's first host id (ResourceExhausted when all are taken);
+  // the returned holder gives it back.
+  absl::StatusOr<std::shared_ptr<uint32_t>> TakeRange();
+
   ContainerTierOptions options_;
+  std::shared_ptr<std::mutex> ranges_mu_ = std::make_shared<std::mutex>();
+  std::shared_ptr<std::set<uint32_t>> ranges_ = std::make_shared<std::set<uint32_t>>();  // by ranges_mu_
 };
 
 // Freezer cgroup name of a sandbox (v1 hierarchy or hybrid v2).

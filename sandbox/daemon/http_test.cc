@@ -288,6 +288,44 @@ TEST_F(DaemonHttpTest, PackDiffMakesALayerOthersCanUse) {
   EXPECT_EQ(removed->status, 204) << removed->body;
 }
 
+// user_namespace: each such sandbox gets a host id range of its own; files,
+// exec and pack_diff work as without it.
+TEST_F(DaemonHttpTest, UserNamespaceSandboxesGetTheirOwnHostIds) {
+  auto bad = client_->Post("/v1/sandboxes", json{{"tier", "fncall"}, {"user_namespace", true}}.dump(), kJson);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(testing::JsonOf(bad)["error"]["field"], "user_namespace");
+  const std::string a = Create({{"tier", "container"}, {"user_namespace", true}});
+  const std::string b = Create({{"tier", "container"}, {"user_namespace", true}});
+  auto info = client_->Get(absl::StrCat("/v1/sandboxes/", a));
+  ASSERT_TRUE(info);
+  EXPECT_EQ(testing::JsonOf(info)["user_namespace"], true);
+  std::string map_a = Sh(a, "id -u; cat /proc/self/uid_map")["stdout"];
+  std::string map_b = Sh(b, "cat /proc/self/uid_map")["stdout"];
+  EXPECT_EQ(map_a.substr(0, 2), "0\n");
+  EXPECT_NE(map_a.substr(2), map_b) << "two sandboxes share host ids";
+  EXPECT_EQ(map_a.find("         0          0 "), std::string::npos) << map_a;
+  // Files through the API are root's inside.
+  auto put = client_->Put(absl::StrCat("/v1/sandboxes/", a, "/files?path=/work/in.txt&mode=0600"), "hello",
+                          "application/octet-stream");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 204) << put->body;
+  EXPECT_EQ(Sh(a, "stat -c '%u %a' /work/in.txt; cat /work/in.txt")["stdout"], "0 600\nhello");
+  Sh(a, "mkdir -p /data && echo packed > /data/x && chown 1000 /data/x");
+  auto get = client_->Get(absl::StrCat("/v1/sandboxes/", a, "/files?path=/data/x"));
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->body, "packed\n");
+  const std::string name = absl::StrCat("uns", ::getpid());
+  auto r = client_->Post(absl::StrCat("/v1/sandboxes/", a, "/pack_diff"),
+                         json{{"name", name}, {"version", "1"}}.dump(), kJson);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  const std::string plain = Create({{"tier", "container"}, {"layers", {name + ":1"}}});
+  EXPECT_EQ(Sh(plain, "stat -c %u /data/x; cat /data/x /work/in.txt")["stdout"], "1000\npacked\nhello");
+  for (const std::string& id : {a, b, plain}) client_->Delete(absl::StrCat("/v1/sandboxes/", id));
+  client_->Delete(absl::StrCat("/v1/layers/", name, ":1"));
+}
+
 TEST_F(DaemonHttpTest, StreamingExecSendsOutputLinesThenExit) {
   const std::string id = Create();
   std::string body;

@@ -226,6 +226,7 @@ json Service::Describe(const Entry& e) const {
   j["memory_mib"] = e.memory_mib;
   j["pids"] = e.pids;
   j["qos"] = e.qos.empty() ? json(nullptr) : json(e.qos);
+  j["user_namespace"] = e.user_namespace;
   {
     std::lock_guard<std::mutex> lock(e.qos_mu);
     j["qos_applied"] = e.qos_lease != nullptr;
@@ -286,7 +287,7 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
                                                                     std::optional<std::string> forced_task) {
   DSEC_RETURN_IF_ERROR(CheckObject(body));
   static const std::set<std::string> kKnown = {"tier", "layers", "lang", "cpus", "memory_mib", "pids",
-                                               "qos", "ttl_s", "task_id"};
+                                               "qos", "ttl_s", "task_id", "user_namespace"};
   for (auto it = body.begin(); it != body.end(); ++it) {
     if (kKnown.count(it.key()) == 0) return InvalidField(it.key(), absl::StrCat("unknown field ", it.key()));
   }
@@ -335,6 +336,13 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
   if (qos) {
     if (*qos != "ls" && *qos != "be") return InvalidField("qos", "qos must be ls or be");
     e->qos = *qos;
+  }
+  if (auto it = body.find("user_namespace"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return InvalidField("user_namespace", "user_namespace must be true or false");
+    if (it->get<bool>() && e->tier != "container") {
+      return InvalidField("user_namespace", "user_namespace applies to the container tier only");
+    }
+    e->user_namespace = it->get<bool>();
   }
   DSEC_ASSIGN_OR_RETURN(auto ttl, OptInt(body, "ttl_s", 1, options_.max_ttl_s));
   DSEC_ASSIGN_OR_RETURN(std::optional<std::string> task, OptString(body, "task_id"));
@@ -422,6 +430,7 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> Service::MakeTierSandbox(
   spec.memory_mib = e.memory_mib;
   spec.pids = e.pids;
   spec.qos = e.qos;
+  spec.user_namespace = e.user_namespace;
   {
     std::lock_guard<std::mutex> lock(e.qos_mu);
     if (e.qos_lease) spec.isolation = e.qos_lease->isolation();

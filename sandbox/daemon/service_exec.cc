@@ -357,7 +357,9 @@ absl::StatusOr<json> Service::PackDiff(const std::string& id, const json& body) 
   req.version = version;
   req.parents = parents;
   req.source = absl::StrCat("pack_diff:", e->id);
-  auto built = layers::PackDiff(store, upper, req);
+  layers::PackDiffOptions pack_options;
+  pack_options.upper_xattr_prefix = e->sandbox->UpperXattrPrefix();
+  auto built = layers::PackDiff(store, upper, req, pack_options);
   if (!was_paused) {
     if (absl::Status s = e->sandbox->Resume(); !s.ok()) DSEC_LOG(warn, "daemon: resume after pack_diff: {}", s.ToString());
   }

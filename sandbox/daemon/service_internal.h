@@ -24,6 +24,7 @@ struct Service::Entry {
   uint64_t memory_mib = 512;
   uint64_t pids = 512;
   std::string qos;
+  bool user_namespace = false;  // container tier only
   // The sandbox's placement (released on destroy), or why it has none.
   mutable std::mutex qos_mu;
   std::shared_ptr<QosLease> qos_lease;  // guarded by qos_mu

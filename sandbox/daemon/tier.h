@@ -34,6 +34,9 @@ struct CreateSpec {
   // the tier puts the sandbox's processes in its cgroup. Shared: the
   // Service's entry holds it too, and hands it to a re-created sandbox.
   std::shared_ptr<const sched::SandboxIsolation> isolation;
+  // container only: run in a user namespace of its own (root inside is an
+  // unprivileged host id range the tier picks per sandbox).
+  bool user_namespace = false;
 };
 
 struct ExecSpec {
@@ -87,6 +90,9 @@ class TierSandbox {
   // The writable layer's directory for pack_diff (the sandbox is frozen
   // by the caller meanwhile); FailedPrecondition where the tier has none.
   virtual absl::StatusOr<std::string> UpperDir() = 0;
+  // Namespace of overlayfs' xattrs in UpperDir ("user.overlay." where the
+  // overlay was mounted with userxattr).
+  virtual std::string UpperXattrPrefix() const { return "trusted.overlay."; }
   virtual absl::Status Destroy() = 0;
 };
 

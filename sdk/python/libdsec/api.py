@@ -54,19 +54,22 @@ class Sandbox:
 
     Arguments left None are not sent; the daemon applies its defaults (e.g.
     the default layers of the tier). task_id records every exec in that
-    task's trajectory log (see Task for resuming it).
+    task's trajectory log (see Task for resuming it). user_namespace=True
+    (container tier) runs it in a user namespace: root inside is an
+    unprivileged host id range of its own.
     """
 
     def __init__(self, tier="container", layers=None, qos=None, socket=None, *, lang=None,
                  cpus=None, memory_mib=None, pids=None, ttl_s=None, task_id=None, url=None,
-                 token=None, client=None, timeout=60.0, _handle=None):
+                 token=None, client=None, timeout=60.0, user_namespace=None, _handle=None):
         self._client, self._owns_client = _client(client, socket, url, token, timeout)
         self._closed = False
         try:
             if _handle is None:
                 _handle = self._client.create(tier=tier, layers=layers, lang=lang, cpus=cpus,
                                               memory_mib=memory_mib, pids=pids, qos=qos,
-                                              ttl_s=ttl_s, task_id=task_id)
+                                              ttl_s=ttl_s, task_id=task_id,
+                                              user_namespace=user_namespace)
         except BaseException:
             if self._owns_client:
                 self._client.close()

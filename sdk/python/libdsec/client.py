@@ -6,7 +6,7 @@ from ._transport import Transport, quote_segment
 from .sandbox import SandboxHandle
 
 
-def _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s):
+def _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s, user_namespace=None):
     if not isinstance(tier, str) or not tier:
         raise errors.InvalidArgument("tier must be a string such as 'container' or 'fncall'",
                                      field="tier")
@@ -16,7 +16,7 @@ def _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s):
     body = {"tier": tier}
     for key, value in (("layers", None if layers is None else list(layers)), ("lang", lang),
                        ("cpus", cpus), ("memory_mib", memory_mib), ("pids", pids),
-                       ("qos", qos), ("ttl_s", ttl_s)):
+                       ("qos", qos), ("ttl_s", ttl_s), ("user_namespace", user_namespace)):
         if value is not None:
             body[key] = value
     return body
@@ -69,11 +69,12 @@ class Client:
     # -- sandboxes ------------------------------------------------------------
 
     def create(self, tier="container", layers=None, lang=None, cpus=None, memory_mib=None,
-               pids=None, qos=None, ttl_s=None, task_id=None):
+               pids=None, qos=None, ttl_s=None, task_id=None, user_namespace=None):
         """Creates a sandbox. Only the arguments given are sent; the daemon
         applies its defaults to the rest. With task_id every exec is recorded
-        in that task's trajectory log."""
-        body = _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s)
+        in that task's trajectory log. user_namespace=True (container tier):
+        root inside is an unprivileged host id range of the sandbox's own."""
+        body = _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s, user_namespace)
         if task_id is not None:
             body["task_id"] = task_id
         return SandboxHandle(self, self._transport.request_json("POST", "/v1/sandboxes", body,

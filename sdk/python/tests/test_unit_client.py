@@ -59,6 +59,11 @@ class CreateAndLookupTest(ClientTestBase):
         self.assertEqual((sb.tier, sb.qos, sb.task_id), ("fncall", "ls", "t-1"))
         self.assertEqual((sb.qos_applied, sb.qos_reason, sb.placement["cpus"]), (True, None, [0]))
 
+    def test_create_sends_user_namespace_when_asked(self):
+        self.fake.reply(201, sandbox_obj("sb-a3"))
+        self.client.create(tier="container", user_namespace=True)
+        self.assertRequest("POST", "/v1/sandboxes", {"tier": "container", "user_namespace": True})
+
     def test_create_rejects_a_string_for_layers_without_a_request(self):
         with self.assertRaises(libdsec.InvalidArgument) as cm:
             self.client.create(tier="container", layers="base:bookworm")
