@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -291,15 +292,24 @@ int RunContainerBench(const ContainerBenchOptions& o) {
   // Latency, interleaved: own cycle, crun, CLI. One untimed round first.
   std::vector<double> create, exec, destroy, cycle, create_exec, crun_ms, cli_ms;
   const std::string tag = absl::StrCat("b", ::getpid());
+  auto pause = [&o] {
+    if (o.gap_ms <= 0) return;
+    timespec ts{o.gap_ms / 1000, static_cast<long>(o.gap_ms % 1000) * 1'000'000};
+    while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  };
   for (int i = -1; i < o.iterations; ++i) {
+    pause();
     auto t = OwnCycle(s, absl::StrCat(tag, "-lat", i + 1));
     if (!t.ok()) return fail(t.status());
     if (crun) {
+      pause();
       auto c = crun->Run(absl::StrCat("dsec-bench-crun-", ::getpid(), "-", i + 1));
       if (!c.ok()) return fail(c.status());
       if (i >= 0) crun_ms.push_back(*c);
     }
     if (!o.self_exe.empty()) {
+      pause();
       auto c = TimedRun({o.self_exe, "sandbox", "run", "--tier", "container", "--layers", s.image,
                          "--state-dir", s.state_root, "--", "true"},
                         -1, dir->path() + "/cli.err");
@@ -338,6 +348,7 @@ int RunContainerBench(const ContainerBenchOptions& o) {
   if (o.json) {
     nlohmann::json j = {
         {"iterations", o.iterations},
+        {"gap_ms", o.gap_ms},
         {"image_bytes", s.image_bytes},
         {"create_exec_p50_ms", c.p50},
         {"create_exec_p99_ms", c.p99},
@@ -376,8 +387,9 @@ int RunContainerBench(const ContainerBenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("bench container: busybox-static root (EROFS image %llu KiB), %d iterations, %u CPUs\n",
-              static_cast<unsigned long long>(s.image_bytes / 1024), o.iterations, cpus);
+  std::printf("bench container: busybox-static root (EROFS image %llu KiB), %d iterations, %u CPUs%s\n",
+              static_cast<unsigned long long>(s.image_bytes / 1024), o.iterations, cpus,
+              o.gap_ms > 0 ? absl::StrCat(", each run ", o.gap_ms, " ms after the last").c_str() : "");
   std::printf("%-40s %9s %9s %9s\n", "", "p50 ms", "p99 ms", "mean ms");
   auto row = [](const char* name, const LatencySummary& l) {
     std::printf("%-40s %9s %9s %9s\n", name, Ms(l.p50).c_str(), Ms(l.p99).c_str(),

@@ -18,6 +18,9 @@ struct ContainerBenchOptions {
   int sustained = 300;   // cycles for each sustained-rate figure
   int workers = 2;       // concurrent workers of the second sustained figure
   int idle = 32;         // idle sandboxes held at once for the memory figure
+  // Pause before each timed run (ours, crun's, the CLI's), so that each
+  // arrives alone, as sporadic creates do, rather than back to back (0).
+  int gap_ms = 0;
   std::string crun = "/usr/bin/crun";  // "" = no peer
   std::string self_exe;  // dsec-vmm, for the CLI figure ("" = skip it)
   // Keep the container tier's state dirs on the work dir's disk file system

@@ -27,6 +27,10 @@ void RegisterContainerBenchCommands(CLI::App* bench, CommandRegistry& registry) 
   ctr->add_option("--idle", opts->idle, "Idle sandboxes held at once for the memory figure")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  ctr->add_option("--gap-ms", opts->gap_ms,
+                  "Pause before each timed run, so that each arrives alone (sporadic creates)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
   ctr->add_option("--crun", opts->crun, "crun binary (\"\" = no peer)")->capture_default_str();
   ctr->add_flag("--no-cli", *no_cli_flag, "Skip the `dsec-vmm sandbox run` process figure");
   ctr->add_flag("--state-on-disk", opts->state_on_disk,
