@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   app.add_option("--store", store, "Layer store (env DSEC_LAYER_STORE)")->capture_default_str();
   app.add_option("--container-state-dir", o.container_state_root, "Container sandboxes' state")
       ->capture_default_str();
+  app.add_option("--container-init-pool", o.container_init_pool,
+                 "Container sandbox inits made ahead and kept ready (0: each create from scratch)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--fncall-state-dir", o.fncall_state_root, "fncall pools' state")->capture_default_str();
   app.add_option("--microvm-state-dir", o.microvm_state_root, "microVM sandboxes' state (default /run/dsec-vmm/microvm)");
   app.add_option("--microvm-kernel", o.microvm_kernel,

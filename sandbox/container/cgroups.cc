@@ -236,41 +236,49 @@ absl::StatusOr<ContainerCgroups> ContainerCgroups::Create(
       cg.dirs_.push_back(d.path);
     }
     cg.dirs_v_.push_back(d);
-    auto write = [&](std::string_view file, std::string value) {
-      return sched::WriteSmallFile(absl::StrCat(d.path, "/", std::string(file)), value);
-    };
-    if (d.controller == "memory" && limits.memory_bytes > 0) {
-      if (d.v2) {
-        DSEC_RETURN_IF_ERROR(write("memory.max", absl::StrCat(limits.memory_bytes)));
-        (void)write("memory.swap.max", "0");
-      } else {
-        DSEC_RETURN_IF_ERROR(write("memory.limit_in_bytes", absl::StrCat(limits.memory_bytes)));
-        // memsw (memory+swap) exists only with swap accounting.
-        if (sched::PathExists(absl::StrCat(d.path, "/memory.memsw.limit_in_bytes"))) {
-          DSEC_RETURN_IF_ERROR(
-              write("memory.memsw.limit_in_bytes", absl::StrCat(limits.memory_bytes)));
-        }
+    DSEC_RETURN_IF_ERROR(WriteLimits(d, limits));
+  }
+  return cg;
+}
+
+absl::Status ContainerCgroups::WriteLimits(const Dir& d, const ResourceLimits& limits) {
+  auto write = [&](std::string_view file, std::string value) {
+    return sched::WriteSmallFile(absl::StrCat(d.path, "/", std::string(file)), value);
+  };
+  if (d.controller == "memory" && limits.memory_bytes > 0) {
+    if (d.v2) {
+      DSEC_RETURN_IF_ERROR(write("memory.max", absl::StrCat(limits.memory_bytes)));
+      (void)write("memory.swap.max", "0");
+    } else {
+      DSEC_RETURN_IF_ERROR(write("memory.limit_in_bytes", absl::StrCat(limits.memory_bytes)));
+      // memsw (memory+swap) exists only with swap accounting.
+      if (sched::PathExists(absl::StrCat(d.path, "/memory.memsw.limit_in_bytes"))) {
+        DSEC_RETURN_IF_ERROR(write("memory.memsw.limit_in_bytes", absl::StrCat(limits.memory_bytes)));
       }
-    } else if (d.controller == "pids" && limits.pids_max > 0) {
-      DSEC_RETURN_IF_ERROR(write("pids.max", absl::StrCat(limits.pids_max)));
-    } else if (d.controller == "cpu") {
-      if (d.v2) {
+    }
+  } else if (d.controller == "pids" && limits.pids_max > 0) {
+    DSEC_RETURN_IF_ERROR(write("pids.max", absl::StrCat(limits.pids_max)));
+  } else if (d.controller == "cpu") {
+    if (d.v2) {
+      DSEC_RETURN_IF_ERROR(write("cpu.weight", absl::StrCat(sched::SharesToWeight(limits.cpu_shares))));
+      if (limits.cpu_quota_us) {
         DSEC_RETURN_IF_ERROR(
-            write("cpu.weight", absl::StrCat(sched::SharesToWeight(limits.cpu_shares))));
-        if (limits.cpu_quota_us) {
-          DSEC_RETURN_IF_ERROR(
-              write("cpu.max", absl::StrCat(*limits.cpu_quota_us, " ", limits.cpu_period_us)));
-        }
-      } else {
-        DSEC_RETURN_IF_ERROR(write("cpu.shares", absl::StrCat(limits.cpu_shares)));
-        if (limits.cpu_quota_us) {
-          DSEC_RETURN_IF_ERROR(write("cpu.cfs_period_us", absl::StrCat(limits.cpu_period_us)));
-          DSEC_RETURN_IF_ERROR(write("cpu.cfs_quota_us", absl::StrCat(*limits.cpu_quota_us)));
-        }
+            write("cpu.max", absl::StrCat(*limits.cpu_quota_us, " ", limits.cpu_period_us)));
+      }
+    } else {
+      DSEC_RETURN_IF_ERROR(write("cpu.shares", absl::StrCat(limits.cpu_shares)));
+      if (limits.cpu_quota_us) {
+        DSEC_RETURN_IF_ERROR(write("cpu.cfs_period_us", absl::StrCat(limits.cpu_period_us)));
+        DSEC_RETURN_IF_ERROR(write("cpu.cfs_quota_us", absl::StrCat(*limits.cpu_quota_us)));
       }
     }
   }
-  return cg;
+  return absl::OkStatus();
+}
+
+absl::Status ContainerCgroups::ApplyLimits(const ResourceLimits& limits) const {
+  for (const Dir& d : dirs_v_) DSEC_RETURN_IF_ERROR(WriteLimits(d, limits));
+  return absl::OkStatus();
 }
 
 const ContainerCgroups::Dir* ContainerCgroups::Find(std::string_view controller) const {

@@ -72,6 +72,9 @@ class ContainerCgroups {
   ~ContainerCgroups();
 
   absl::Status AddProcess(pid_t pid) const;
+  // Writes `limits` (as Create does): for cgroups made ahead of their
+  // sandbox (init_pool.h).
+  absl::Status ApplyLimits(const ResourceLimits& limits) const;
   // Kills all members except `keep`; see KillCgroupProcesses.
   absl::StatusOr<int> KillAll(pid_t keep, int64_t deadline_ns) const;
   // Kills the members of process group `pgid` and waits for them to exit.
@@ -101,6 +104,7 @@ class ContainerCgroups {
   };
   explicit ContainerCgroups(std::vector<Dir> dirs);
   const Dir* Find(std::string_view controller) const;
+  static absl::Status WriteLimits(const Dir& d, const ResourceLimits& limits);
 
   std::vector<Dir> dirs_v_;
   std::vector<std::string> dirs_;

@@ -232,6 +232,12 @@ void BuildSandboxRoot(const RootPlan& plan) {
       ::mount("overlay", plan.merged.c_str(), "overlay", MS_NODEV, plan.overlay_data.c_str()) != 0) {
     Fail(report, kMountOverlay, errno);
   }
+  if (plan.overlay_fd >= 0) {
+    if (::move_mount(plan.overlay_fd, "", AT_FDCWD, plan.merged.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      Fail(report, kMountOverlay, errno);
+    }
+    ::close(plan.overlay_fd);
+  }
   if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
   if (plan.make_mount_points) {
     for (const char* dir : {"proc", "sys", "dev", "tmp"}) {

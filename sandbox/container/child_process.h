@@ -82,6 +82,8 @@ struct RootPlan {
   bool make_mount_points = false;
   // Mount overlayfs with this data on `merged` first (empty: it is there).
   std::string overlay_data;
+  // Or attach this detached mount (closed after) on `merged` first.
+  int overlay_fd = -1;
   // In a user namespace mknod is refused: bind the host's device nodes
   // into /dev instead of making them.
   bool bind_dev_nodes = false;

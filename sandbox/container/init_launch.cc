@@ -96,8 +96,7 @@ absl::StatusOr<std::string> FindSandboxInit(const std::string& configured) {
       "; set DSEC_SANDBOX_INIT"));
 }
 
-absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig& config,
-                                        const InitFds& fds, uint64_t clone_flags) {
+absl::Status ValidateInitConfig(const InitConfig& config) {
   if (config.merged.empty() || config.merged.size() > kMaxInitPathBytes ||
       config.hostname.empty() || config.hostname.size() > kMaxInitHostnameBytes ||
       config.seccomp.size() > kMaxInitFilterInsns || config.overlay.size() > kMaxInitOverlayBytes ||
@@ -105,19 +104,27 @@ absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitCon
     return absl::InvalidArgumentError(
         "sandbox init: root path, hostname, overlay layers or filter out of bounds");
   }
-  // The whole config fits in the pipe's buffer (64 KiB; the bounds above
-  // keep it under 58 KiB), so it is written before the child exists.
-  const std::string encoded = EncodeInitConfig(config);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig* config,
+                                        const InitFds& fds, uint64_t clone_flags) {
+  if (config != nullptr) DSEC_RETURN_IF_ERROR(ValidateInitConfig(*config));
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoToStatus("sandbox init: pipe2");
   ScopedFd config_read(p[0]), config_write(p[1]);
-  for (size_t off = 0; off < encoded.size();) {
-    ssize_t w = ::write(config_write.get(), encoded.data() + off, encoded.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return ErrnoToStatus("sandbox init: write config");
-    off += static_cast<size_t>(w);
+  // The whole config fits in the pipe's buffer (64 KiB; the bounds above
+  // keep it under 58 KiB), so it is written before the child exists.
+  if (config != nullptr) {
+    const std::string encoded = EncodeInitConfig(*config);
+    for (size_t off = 0; off < encoded.size();) {
+      ssize_t w = ::write(config_write.get(), encoded.data() + off, encoded.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return ErrnoToStatus("sandbox init: write config");
+      off += static_cast<size_t>(w);
+    }
+    config_write.Reset();
   }
-  config_write.Reset();
 
   Trampoline t;
   t.binary = binary.c_str();
@@ -127,8 +134,8 @@ absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitCon
   t.sources[1] = fds.go_read;
   t.sources[2] = fds.report_write;
   t.sources[3] = fds.control;
-  t.sources[4] = config.join_netns ? fds.netns : -1;
-  t.sources[5] = config.join_userns ? fds.userns : -1;
+  t.sources[4] = fds.netns;
+  t.sources[5] = fds.userns;
   std::vector<char> stack(kStackBytes);
   // No signal handler of ours may run in the child, which shares our
   // memory; it inherits the full mask and keeps it through execve.
@@ -144,6 +151,7 @@ absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitCon
   LaunchedInit out;
   out.pid = pid;
   out.pidfd.Reset(pidfd);
+  out.config_write = std::move(config_write);
   return out;
 }
 

@@ -48,15 +48,21 @@ struct InitFds {
 struct LaunchedInit {
   pid_t pid = 0;  // host view; with config.join_userns the process that forks PID 1
   ScopedFd pidfd;
+  // With a deferred config (LaunchInit's `config` null): the pipe the init
+  // reads it from, for EncodeInitConfig's bytes later (init_pool.h).
+  ScopedFd config_write;
 };
 
 // Clones with `clone_flags` (CLONE_NEW* only) and execs `binary` as the
-// sandbox's PID 1 with `config` on kInitConfigFd. Returns once the child
-// has exec'd (or died trying: an execve failure arrives as a ChildError
-// on the report pipe, like the init's own). Errors: InvalidArgument (a
-// config field out of bounds), Internal (pipe, clone).
+// sandbox's PID 1 with `config` on kInitConfigFd (null: the init waits
+// for it on LaunchedInit::config_write). Returns once the child has exec'd
+// (or died trying: an execve failure arrives as a ChildError on the report
+// pipe, like the init's own). Errors: InvalidArgument (a config field out
+// of bounds), Internal (pipe, clone).
 // Threads: any; blocks only the calling thread, for the clone and exec.
-absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig& config,
+absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig* config,
                                         const InitFds& fds, uint64_t clone_flags);
+// What the deferred config must satisfy (LaunchInit checks a given one).
+absl::Status ValidateInitConfig(const InitConfig& config);
 
 }  // namespace dsec::container

@@ -5,10 +5,12 @@
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_process.h"
@@ -41,6 +43,29 @@ void EnterUserNamespace() {
   }
 }
 
+// The detached overlay, the one descriptor of the first control message.
+int ReceiveOverlay() {
+  char byte;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = ::recvmsg(kInitControlFd, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (n != 1 || c == nullptr || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int))) {
+    FailChild(kInitReportFd, kMountOverlay, EPROTO);
+  }
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+  return fd;
+}
+
 }  // namespace
 
 int main() {
@@ -49,12 +74,14 @@ int main() {
   ::close(kInitConfigFd);
   if (!config.cwd.empty() && ::chdir(config.cwd.c_str()) != 0) FailChild(kInitReportFd, kChdir, errno);
   if (config.join_userns) EnterUserNamespace();
+  const int overlay_fd = config.overlay_on_control ? ReceiveOverlay() : -1;
   SeccompProgram seccomp{config.seccomp};
   InitPlan plan;
   plan.root.merged = config.merged;
   plan.root.hostname = config.hostname;
   plan.root.make_mount_points = true;
   plan.root.overlay_data = config.overlay;
+  plan.root.overlay_fd = overlay_fd;
   plan.root.bind_dev_nodes = config.join_userns;
   plan.root.report_fd = kInitReportFd;
   plan.seccomp = seccomp.filter.empty() ? nullptr : &seccomp;

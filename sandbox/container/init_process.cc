@@ -278,11 +278,12 @@ void RunInit(const InitPlan& plan) {
   const int report = plan.report_fd;
   // Before anything that binds to the network namespace (sysfs, lo).
   if (plan.net_fd >= 0 && ::setns(plan.net_fd, CLONE_NEWNET) != 0) FailChild(report, kSetns, errno);
-  // Keep only the sync pipes and the control socket: descriptors of the
-  // runtime (other sandboxes' among them) must not live on in the sandbox.
-  int keep[3] = {plan.go_fd, report, plan.control_fd};
-  for (int i = 0; i < 3; ++i) {
-    for (int j = i + 1; j < 3; ++j) {
+  // Keep only the sync pipes, the control socket and the root's mount:
+  // descriptors of the runtime (other sandboxes' among them) must not live
+  // on in the sandbox.
+  int keep[4] = {plan.go_fd, report, plan.control_fd, plan.root.overlay_fd};
+  for (int i = 0; i < 4; ++i) {
+    for (int j = i + 1; j < 4; ++j) {
       if (keep[j] < keep[i]) {
         int t = keep[i];
         keep[i] = keep[j];
@@ -292,6 +293,7 @@ void RunInit(const InitPlan& plan) {
   }
   int from = 0;
   for (int fd : keep) {
+    if (fd < 0) continue;  // no overlay descriptor
     if (fd > from) ::syscall(SYS_close_range, from, fd - 1, 0);
     from = fd + 1;
   }

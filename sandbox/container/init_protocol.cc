@@ -50,8 +50,9 @@ bool ReadExactly(int fd, void* buf, size_t len) {
 }  // namespace
 
 std::string EncodeInitConfig(const InitConfig& config) {
-  const uint32_t flags =
-      (config.join_netns ? kInitJoinNetns : 0) | (config.join_userns ? kInitJoinUserns : 0);
+  const uint32_t flags = (config.join_netns ? kInitJoinNetns : 0) |
+                         (config.join_userns ? kInitJoinUserns : 0) |
+                         (config.overlay_on_control ? kInitOverlayOnControl : 0);
   InitConfigHeader h{kInitConfigMagic, flags, config.nofile,
                      static_cast<uint32_t>(config.merged.size()),
                      static_cast<uint32_t>(config.hostname.size()),
@@ -71,7 +72,8 @@ std::string EncodeInitConfig(const InitConfig& config) {
 bool ReadInitConfig(int fd, InitConfig* config) {
   InitConfigHeader h;
   if (!ReadExactly(fd, &h, sizeof(h)) || h.magic != kInitConfigMagic ||
-      (h.flags & ~(kInitJoinNetns | kInitJoinUserns)) != 0 || h.merged_bytes == 0 ||
+      (h.flags & ~(kInitJoinNetns | kInitJoinUserns | kInitOverlayOnControl)) != 0 ||
+      h.merged_bytes == 0 ||
       h.merged_bytes > kMaxInitPathBytes || h.hostname_bytes == 0 ||
       h.hostname_bytes > kMaxInitHostnameBytes || h.filter_insns > kMaxInitFilterInsns ||
       h.overlay_bytes > kMaxInitOverlayBytes || h.cwd_bytes > kMaxInitPathBytes) {
@@ -98,6 +100,7 @@ bool ReadInitConfig(int fd, InitConfig* config) {
   config->nofile = h.nofile;
   config->join_netns = (h.flags & kInitJoinNetns) != 0;
   config->join_userns = (h.flags & kInitJoinUserns) != 0;
+  config->overlay_on_control = (h.flags & kInitOverlayOnControl) != 0;
   return true;
 }
 

@@ -41,6 +41,7 @@ inline constexpr int kInitUsernsFd = 8;   // user namespace to join (kInitJoinUs
 inline constexpr uint32_t kInitConfigMagic = 0x32494344;  // "DCI2"
 inline constexpr uint32_t kInitJoinNetns = 1;             // InitConfig flags
 inline constexpr uint32_t kInitJoinUserns = 2;
+inline constexpr uint32_t kInitOverlayOnControl = 4;
 inline constexpr size_t kMaxInitPathBytes = 4096;
 inline constexpr size_t kMaxInitOverlayBytes = 16384;
 inline constexpr size_t kMaxInitHostnameBytes = 64;
@@ -61,6 +62,10 @@ struct InitConfig {
   // join_userns, the overlay must be mounted inside the namespace); empty:
   // the runtime mounted it.
   std::string overlay;
+  // The root comes as a detached overlay mount: one message on the control
+  // socket (any bytes, SCM_RIGHTS: the mount) before the init builds the
+  // root, which it attaches at `merged` in its own mount namespace.
+  bool overlay_on_control = false;
   // Directory to chdir into first, as host root; `merged` and the paths
   // in `overlay` may be relative to it. (Root in a user namespace cannot
   // search the 0700 state directories above it; a working directory

@@ -125,6 +125,27 @@ absl::StatusOr<DetachedMount> DetachedMount::Tmpfs(uint64_t size_bytes, bool rea
   return DetachedMount(std::move(fd), false);
 }
 
+absl::StatusOr<DetachedMount> DetachedMount::Overlay(const std::vector<std::string>& lowers,
+                                                     const std::string& upper,
+                                                     const std::string& work) {
+  if (lowers.empty()) return absl::InvalidArgumentError("overlay needs at least one lower layer");
+  std::vector<std::string> top_first(lowers.rbegin(), lowers.rend());
+  for (const std::string& dir : top_first) {
+    if (dir.find_first_of(",:") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("overlay lower has ',' or ':': ", dir));
+    }
+  }
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd,
+                        FsMount("overlay", "",
+                                {{"lowerdir", absl::StrJoin(top_first, ":")},
+                                 {"upperdir", upper},
+                                 {"workdir", work},
+                                 {"index", "off"},
+                                 {"xino", "off"}},
+                                MOUNT_ATTR_NODEV, "overlay of " + upper));
+  return DetachedMount(std::move(fd), false);
+}
+
 std::string DetachedMount::path() const { return absl::StrCat("/proc/self/fd/", fd_.get()); }
 
 bool OverlayAcceptsDetachedLayers() {

@@ -78,9 +78,15 @@ class DetachedMount {
   static absl::StatusOr<DetachedMount> Erofs(const std::string& image);
   // An empty tmpfs of `size_bytes` (read-only when `read_only`).
   static absl::StatusOr<DetachedMount> Tmpfs(uint64_t size_bytes, bool read_only);
+  // overlayfs of `lowers` (lowest first; paths, /proc/self/fd/N of
+  // detached layers included), `upper` and `work`, nodev: what a sandbox's
+  // init attaches in its own mount namespace (the host's has no copy).
+  static absl::StatusOr<DetachedMount> Overlay(const std::vector<std::string>& lowers,
+                                               const std::string& upper, const std::string& work);
 
   bool valid() const { return fd_.valid(); }
   int fd() const { return fd_.get(); }
+  void Reset() { fd_.Reset(); }
   // "/proc/self/fd/N": names the mount's root in this process (for
   // overlayfs' lowerdir=, which resolves it when the overlay is mounted).
   std::string path() const;

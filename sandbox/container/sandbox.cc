@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_launch.h"
+#include "sandbox/container/init_pool.h"
 #include "sandbox/container/netns_pool.h"
 #include "sched/isolation.h"
 #include "vmm/base/logging.h"
@@ -56,6 +58,28 @@ absl::Status ValidateConfig(const SandboxConfig& c) {
   return absl::OkStatus();
 }
 
+// One byte with `fd` attached (SCM_RIGHTS).
+bool SendFd(int sock, int fd) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  ssize_t n;
+  do {
+    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n == 1;
+}
+
 absl::Status Mkdir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     return ErrnoToStatus(absl::StrCat("mkdir ", path));
@@ -77,7 +101,18 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
   DSEC_RETURN_IF_ERROR(ValidateConfig(config));
   DSEC_ASSIGN_OR_RETURN(const SeccompProgram* seccomp, DefaultSeccomp());
   DSEC_ASSIGN_OR_RETURN(std::string init_binary, FindSandboxInit(config.init_binary));
-  DSEC_ASSIGN_OR_RETURN(StateDir state, StateDir::Create(config.state_root, config.id));
+  // A made-ahead init, where this sandbox can use one (init_pool.h).
+  const bool slot_fits = config.init_pool != nullptr && !config.isolation &&
+                         !config.user_namespace &&
+                         config.init_pool->state_root() == config.state_root;
+  std::optional<InitSlot> slot = slot_fits ? config.init_pool->Take() : std::nullopt;
+  StateDir state;
+  if (slot) {
+    DSEC_RETURN_IF_ERROR(slot->state.RenameTo(config.id));
+    state = std::move(slot->state);
+  } else {
+    DSEC_ASSIGN_OR_RETURN(state, StateDir::Create(config.state_root, config.id));
+  }
   std::unique_ptr<Sandbox> sb(new Sandbox(std::move(config), std::move(state)));
   sb->seccomp_ = seccomp;
   sb->init_binary_ = std::move(init_binary);
@@ -115,12 +150,19 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
   DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(dir, "/merged")));
   DSEC_RETURN_IF_ERROR(sb->MountUpperAndOverlay());
   const StateDir& st = sb->state_;
-  DSEC_ASSIGN_OR_RETURN(
-      sb->cgroups_,
-      ContainerCgroups::Create(sb->config_.id, sb->config_.limits, sb->config_.isolation != nullptr,
-                               [&st](const std::string& d) { return st.RecordCgroup(d); }));
-  DSEC_RETURN_IF_ERROR(sb->JoinIsolationCgroups());
-  DSEC_RETURN_IF_ERROR(sb->StartInit());
+  bool started = false;
+  if (slot) {
+    sb->cgroups_ = std::move(slot->cgroups);
+    DSEC_RETURN_IF_ERROR(sb->cgroups_.ApplyLimits(sb->config_.limits));
+    DSEC_ASSIGN_OR_RETURN(started, sb->StartSlotInit(*slot));
+  } else {
+    DSEC_ASSIGN_OR_RETURN(
+        sb->cgroups_,
+        ContainerCgroups::Create(sb->config_.id, sb->config_.limits, sb->config_.isolation != nullptr,
+                                 [&st](const std::string& d) { return st.RecordCgroup(d); }));
+    DSEC_RETURN_IF_ERROR(sb->JoinIsolationCgroups());
+  }
+  if (!started) DSEC_RETURN_IF_ERROR(sb->StartInit());
   DSEC_LOG(debug, "container: created sandbox={} init={} layers={}", sb->config_.id, sb->init_pid_,
            sb->layers_.size());
   return sb;
@@ -133,7 +175,7 @@ Sandbox::~Sandbox() {
 }
 
 std::string Sandbox::rootfs_dir() const {
-  if (config_.user_namespace && init_pid_ > 0) return absl::StrCat("/proc/", init_pid_, "/root");
+  if (init_pid_ > 0) return absl::StrCat("/proc/", init_pid_, "/root");
   return absl::StrCat(state_.path(), "/merged");
 }
 
@@ -174,9 +216,11 @@ absl::Status Sandbox::MountUpperAndOverlay() {
   DSEC_RETURN_IF_ERROR(Mkdir(work));
   std::vector<std::string> lowers;
   if (!config_.user_namespace) {
+    // Made here, attached only by the init in its mount namespace: the
+    // host's mount table (which every new sandbox's mount namespace copies)
+    // does not grow with the sandboxes, and nothing is left to unmount.
     for (const auto& m : layers_) lowers.push_back(m->lower_dir());
-    DSEC_ASSIGN_OR_RETURN(overlay_,
-                          Mount::Overlay(lowers, upper_dir_, work, absl::StrCat(dir, "/merged")));
+    DSEC_ASSIGN_OR_RETURN(root_mount_, DetachedMount::Overlay(lowers, upper_dir_, work));
     return absl::OkStatus();
   }
   // The overlay is mounted by the init, inside the namespace, over the
@@ -192,6 +236,55 @@ absl::Status Sandbox::MountUpperAndOverlay() {
   return absl::OkStatus();
 }
 
+InitConfig Sandbox::BaseInitConfig() const {
+  InitConfig config;
+  config.merged = absl::StrCat(state_.path(), "/merged");
+  config.hostname = config_.hostname;
+  config.nofile = config_.nofile;
+  config.seccomp = seccomp_->filter;
+  return config;
+}
+
+absl::StatusOr<bool> Sandbox::StartSlotInit(InitSlot& slot) {
+  InitConfig config = BaseInitConfig();
+  config.overlay_on_control = true;
+  DSEC_RETURN_IF_ERROR(ValidateInitConfig(config));
+  const std::string encoded = EncodeInitConfig(config);
+  // Fits the pipe's buffer (ValidateInitConfig's bounds): never blocks.
+  bool taken = WriteNoSigpipe(slot.config_write.get(), encoded.data(), encoded.size()) ==
+                   static_cast<ssize_t>(encoded.size()) &&
+               SendFd(slot.control.get(), root_mount_.fd());
+  if (!taken) {
+    // The slot's init is gone (killed, or out of pids): start a new one.
+    DSEC_LOG(warn, "container: sandbox={} made-ahead init did not answer; starting one", config_.id);
+    slot.KillInit();
+    return false;
+  }
+  slot.config_write.Reset();
+  init_pid_ = slot.init_pid;
+  init_pidfd_ = std::move(slot.init_pidfd);
+  slot.init_pid = 0;
+  ChildError e{};
+  ssize_t n;
+  do {
+    n = ::read(slot.report_read.get(), &e, sizeof(e));
+  } while (n < 0 && errno == EINTR);
+  if (n != sizeof(e)) {
+    // It died before its report (killed while it waited): the same as a
+    // slot that took nothing.
+    DSEC_LOG(warn, "container: sandbox={} made-ahead init died; starting one", config_.id);
+    (void)StopInit();
+    return false;
+  }
+  if (e.step != 0) {
+    (void)StopInit();
+    return ErrnoToStatus(absl::StrCat("sandbox init: ", ChildStepName(e.step)), e.err);
+  }
+  init_control_ = std::move(slot.control);
+  root_mount_.Reset();  // the init's mount namespace holds it now
+  return true;
+}
+
 absl::Status Sandbox::StartInit() {
   int go[2], report[2], control[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
@@ -202,11 +295,7 @@ absl::Status Sandbox::StartInit() {
     return ErrnoToStatus("socketpair");
   }
   ScopedFd control_ours(control[0]), control_init(control[1]);
-  InitConfig config;
-  config.merged = rootfs_dir();
-  config.hostname = config_.hostname;
-  config.nofile = config_.nofile;
-  config.seccomp = seccomp_->filter;
+  InitConfig config = BaseInitConfig();
   InitFds fds;
   fds.go_read = go_read.get();
   fds.report_write = report_write.get();
@@ -221,6 +310,7 @@ absl::Status Sandbox::StartInit() {
     config.merged = "merged";
     fds.userns = userns_.get();
   } else {
+    config.overlay_on_control = true;
     // A namespace made ahead of time if one is ready (netns_pool.h).
     netns = NetnsPool::Default().Take();
     config.join_netns = netns.valid();
@@ -228,7 +318,7 @@ absl::Status Sandbox::StartInit() {
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
     if (!netns) flags |= CLONE_NEWNET;
   }
-  DSEC_ASSIGN_OR_RETURN(LaunchedInit init, LaunchInit(init_binary_, config, fds, flags));
+  DSEC_ASSIGN_OR_RETURN(LaunchedInit init, LaunchInit(init_binary_, &config, fds, flags));
   netns.Reset();
   go_read.Reset();
   report_write.Reset();
@@ -262,10 +352,14 @@ absl::Status Sandbox::StartInit() {
   }
   init_pid_ = init.pid;
   init_pidfd_ = std::move(init.pidfd);
+  absl::Status joined;
+  if (config.overlay_on_control && !SendFd(control_ours.get(), root_mount_.fd())) {
+    joined = ErrnoToStatus("sandbox init: send its root");
+  }
 
   // One cgroup migration per sandbox: every exec process is the init's
   // child, born in its cgroups.
-  absl::Status joined = cgroups_.AddProcess(init_pid_);
+  if (joined.ok()) joined = cgroups_.AddProcess(init_pid_);
   if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(init_pid_);
   char one = 1;
   // An init that failed to exec is gone: no SIGPIPE for that.
@@ -293,6 +387,7 @@ absl::Status Sandbox::StartInit() {
     return joined;
   }
   init_control_ = std::move(control_ours);
+  root_mount_.Reset();  // the init's mount namespace holds it now
   return absl::OkStatus();
 }
 
@@ -327,7 +422,6 @@ absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {
 absl::Status Sandbox::Reset() {
   if (destroyed_) return absl::FailedPreconditionError("sandbox destroyed");
   DSEC_RETURN_IF_ERROR(StopInit());
-  DSEC_RETURN_IF_ERROR(overlay_.Unmount());
   DSEC_RETURN_IF_ERROR(idmapped_upper_.Unmount());
   DSEC_RETURN_IF_ERROR(upper_.Unmount());
   DSEC_RETURN_IF_ERROR(MountUpperAndOverlay());
@@ -341,7 +435,7 @@ absl::Status Sandbox::Destroy() {
   auto note = [&first](absl::Status s) {
     if (!s.ok() && first.ok()) first = s;
   };
-  note(overlay_.Unmount());
+  root_mount_.Reset();
   note(idmapped_upper_.Unmount());
   note(upper_.Unmount());
   for (auto it = idmapped_layers_.rbegin(); it != idmapped_layers_.rend(); ++it) {
@@ -352,6 +446,17 @@ absl::Status Sandbox::Destroy() {
   // A shared layer stays mounted for the next sandbox; an own one (no
   // sharing here) is unmounted with its last reference.
   layers_.clear();
+  // With a pool for this root, its thread removes the cgroups and the state
+  // directory (init_pool.h: rmdirs here could wait out a refill's grace
+  // period); the directory is renamed first so that the id is free now.
+  if (config_.init_pool != nullptr && config_.init_pool->state_root() == config_.state_root &&
+      first.ok()) {
+    static std::atomic<uint64_t> tombstones{0};
+    if (state_.RenameTo(absl::StrCat(".dead-", ::getpid(), "-", tombstones++)).ok()) {
+      config_.init_pool->Retire(std::move(state_), std::move(cgroups_));
+      return first;
+    }
+  }
   // A killed task keeps its cgroup busy until it has finished exiting,
   // which on a loaded host can outlast KillAndRemoveCgroup's quick retries
   // (bench container leaked cgroups under CI load): retry what is left with

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/exec.h"
+#include "sandbox/container/init_protocol.h"
 #include "sandbox/container/layer_mounts.h"
 #include "sandbox/container/mount.h"
 #include "sandbox/container/seccomp_policy.h"
@@ -28,6 +29,9 @@ class SandboxIsolation;
 }
 
 namespace dsec::container {
+
+class InitPool;
+struct InitSlot;
 
 struct SandboxConfig {
   std::string id;                   // [A-Za-z0-9_.-]{1,64}, unique under state_root
@@ -47,6 +51,10 @@ struct SandboxConfig {
   LayerMountCache* layer_cache = nullptr;
   // The sandbox init binary (init_launch.h); "" = FindSandboxInit's default.
   std::string init_binary;
+  // Optional (init_pool.h): take a made-ahead init from here when this
+  // sandbox can use one (same state_root, no isolation, no user namespace).
+  // Must outlive the sandbox (its destroy tells the pool).
+  InitPool* init_pool = nullptr;
   // Optional user namespace (userns.h): root inside is `host_uid` outside,
   // files keep the ids the sandbox sees on disk (idmapped layers). Its
   // processes then hold their capabilities only over what the namespace
@@ -84,8 +92,8 @@ class Sandbox {
   const std::string& state_dir() const { return state_.path(); }
   // The writable layer's directory on the host (what pack_diff captures).
   std::string upper_dir() const { return upper_dir_; }
-  // The merged root as the host sees it (with a user namespace the overlay
-  // lives only in the sandbox's mount namespace: /proc/<init>/root).
+  // The merged root as the host can reach it: /proc/<init>/root (the
+  // overlay lives only in the sandbox's mount namespace).
   std::string rootfs_dir() const;
   const std::optional<UserNamespaceMap>& user_namespace() const { return config_.user_namespace; }
   const ContainerCgroups& cgroups() const { return cgroups_; }
@@ -98,7 +106,12 @@ class Sandbox {
   // the CPU quota there.
   absl::Status JoinIsolationCgroups();
   absl::Status StartInit();
+  // StartInit with a made-ahead init (init_pool.h); false if the slot's
+  // init did not take its configuration (the caller starts a new one).
+  absl::StatusOr<bool> StartSlotInit(InitSlot& slot);
   absl::Status StopInit();
+  // Where the init attaches its root, and the configuration every init gets.
+  InitConfig BaseInitConfig() const;
 
   SandboxConfig config_;
   const SeccompProgram* seccomp_ = nullptr;
@@ -106,7 +119,10 @@ class Sandbox {
   StateDir state_;
   std::vector<std::shared_ptr<const LayerMount>> layers_;
   Mount upper_;
-  Mount overlay_;       // on the host; none with a user namespace
+  // The root: a detached overlay the init attaches in its own mount
+  // namespace (none on the host); held until the init has it. With a user
+  // namespace the init mounts it itself (overlay_data_).
+  DetachedMount root_mount_;
   ScopedFd userns_;     // the sandbox's user namespace, when configured
   std::vector<Mount> idmapped_layers_;  // <state>/ns/lower/N: the layers as the namespace sees them
   Mount idmapped_upper_;                // <state>/ns/upper: the writable layer, likewise

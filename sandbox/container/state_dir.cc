@@ -117,6 +117,15 @@ StateDir::~StateDir() {
   if (absl::Status s = Remove(); !s.ok()) DSEC_LOG(warn, "container: {}", s.ToString());
 }
 
+absl::Status StateDir::RenameTo(const std::string& id) {
+  std::string target = absl::StrCat(path_.substr(0, path_.rfind('/') + 1), id);
+  if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+    return ErrnoToStatus(absl::StrCat("rename ", path_, " to ", target));
+  }
+  path_ = std::move(target);
+  return absl::OkStatus();
+}
+
 absl::Status StateDir::RecordCgroup(const std::string& cgroup_dir) const {
   return WriteFile(absl::StrCat(path_, "/cgroups"), absl::StrCat(cgroup_dir, "\n"), true);
 }
@@ -180,7 +189,9 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
     note(unmounted.status());
     absl::Status rm = RemoveTree(dir);
     note(rm);
-    if (rm.ok()) ++removed;
+    // Made-ahead slots and tombstones (".slot-", ".dead-": init_pool.h)
+    // are removed too but are not sandboxes.
+    if (rm.ok() && id[0] != '.') ++removed;
   }
   if (!first.ok()) return first;
   return removed;

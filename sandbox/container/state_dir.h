@@ -24,12 +24,16 @@ class StateDir {
  public:
   // AlreadyExists if <root>/<id> exists.
   static absl::StatusOr<StateDir> Create(const std::string& root, const std::string& id);
+  StateDir() = default;  // owns nothing
   StateDir(StateDir&& other) noexcept;
   StateDir& operator=(StateDir&& other) noexcept;
   StateDir(const StateDir&) = delete;
   StateDir& operator=(const StateDir&) = delete;
   ~StateDir();
 
+  // Renames the directory to <root>/<id> in the same root (a directory made
+  // ahead, init_pool.h, becoming a sandbox's). AlreadyExists if taken.
+  absl::Status RenameTo(const std::string& id);
   absl::Status RecordCgroup(const std::string& cgroup_dir) const;
   absl::Status RecordInit(pid_t pid) const;
   // Removes the tree now.
@@ -48,7 +52,9 @@ std::optional<std::string> ProcessIdentity(pid_t pid);
 // Removes every sandbox under `root` whose owner process is gone: kills its
 // init and every process in its cgroups, removes the cgroups, detaches its
 // mounts (loop devices autoclear with them) and deletes its directory.
-// Sandboxes of live runtimes are left alone. Returns how many were removed.
+// Sandboxes of live runtimes are left alone. Returns how many sandboxes
+// were removed (made-ahead slots and tombstones of destroyed sandboxes,
+// init_pool.h, are removed likewise but not counted).
 absl::StatusOr<int> CleanupOrphans(const std::string& root = kDefaultStateRoot);
 
 // rm -rf that stays on one file system; fails if a mount point remains.

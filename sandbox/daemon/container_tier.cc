@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "sandbox/container/init_pool.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/daemon/root_files.h"
@@ -128,8 +129,9 @@ class ScopedFsIds {
 
 class ContainerTierSandbox : public TierSandbox {
  public:
-  ContainerTierSandbox(std::unique_ptr<container::Sandbox> sandbox, std::shared_ptr<uint32_t> range)
-      : sandbox_(std::move(sandbox)), range_(std::move(range)) {}
+  ContainerTierSandbox(std::unique_ptr<container::Sandbox> sandbox, std::shared_ptr<uint32_t> range,
+                       std::shared_ptr<container::InitPool> pool)
+      : pool_(std::move(pool)), sandbox_(std::move(sandbox)), range_(std::move(range)) {}
   ~ContainerTierSandbox() override { (void)Destroy(); }
 
   absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
@@ -256,6 +258,7 @@ class ContainerTierSandbox : public TierSandbox {
   }
 
  private:
+  std::shared_ptr<container::InitPool> pool_;  // outlives sandbox_ (member order)
   std::unique_ptr<container::Sandbox> sandbox_;
   std::shared_ptr<uint32_t> range_;  // its host id range (user namespace), given back with it
   FreezerPlace freezer_;
@@ -269,6 +272,19 @@ std::string FreezerCgroupName(const std::string& sandbox_id) {
   return absl::StrCat("dsec-frz-", sandbox_id);
 }
 
+ContainerTier::ContainerTier(ContainerTierOptions options) : options_(std::move(options)) {
+  if (options_.init_pool == 0) return;
+  auto pool = container::InitPool::Create(options_.state_root, options_.init_pool);
+  if (pool.ok()) {
+    pool_ = std::move(*pool);
+  } else {
+    // Creates work without it (each from scratch).
+    DSEC_LOG(warn, "daemon: no made-ahead container inits: {}", pool.status().ToString());
+  }
+}
+
+ContainerTier::~ContainerTier() = default;
+
 absl::StatusOr<std::unique_ptr<TierSandbox>> ContainerTier::Create(const CreateSpec& spec) {
   container::SandboxConfig c;
   c.id = spec.id;
@@ -281,13 +297,14 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> ContainerTier::Create(const CreateS
   c.upper_size_bytes = options_.upper_size_bytes;
   c.state_root = options_.state_root;
   c.isolation = spec.isolation;
+  c.init_pool = pool_.get();
   std::shared_ptr<uint32_t> range;
   if (spec.user_namespace) {
     DSEC_ASSIGN_OR_RETURN(range, TakeRange());
     c.user_namespace = container::UserNamespaceMap{*range, *range, kRangeIds};
   }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<container::Sandbox> sb, container::Sandbox::Create(std::move(c)));
-  return std::unique_ptr<TierSandbox>(new ContainerTierSandbox(std::move(sb), std::move(range)));
+  return std::unique_ptr<TierSandbox>(new ContainerTierSandbox(std::move(sb), std::move(range), pool_));
 }
 
 absl::StatusOr<std::shared_ptr<uint32_t>> ContainerTier::TakeRange() {

@@ -15,16 +15,24 @@
 #include "absl/status/statusor.h"
 #include "sandbox/daemon/tier.h"
 
+namespace dsec::container {
+class InitPool;
+}
+
 namespace dsec::daemon {
 
 struct ContainerTierOptions {
   std::string state_root;           // container::SandboxConfig::state_root
   uint64_t upper_size_bytes = 1ull << 30;
+  // Made-ahead sandbox inits kept ready (sandbox/container/init_pool.h);
+  // 0: every create starts from scratch.
+  size_t init_pool = 0;
 };
 
 class ContainerTier : public Tier {
  public:
-  explicit ContainerTier(ContainerTierOptions options) : options_(std::move(options)) {}
+  explicit ContainerTier(ContainerTierOptions options);
+  ~ContainerTier() override;
   std::string name() const override { return "container"; }
   absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override;
   // Thaws freezer cgroups of orphans (a frozen process cannot die), then
@@ -44,6 +52,8 @@ class ContainerTier : public Tier {
   absl::StatusOr<std::shared_ptr<uint32_t>> TakeRange();
 
   ContainerTierOptions options_;
+  // Shared with its sandboxes, which tell it when they are destroyed.
+  std::shared_ptr<container::InitPool> pool_;
   std::shared_ptr<std::mutex> ranges_mu_ = std::make_shared<std::mutex>();
   std::shared_ptr<std::set<uint32_t>> ranges_ = std::make_shared<std::set<uint32_t>>();  // by ranges_mu_
 };

@@ -87,7 +87,8 @@ int RunDaemon(DaemonOptions o) {
   if (o.qos_placement && o.service.qos == nullptr) o.service.qos = QosPlacer::ForHost();
 
   std::map<std::string, std::unique_ptr<Tier>> tiers;
-  tiers["container"] = std::make_unique<ContainerTier>(ContainerTierOptions{o.container_state_root, o.upper_size_bytes});
+  tiers["container"] = std::make_unique<ContainerTier>(
+      ContainerTierOptions{o.container_state_root, o.upper_size_bytes, o.container_init_pool});
   FncallTierOptions fo;
   fo.state_root = o.fncall_state_root;
   fo.max_workers_per_pool = o.fncall_max_workers;

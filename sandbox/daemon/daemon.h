@@ -19,6 +19,7 @@ struct DaemonOptions {
   std::string container_state_root;  // container sandboxes' state dirs
   std::string fncall_state_root;     // fncall pools' state dirs
   uint64_t upper_size_bytes = 1ull << 30;
+  size_t container_init_pool = 2;     // made-ahead container inits kept ready
   std::string trajectory_dir = kDefaultTrajectoryDir;  // "" = no trajectory support
   uint64_t max_task_bytes = 64ull << 20;
   uint64_t max_node_bytes = 4ull << 30;

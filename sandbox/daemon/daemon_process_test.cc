@@ -29,7 +29,11 @@ constexpr char kJson[] = "application/json";
 class Daemon {
  public:
   Daemon(const std::string& dir, const std::string& store) : dir_(dir), store_(store) {}
-  ~Daemon() { Kill(SIGKILL); }
+  // A graceful stop: a SIGKILLed daemon leaves its made-ahead sandbox
+  // inits' cgroups for the next daemon's restart cleanup, and no next
+  // daemon comes after a test. (The crash test kills on purpose, and
+  // restarts.)
+  ~Daemon() { Kill(SIGTERM); }
   bool Start() {
     std::vector<std::string> args = {DSEC_VMMD_BINARY_PATH,
                                      "--socket", Socket(),

@@ -203,10 +203,19 @@ class Daemon:
         except OSError:
             return ""
 
-    def leaks(self, sandbox_ids):
+    def leaks(self, sandbox_ids, settle_s=5.0):
         """What is left on the host: mounts under tmp, cgroup dirs and
-        processes whose cgroup names one of sandbox_ids."""
-        return host_leaks(self.tmp, sandbox_ids)
+        processes whose cgroup names one of sandbox_ids. A destroyed
+        container sandbox's cgroups and state directory are removed by the
+        daemon's own thread just after DELETE answers
+        (sandbox/container/init_pool.h), so this waits up to settle_s for
+        them to go; what remains after that is a leak."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            leaks = host_leaks(self.tmp, sandbox_ids)
+            if not leaks or time.monotonic() >= deadline:
+                return leaks
+            time.sleep(0.05)
 
 
 def _mounts_under(root):

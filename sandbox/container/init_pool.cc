@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/container/init_pool.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "sandbox/container/exec.h"
+#include "sandbox/container/init_launch.h"
+#include "vmm/base/logging.h"
+#include "vmm/base/status.h"
+
+namespace dsec::container {
+
+InitSlot::~InitSlot() {
+  // The init first: its cgroups can only go once it is gone; the state
+  // directory goes last (member order).
+  KillInit();
+}
+
+void InitSlot::KillInit() {
+  config_write.Reset();
+  control.Reset();
+  report_read.Reset();
+  if (!init_pidfd) return;
+  ::syscall(SYS_pidfd_send_signal, init_pidfd.get(), SIGKILL, nullptr, 0);
+  siginfo_t info{};
+  while (::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(init_pidfd.get()), &info,
+                  WEXITED) != 0 &&
+         errno == EINTR) {
+  }
+  init_pidfd.Reset();
+  init_pid = 0;
+}
+
+absl::StatusOr<std::unique_ptr<InitPool>> InitPool::Create(const std::string& state_root,
+                                                           size_t target,
+                                                           const std::string& init_binary) {
+  DSEC_ASSIGN_OR_RETURN(std::string binary, FindSandboxInit(init_binary));
+  std::unique_ptr<InitPool> pool(new InitPool(state_root, target, std::move(binary)));
+  pool->thread_ = std::thread([p = pool.get()] { p->Run(); });
+  return pool;
+}
+
+InitPool::~InitPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_.clear();  // each slot removes itself
+}
+
+std::optional<InitSlot> InitPool::Take() {
+  std::optional<InitSlot> slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready_.empty()) {
+      ++stats_.misses;
+      return std::nullopt;
+    }
+    slot.emplace(std::move(ready_.front()));
+    ready_.pop_front();
+    ++stats_.taken;
+  }
+  wake_.notify_one();
+  return slot;
+}
+
+void InitPool::Retire(StateDir state, ContainerCgroups cgroups) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_.push_back(Retired{std::move(state), std::move(cgroups)});
+  }
+  wake_.notify_all();
+}
+
+bool InitPool::WaitReady(size_t n, int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return made_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                        [this, n] { return ready_.size() >= n; });
+}
+
+void InitPool::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  flushed_.wait(lock, [this] { return retired_.empty() && removing_ == 0; });
+}
+
+InitPoolStats InitPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  InitPoolStats s = stats_;
+  s.ready = ready_.size();
+  return s;
+}
+
+absl::Status InitPool::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void InitPool::Run() {
+  uint64_t seq = 0;
+  int failures_in_a_row = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    // Remains of destroyed sandboxes first; they also go at shutdown.
+    if (!retired_.empty()) {
+      Retired r = std::move(retired_.front());
+      retired_.pop_front();
+      ++removing_;
+      lock.unlock();
+      // A killed task keeps its cgroup busy until it has finished exiting:
+      // retry with a growing pause, for up to ~0.8 s (as Sandbox::Destroy).
+      std::vector<std::string> dirs = r.cgroups.dirs();
+      absl::Status removed = r.cgroups.Remove();
+      for (int64_t pause_us = 200; !removed.ok() && pause_us <= 204'800; pause_us *= 2) {
+        std::unique_lock<std::mutex> wait_lock(mu_);
+        wake_.wait_for(wait_lock, std::chrono::microseconds(pause_us), [] { return false; });
+        wait_lock.unlock();
+        removed = absl::OkStatus();
+        for (const std::string& d : dirs) {
+          absl::Status s = KillAndRemoveCgroup(d);
+          if (!s.ok() && removed.ok()) removed = s;
+        }
+      }
+      absl::Status gone = removed.ok() ? r.state.Remove() : removed;
+      if (!gone.ok()) DSEC_LOG(warn, "container: removing a destroyed sandbox: {}", gone.ToString());
+      lock.lock();
+      --removing_;
+      ++stats_.retired;
+      if (retired_.empty() && removing_ == 0) flushed_.notify_all();
+      continue;
+    }
+    if (stop_) break;
+    if (ready_.size() >= target_) {
+      wake_.wait(lock, [this] { return stop_ || ready_.size() < target_ || !retired_.empty(); });
+      continue;
+    }
+    lock.unlock();
+    auto slot = MakeSlot(seq++);
+    lock.lock();
+    if (slot.ok()) {
+      failures_in_a_row = 0;
+      ++stats_.made;
+      ready_.push_back(std::move(*slot));
+      made_.notify_all();
+      continue;
+    }
+    ++stats_.failures;
+    error_ = slot.status();
+    DSEC_LOG(warn, "container: init pool under {}: {}", state_root_, slot.status().ToString());
+    // A host that cannot make slots now (cgroups, pids) gets a growing
+    // pause, not a busy loop; creates work without slots meanwhile.
+    const auto pause = std::chrono::milliseconds(100 << std::min(failures_in_a_row++, 7));
+    wake_.wait_for(lock, pause, [this] { return stop_ || !retired_.empty(); });
+  }
+  flushed_.notify_all();
+}
+
+absl::StatusOr<InitSlot> InitPool::MakeSlot(uint64_t seq) {
+  InitSlot slot;
+  const std::string name = absl::StrCat("slot-", ::getpid(), "-", seq);
+  DSEC_ASSIGN_OR_RETURN(slot.state, StateDir::Create(state_root_, absl::StrCat(".", name)));
+  for (const char* sub : {"/merged", "/upper"}) {
+    std::string dir = absl::StrCat(slot.state.path(), sub);
+    if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", dir));
+  }
+  // No limits yet: the sandbox's are written when it takes the slot.
+  ResourceLimits none;
+  none.memory_bytes = 0;
+  none.pids_max = 0;
+  const StateDir& st = slot.state;
+  DSEC_ASSIGN_OR_RETURN(slot.cgroups,
+                        ContainerCgroups::Create(name, none, false, [&st](const std::string& d) {
+                          return st.RecordCgroup(d);
+                        }));
+  int go[2], report[2], control[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+  ScopedFd go_read(go[0]), go_write(go[1]);
+  if (::pipe2(report, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+  ScopedFd report_read(report[0]), report_write(report[1]);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
+    return ErrnoToStatus("socketpair");
+  }
+  ScopedFd control_ours(control[0]), control_init(control[1]);
+  InitFds fds;
+  fds.go_read = go_read.get();
+  fds.report_write = report_write.get();
+  fds.control = control_init.get();
+  DSEC_ASSIGN_OR_RETURN(
+      LaunchedInit init,
+      LaunchInit(init_binary_, nullptr, fds,
+                 CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET));
+  slot.init_pid = init.pid;
+  slot.init_pidfd = std::move(init.pidfd);
+  slot.config_write = std::move(init.config_write);
+  slot.control = std::move(control_ours);
+  slot.report_read = std::move(report_read);
+  // The slow part, while nobody waits.
+  DSEC_RETURN_IF_ERROR(slot.cgroups.AddProcess(slot.init_pid));
+  char one = 1;
+  if (WriteNoSigpipe(go_write.get(), &one, 1) != 1) return ErrnoToStatus("start slot init");
+  DSEC_RETURN_IF_ERROR(slot.state.RecordInit(slot.init_pid));
+  return slot;
+}
+
+}  // namespace dsec::container
