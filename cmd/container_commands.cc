@@ -18,6 +18,7 @@
 #include "cmd/container_layers.h"
 #include "cmd/default_paths.h"
 #include "cmd/fncall_commands.h"
+#include "sandbox/container/netns_pool.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/layers/layer_store.h"
@@ -75,6 +76,8 @@ int Run(const RunOptions& o) {
     fprintf(stderr, "dsec-vmm: no command given (sandbox run ... -- CMD ARGS)\n");
     return 2;
   }
+  // One sandbox in this process: namespaces made ahead would be wasted.
+  container::NetnsPool::SetDefaultTarget(0);
   // The default state root lives in memory (a tmpfs if /run is on disk).
   if (o.state_dir == container::kDefaultStateRoot) {
     if (auto m = container::MountStateRootTmpfs(o.state_dir); !m.ok()) {

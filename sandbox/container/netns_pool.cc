@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -62,9 +63,15 @@ NetnsPool::~NetnsPool() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+std::atomic<size_t> default_target{4};
+}  // namespace
+
+void NetnsPool::SetDefaultTarget(size_t target) { default_target = target; }
+
 NetnsPool& NetnsPool::Default() {
   static NetnsPool* pool = [] {
-    size_t target = 4;
+    size_t target = default_target.load();
     if (const char* v = std::getenv("DSEC_NETNS_POOL"); v != nullptr) {
       size_t n = 0;
       if (absl::SimpleAtoi(v, &n) && n <= 64) target = n;

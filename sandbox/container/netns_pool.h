@@ -46,6 +46,10 @@ class NetnsPool {
   // The process-wide pool the container tier uses (target from
   // DSEC_NETNS_POOL, default 4; 0 turns it off). Started on first use.
   static NetnsPool& Default();
+  // Sets Default()'s target before its first use (a one-sandbox process,
+  // `sandbox run`, wants none: each namespace made ahead is wasted there).
+  // DSEC_NETNS_POOL still wins. No effect once Default() has started.
+  static void SetDefaultTarget(size_t target);
 
   // A fresh namespace with lo up, or an invalid fd when none is ready.
   ScopedFd Take();
