@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
@@ -24,6 +23,7 @@
 #include "sandbox/container/output_limiter.h"
 #include "sched/sysfs_file.h"
 #include "vmm/base/clock.h"
+#include "vmm/base/fd_passing.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/status.h"
 
@@ -109,49 +109,19 @@ namespace {
 // `*fd` gets a descriptor that came with it (else -1). False on EOF or an
 // error: the init is gone.
 bool ReadInitMessage(int control, InitMessage* m, ScopedFd* fd) {
-  iovec iov{m, sizeof(*m)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
-  msg.msg_control = ctl;
-  msg.msg_controllen = sizeof(ctl);
-  ssize_t n;
-  do {
-    n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-  } while (n < 0 && errno == EINTR);
-  fd->Reset();
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      int got;
-      std::memcpy(&got, CMSG_DATA(c), sizeof(int));
-      fd->Reset(got);
-    }
-  }
+  int got = -1;
+  size_t nfds = 0;
+  const ssize_t n = ReceiveWithFds(control, m, sizeof(*m), &got, 1, &nfds, MSG_WAITALL);
+  fd->Reset(nfds == 1 ? got : -1);
   return n == static_cast<ssize_t>(sizeof(*m));
 }
 
 // Sends the request header with the four descriptors, then the body.
 bool SendRequest(int control, const ExecRequestHeader& h, const std::string& body,
                  const int (&fds)[kExecRequestFds]) {
-  iovec iov{const_cast<ExecRequestHeader*>(&h), sizeof(h)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(fds))] = {};
-  msg.msg_control = ctl;
-  msg.msg_controllen = sizeof(ctl);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(fds));
-  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
-  ssize_t n;
-  do {
-    n = ::sendmsg(control, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof(h))) return false;
+  if (SendWithFds(control, &h, sizeof(h), fds, kExecRequestFds) != static_cast<ssize_t>(sizeof(h))) {
+    return false;
+  }
   for (size_t off = 0; off < body.size();) {
     ssize_t w = ::send(control, body.data() + off, body.size() - off, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;

@@ -5,16 +5,15 @@
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_process.h"
 #include "sandbox/container/init_protocol.h"
+#include "vmm/base/fd_passing.h"
 
 namespace {
 
@@ -46,23 +45,11 @@ void EnterUserNamespace() {
 // The detached overlay, the one descriptor of the first control message.
 int ReceiveOverlay() {
   char byte;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = ::recvmsg(kInitControlFd, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (n != 1 || c == nullptr || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int))) {
-    FailChild(kInitReportFd, kMountOverlay, EPROTO);
-  }
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+  int fd = -1;
+  size_t nfds = 0;
+  bool dropped = false;
+  const ssize_t n = dsec::ReceiveWithFds(kInitControlFd, &byte, 1, &fd, 1, &nfds, 0, &dropped);
+  if (n != 1 || nfds != 1 || dropped) FailChild(kInitReportFd, kMountOverlay, EPROTO);
   return fd;
 }
 

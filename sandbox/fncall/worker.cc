@@ -26,6 +26,7 @@
 #include "sandbox/container/state_dir.h"
 #include "sched/isolation.h"
 #include "sched/sysfs_file.h"
+#include "vmm/base/fd_passing.h"
 #include "vmm/base/clock.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/status.h"
@@ -92,24 +93,8 @@ bool Drain(int fd, int stream, container::OutputLimiter& limiter, std::string* o
 }
 
 // Sends `frame` with `fds` attached to its first byte.
-absl::Status SendWithFds(int sock, const std::string& frame, const int (&fds)[3]) {
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(fds))];
-  std::memset(cbuf, 0, sizeof(cbuf));
-  iovec iov{const_cast<char*>(frame.data()), frame.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof(cbuf);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(fds));
-  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
-  ssize_t n;
-  do {
-    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+absl::Status SendFrameWithFds(int sock, const std::string& frame, const int (&fds)[3]) {
+  ssize_t n = SendWithFds(sock, frame.data(), frame.size(), fds, 3);
   if (n < 0) return ErrnoToStatus("fncall: send call");
   size_t sent = static_cast<size_t>(n);
   while (sent < frame.size()) {
@@ -350,7 +335,7 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
   const int64_t deadline = start + std::max<int64_t>(limits.timeout_ms, 1) * 1'000'000;
   DSEC_ASSIGN_OR_RETURN(ScopedFd child, CallChild(start + kKillGraceNs));
   const int fds[3] = {in.read.get(), out.write.get(), err.write.get()};
-  DSEC_RETURN_IF_ERROR(SendWithFds(control_.get(), frame, fds));
+  DSEC_RETURN_IF_ERROR(SendFrameWithFds(control_.get(), frame, fds));
   *delivered = true;
   in.read.Reset();
   out.write.Reset();

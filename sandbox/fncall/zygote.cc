@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "sandbox/fncall/protocol.h"
+#include "vmm/base/fd_passing.h"
 
 namespace dsec::fncall {
 
@@ -313,25 +314,14 @@ bool ReadExact(int fd, char* p, size_t n) {
   char head[4];
   size_t got = 0;
   int fds[3] = {-1, -1, -1};
-  int nfds = 0;
+  size_t nfds = 0;
   while (got < 4) {
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(3 * sizeof(int))];
-    iovec iov{head + got, 4 - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof(cbuf);
-    ssize_t n = ::recvmsg(ctl, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
+    // Descriptors past the three a call carries are closed on arrival.
+    int more[3];
+    size_t nmore = 0;
+    ssize_t n = ReceiveWithFds(ctl, head + got, 4 - got, more, 3 - nfds, &nmore);
     if (n <= 0) ::_exit(0);  // the runtime closed the pool
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count && nfds < 3; ++i) {
-        std::memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      }
-    }
+    for (size_t i = 0; i < nmore; ++i) fds[nfds++] = more[i];
     got += static_cast<size_t>(n);
   }
   const uint32_t size = GetU32(head);
