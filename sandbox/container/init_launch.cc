@@ -36,21 +36,30 @@ struct Trampoline {
 // written but its own stack. Its descriptor table is its own.
 int RunTrampoline(void* arg) {
   const Trampoline& t = *static_cast<const Trampoline*>(arg);
+  // A failure before execve is reported like the init's own (the report
+  // pipe is source 2, and in place on kInitReportFd once moved).
+  int report = t.sources[2];
+  auto fail = [&report](int err) {
+    ChildError e{kStdio, err};
+    if (report >= 0) (void)!::write(report, &e, sizeof(e));
+    ::_exit(127);
+  };
   // Everything out of the way of 0-7 first, then into place.
   int moved[kSources];
   for (int i = 0; i < kSources; ++i) {
     moved[i] = t.sources[i] < 0 ? -1 : ::fcntl(t.sources[i], F_DUPFD_CLOEXEC, 16);
-    if (t.sources[i] >= 0 && moved[i] < 0) ::_exit(127);
+    if (t.sources[i] >= 0 && moved[i] < 0) fail(errno);
   }
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null < 0) ::_exit(127);
+  if (null < 0) fail(errno);
   int devnull = ::fcntl(null, F_DUPFD_CLOEXEC, 16);
-  if (devnull < 0) ::_exit(127);
+  if (devnull < 0) fail(errno);
+  report = moved[2];
   for (int fd = 0; fd < 3; ++fd) {
-    if (::dup2(devnull, fd) < 0) ::_exit(127);
+    if (::dup2(devnull, fd) < 0) fail(errno);
   }
   for (int i = 0; i < kSources; ++i) {
-    if (::dup2(moved[i] >= 0 ? moved[i] : devnull, kInitConfigFd + i) < 0) ::_exit(127);
+    if (::dup2(moved[i] >= 0 ? moved[i] : devnull, kInitConfigFd + i) < 0) fail(errno);
   }
   ::syscall(SYS_close_range, kInitUsernsFd + 1, ~0u, 0);
   ::execve(t.binary, t.argv, t.envp);

@@ -136,8 +136,12 @@ void InitPool::Run() {
           if (!s.ok() && removed.ok()) removed = s;
         }
       }
-      absl::Status gone = removed.ok() ? r.state.Remove() : removed;
-      if (!gone.ok()) DSEC_LOG(warn, "container: removing a destroyed sandbox: {}", gone.ToString());
+      if (removed.ok()) removed = r.state.Remove();
+      if (!removed.ok()) {
+        // The records stay: the next start's CleanupOrphans removes the rest.
+        DSEC_LOG(warn, "container: removing a destroyed sandbox ({}, left for cleanup): {}",
+                 r.state.Abandon(), removed.ToString());
+      }
       lock.lock();
       --removing_;
       ++stats_.retired;

@@ -108,6 +108,8 @@ class InitPool {
   // Waits until `n` slots are ready or `timeout_ms` passed; whether they are.
   bool WaitReady(size_t n, int64_t timeout_ms);
   const std::string& state_root() const { return state_root_; }
+  // The init binary its slots run (resolved by FindSandboxInit).
+  const std::string& init_binary() const { return init_binary_; }
   InitPoolStats stats() const;
   absl::Status last_error() const;
 

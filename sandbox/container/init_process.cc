@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "sandbox/container/init_protocol.h"
+#include "vmm/base/fd_passing.h"
 
 namespace dsec::container {
 
@@ -55,10 +56,10 @@ struct SpawnArgs {
   gid_t gid = 0;
 };
 
-// The exec process: a CLONE_VM | CLONE_VFORK child of the init, running on
-// its own stack in the init's memory until execve. It writes nothing the
-// init reads (errno aside, which the init does not look at across the
-// clone) and allocates nothing.
+// The exec process: a CLONE_VFORK child of the init, running on its own
+// stack in the init's memory (or, when it switches ids, a copy of it) until
+// execve. It writes nothing the init reads (errno aside, which the init
+// does not look at across the clone) and allocates nothing.
 int ExecChild(void* arg) {
   const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
   const int err_fd = a.fds[3];
@@ -76,13 +77,14 @@ int ExecChild(void* arg) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (::chdir(a.request->cwd) != 0) FailChild(3, kChdir, errno);
   if (a.uid != 0 || a.gid != 0) {
     if (::setgroups(0, nullptr) != 0 || ::setresgid(a.gid, a.gid, a.gid) != 0 ||
         ::setresuid(a.uid, a.uid, a.uid) != 0) {
       FailChild(3, kSetId, errno);
     }
   }
+  // After the switch: a uid enters only the directories it may enter.
+  if (::chdir(a.request->cwd) != 0) FailChild(3, kChdir, errno);
   int last = ENOENT;
   for (uint32_t i = 0; i < a.request->npaths; ++i) {
     ::execve(a.request->paths[i], a.request->argv, a.request->envp);
@@ -96,22 +98,7 @@ int ExecChild(void* arg) {
 // runtime that stopped reading loses messages, and the init goes on.
 void Send(const InitState& in, const InitMessage& m, int fd) {
   if (in.control < 0) return;
-  iovec iov{const_cast<InitMessage*>(&m), sizeof(m)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  while (::sendmsg(in.control, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
-  }
+  SendWithFds(in.control, &m, sizeof(m), &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
 }
 
 bool ReadFull(int fd, char* buf, size_t len) {
@@ -170,40 +157,19 @@ void ReapChildren(InitState& in) {
 // closed by the runtime, or out of step (nothing after can be trusted).
 bool ServeRequest(InitState& in) {
   ExecRequestHeader h;
-  iovec iov{&h, sizeof(h)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kExecRequestFds)];
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = ::recvmsg(in.control, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-  } while (n < 0 && errno == EINTR);
   int fds[kExecRequestFds] = {-1, -1, -1, -1};
-  int nfds = 0;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (nfds < kExecRequestFds) {
-        fds[nfds++] = fd;
-      } else {
-        ::close(fd);
-      }
-    }
-  }
+  size_t nfds = 0;
+  bool dropped = false;
+  const ssize_t n = ReceiveWithFds(in.control, &h, sizeof(h), fds, kExecRequestFds, &nfds,
+                                   MSG_WAITALL, &dropped);
   auto close_fds = [&fds] {
     for (int& fd : fds) {
       if (fd >= 0) ::close(fd);
       fd = -1;
     }
   };
-  if (n != static_cast<ssize_t>(sizeof(h)) || (msg.msg_flags & MSG_CTRUNC) != 0 ||
-      h.magic != kExecRequestMagic || h.body_bytes > kMaxExecRequestBytes) {
+  if (n != static_cast<ssize_t>(sizeof(h)) || dropped || h.magic != kExecRequestMagic ||
+      h.body_bytes > kMaxExecRequestBytes) {
     close_fds();
     return false;
   }
@@ -252,9 +218,15 @@ bool ServeRequest(InitState& in) {
     args.uid = h.uid;
     args.gid = h.gid;
     int pidfd = -1;
-    // Signals stay blocked in the child until it has reset its mask.
-    int pid = ::clone(&ExecChild, in.stack_top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-                      &args, &pidfd);
+    // Signals stay blocked in the child until it has reset its mask. A
+    // child that changes its uid or gid gets a copy of the memory: the
+    // kernel resets the dumpable flag of the memory of a task whose ids
+    // change (to fs.suid_dumpable), and in shared memory that would be the
+    // init's, opening /proc/1/mem to the sandbox's processes.
+    const bool switch_ids = args.uid != 0 || args.gid != 0;
+    int pid = ::clone(&ExecChild, in.stack_top,
+                      (switch_ids ? 0 : CLONE_VM) | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args,
+                      &pidfd);
     if (pid > 0) {
       Track(in, pid, (h.flags & kExecKillGroupOnExit) != 0);
       reply.type = kInitSpawned;

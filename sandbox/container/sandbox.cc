@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -22,6 +21,7 @@
 #include "sandbox/container/init_pool.h"
 #include "sandbox/container/netns_pool.h"
 #include "sched/isolation.h"
+#include "vmm/base/fd_passing.h"
 #include "vmm/base/logging.h"
 #include "vmm/base/status.h"
 
@@ -36,8 +36,13 @@ int64_t NowNs() {
 }
 
 absl::Status ValidateConfig(const SandboxConfig& c) {
-  if (c.id.empty() || c.id.size() > 64 || c.id == "." || c.id == "..") {
+  if (c.id.empty() || c.id.size() > 64) {
     return absl::InvalidArgumentError(absl::StrCat("sandbox id \"", c.id, "\" must be 1-64 chars"));
+  }
+  // Names beginning with a dot are the init pool's (".slot-", ".dead-").
+  if (c.id[0] == '.') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sandbox id \"", c.id, "\" may not begin with '.'"));
   }
   for (char ch : c.id) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' &&
@@ -58,26 +63,10 @@ absl::Status ValidateConfig(const SandboxConfig& c) {
   return absl::OkStatus();
 }
 
-// One byte with `fd` attached (SCM_RIGHTS).
+// One byte with `fd` attached.
 bool SendFd(int sock, int fd) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  ssize_t n;
-  do {
-    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  return n == 1;
+  const char byte = 0;
+  return SendWithFds(sock, &byte, 1, &fd, 1) == 1;
 }
 
 absl::Status Mkdir(const std::string& path) {
@@ -104,7 +93,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
   // A made-ahead init, where this sandbox can use one (init_pool.h).
   const bool slot_fits = config.init_pool != nullptr && !config.isolation &&
                          !config.user_namespace &&
-                         config.init_pool->state_root() == config.state_root;
+                         config.init_pool->state_root() == config.state_root &&
+                         config.init_pool->init_binary() == init_binary;
   std::optional<InitSlot> slot = slot_fits ? config.init_pool->Take() : std::nullopt;
   StateDir state;
   if (slot) {
@@ -153,7 +143,11 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
   bool started = false;
   if (slot) {
     sb->cgroups_ = std::move(slot->cgroups);
-    DSEC_RETURN_IF_ERROR(sb->cgroups_.ApplyLimits(sb->config_.limits));
+    if (absl::Status s = sb->cgroups_.ApplyLimits(sb->config_.limits); !s.ok()) {
+      // The slot's init is in these cgroups: gone before `sb` removes them.
+      slot->KillInit();
+      return s;
+    }
     DSEC_ASSIGN_OR_RETURN(started, sb->StartSlotInit(*slot));
   } else {
     DSEC_ASSIGN_OR_RETURN(
@@ -449,9 +443,9 @@ absl::Status Sandbox::Destroy() {
   // With a pool for this root, its thread removes the cgroups and the state
   // directory (init_pool.h: rmdirs here could wait out a refill's grace
   // period); the directory is renamed first so that the id is free now.
+  static std::atomic<uint64_t> tombstones{0};
   if (config_.init_pool != nullptr && config_.init_pool->state_root() == config_.state_root &&
       first.ok()) {
-    static std::atomic<uint64_t> tombstones{0};
     if (state_.RenameTo(absl::StrCat(".dead-", ::getpid(), "-", tombstones++)).ok()) {
       config_.init_pool->Retire(std::move(state_), std::move(cgroups_));
       return first;
@@ -472,6 +466,13 @@ absl::Status Sandbox::Destroy() {
     }
   }
   note(removed);
+  if (!removed.ok()) {
+    // The cgroups record stays (the next start's CleanupOrphans removes
+    // them), under a tombstone's name so that the id is free.
+    (void)state_.RenameTo(absl::StrCat(".dead-", ::getpid(), "-", tombstones++));
+    DSEC_LOG(warn, "container: {} left for cleanup", state_.Abandon());
+    return first;
+  }
   note(state_.Remove());
   return first;
 }

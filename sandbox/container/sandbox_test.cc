@@ -14,7 +14,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -110,6 +112,51 @@ TEST_F(SandboxTest, PassesStdinEnvCwdAndUsesPath) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->stdout_data, "piped\nbar\n/etc\n");
   EXPECT_EQ(r->status(), 0);
+}
+
+// Ids that would escape the state root, or take the init pool's names,
+// are refused before anything is made.
+TEST_F(SandboxTest, BadIdsAreRefusedAndLeaveNothing) {
+  for (const std::string& id : std::vector<std::string>{"", ".", "..", ".slot-1-0", ".dead-1-0", "a/b",
+                                                      std::string(65, 'x')}) {
+    SandboxConfig c = Config("x");
+    c.id = id;
+    auto sb = Sandbox::Create(c);
+    ASSERT_FALSE(sb.ok()) << id;
+    EXPECT_EQ(sb.status().code(), absl::StatusCode::kInvalidArgument) << id << ": " << sb.status();
+  }
+  struct stat st;
+  EXPECT_NE(::stat(absl::StrCat(dir_->path(), "/state/.slot-1-0").c_str(), &st), 0);
+}
+
+// The working directory is entered as the exec's uid: a uid cannot start in
+// a directory closed to it (root's capabilities are gone by then), and the
+// init serves the execs that come after.
+TEST_F(SandboxTest, AnExecsUidEntersOnlyDirectoriesOpenToIt) {
+  auto sb = Sandbox::Create(Config("cwd-uid"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_EQ(Sh(**sb, "mkdir -m 0700 /closed && echo s > /closed/secret && echo ok").stdout_data,
+            "ok\n");
+  ExecOptions o;
+  o.argv = {"cat", "secret"};
+  o.cwd = "/closed";
+  o.uid = 1000;
+  o.gid = 1000;
+  auto denied = (*sb)->Exec(o);
+  ASSERT_FALSE(denied.ok()) << denied->stdout_data;
+  EXPECT_TRUE(absl::StrContains(denied.status().message(), "chdir")) << denied.status();
+  o.cwd = "/";
+  o.argv = {"id", "-u"};
+  auto open = (*sb)->Exec(o);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(open->stdout_data, "1000\n");
+  o.uid = 0;
+  o.gid = 0;
+  o.cwd = "/closed";
+  o.argv = {"cat", "secret"};
+  auto root = (*sb)->Exec(o);
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(root->stdout_data, "s\n");
 }
 
 TEST_F(SandboxTest, OutputCallbackSeesWhatTheCapAdmitsAndDropsArePerStream) {

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -38,6 +39,10 @@ class StateDir {
   absl::Status RecordInit(pid_t pid) const;
   // Removes the tree now.
   absl::Status Remove();
+  // Gives the directory up without removing it, records and all: what a
+  // destroy could not remove (a cgroup still busy) is left for the next
+  // CleanupOrphans to find. Returns the path.
+  std::string Abandon() { return std::exchange(path_, std::string()); }
 
   const std::string& path() const { return path_; }
 

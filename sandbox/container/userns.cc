@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,9 +23,12 @@ namespace {
 
 // The child only holds the namespace open until the runtime has written
 // its maps and opened it, then is SIGKILLed. It shares the runtime's
-// memory (CLONE_VM) and runs with every signal blocked (SIGKILL aside).
+// memory (CLONE_VM) and runs with every signal blocked (SIGKILL aside), so
+// it makes raw system calls only (glibc's pause() would mark the runtime
+// thread's cancellation state) and holds none of the runtime's descriptors.
 int HoldNamespace(void*) {
-  while (true) ::pause();
+  ::syscall(SYS_close_range, 0, ~0u, 0);
+  while (true) ::syscall(SYS_pause);
 }
 
 }  // namespace
