@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cmd/fncall_commands.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/random.h>
 #include <sys/wait.h>

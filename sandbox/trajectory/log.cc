@@ -143,7 +143,9 @@ absl::StatusOr<std::unique_ptr<TrajectoryLog>> TrajectoryLog::Open(const std::st
 
 absl::Status TrajectoryLog::Recover() {
   absl::MutexLock lock(&mu_);
-  DSEC_ASSIGN_OR_RETURN(std::string data, ReadAll(fd_.get()));
+  absl::StatusOr<std::string> read = ReadAll(fd_.get());
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
   uint64_t keep = 0;
   std::string why;
   if (data.size() < sizeof(kFileHeader)) {

@@ -5,8 +5,10 @@
 
 #include <mutex>
 
+#include "fmt/format.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace dsec::log {
 
@@ -30,9 +32,33 @@ int64_t MonotonicNs() {
   return static_cast<int64_t>(ts.tv_sec) * kNsPerSecond + ts.tv_nsec;
 }
 
+spdlog::level::level_enum ToSpdlog(Level level) {
+  switch (level) {
+    case Level::trace: return spdlog::level::trace;
+    case Level::debug: return spdlog::level::debug;
+    case Level::info: return spdlog::level::info;
+    case Level::warn: return spdlog::level::warn;
+    case Level::err: return spdlog::level::err;
+    case Level::critical: return spdlog::level::critical;
+  }
+  return spdlog::level::critical;
+}
+
 }  // namespace
 
 spdlog::logger* Get() { return Holder().get(); }
+
+bool Enabled(Level level) { return Get()->should_log(ToSpdlog(level)); }
+
+void Write(Level level, fmt::string_view format, fmt::format_args args) {
+  std::string message;
+  try {
+    message = fmt::vformat(format, args);
+  } catch (const std::exception& e) {
+    message = std::string("log format error: ") + e.what() + ": " + std::string(format.data(), format.size());
+  }
+  Get()->log(ToSpdlog(level), spdlog::string_view_t(message));
+}
 
 void SetLevel(std::string_view level) {
   auto parsed = spdlog::level::from_str(std::string(level));

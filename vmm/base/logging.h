@@ -8,14 +8,37 @@
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
+#include <string>
+#include <string_view>
 
-#include "spdlog/spdlog.h"
+// Only fmt's core: a call site checks its format string at compile time and
+// packs its arguments; the formatting itself and spdlog are compiled once,
+// in logging.cc (with Debian's header-only fmt and spdlog, which a static
+// binary needs, including spdlog here cost each including file ~12 s of
+// compile time for the formatting engine it instantiated).
+#include "fmt/core.h"
+
+namespace spdlog {
+class logger;
+}  // namespace spdlog
 
 namespace dsec::log {
 
+// DSEC_LOG's levels, named as spdlog names them.
+enum class Level : int { trace, debug, info, warn, err, critical };
+
 // The process-wide logger (stderr by default).
 spdlog::logger* Get();
+// Whether a message of `level` would be written now.
+bool Enabled(Level level);
+// Formats and writes one message (format errors are written, not thrown).
+void Write(Level level, fmt::string_view format, fmt::format_args args);
+
+template <typename... Args>
+void Log(Level level, fmt::format_string<Args...> format, Args&&... args) {
+  if (!Enabled(level)) return;
+  Write(level, format, fmt::make_format_args(args...));
+}
 // "trace", "debug", "info", "warn", "error", "off"; unknown names keep the level.
 void SetLevel(std::string_view level);
 // Redirects the logger to a file (tests, daemons). Returns false on failure.
@@ -41,7 +64,7 @@ class SiteLimiter {
 
 }  // namespace dsec::log
 
-#define DSEC_LOG(lvl, ...) ::dsec::log::Get()->log(::spdlog::level::lvl, __VA_ARGS__)
+#define DSEC_LOG(lvl, ...) ::dsec::log::Log(::dsec::log::Level::lvl, __VA_ARGS__)
 
 // level: trace, debug, info, warn, err, critical.
 #define DSEC_LOG_RATELIMITED(lvl, per_second, ...)                              \
