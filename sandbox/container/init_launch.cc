@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -114,6 +115,37 @@ absl::Status ValidateInitConfig(const InitConfig& config) {
         "sandbox init: root path, hostname, overlay layers or filter out of bounds");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<InitChannels> InitChannels::Create() {
+  InitChannels c;
+  int go[2], report[2], control[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+  c.go_read.Reset(go[0]);
+  c.go_write.Reset(go[1]);
+  if (::pipe2(report, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
+  c.report_read.Reset(report[0]);
+  c.report_write.Reset(report[1]);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
+    return ErrnoToStatus("socketpair");
+  }
+  c.control_ours.Reset(control[0]);
+  c.control_init.Reset(control[1]);
+  return c;
+}
+
+InitFds InitChannels::fds() const {
+  InitFds f;
+  f.go_read = go_read.get();
+  f.report_write = report_write.get();
+  f.control = control_init.get();
+  return f;
+}
+
+void InitChannels::CloseInitEnds() {
+  go_read.Reset();
+  report_write.Reset();
+  control_init.Reset();
 }
 
 absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig* config,

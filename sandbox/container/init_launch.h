@@ -45,6 +45,21 @@ struct InitFds {
   int userns = -1;        // becomes kInitUsernsFd when config.join_userns
 };
 
+// The runtime's channels to one init: the go pipe (the runtime writes once
+// the init is in its cgroups), the report pipe (ChildError records) and the
+// control socketpair. All close-on-exec; LaunchInit moves the init's ends.
+struct InitChannels {
+  static absl::StatusOr<InitChannels> Create();
+  // The init's ends, for LaunchInit (netns/userns left to the caller).
+  InitFds fds() const;
+  // Closes the init's ends once it holds its own copies.
+  void CloseInitEnds();
+
+  ScopedFd go_read, go_write;
+  ScopedFd report_read, report_write;
+  ScopedFd control_ours, control_init;
+};
+
 struct LaunchedInit {
   pid_t pid = 0;  // host view; with config.join_userns the process that forks PID 1
   ScopedFd pidfd;

@@ -191,19 +191,8 @@ absl::StatusOr<InitSlot> InitPool::MakeSlot(uint64_t seq) {
                         ContainerCgroups::Create(name, none, false, [&st](const std::string& d) {
                           return st.RecordCgroup(d);
                         }));
-  int go[2], report[2], control[2];
-  if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-  ScopedFd go_read(go[0]), go_write(go[1]);
-  if (::pipe2(report, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-  ScopedFd report_read(report[0]), report_write(report[1]);
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
-    return ErrnoToStatus("socketpair");
-  }
-  ScopedFd control_ours(control[0]), control_init(control[1]);
-  InitFds fds;
-  fds.go_read = go_read.get();
-  fds.report_write = report_write.get();
-  fds.control = control_init.get();
+  DSEC_ASSIGN_OR_RETURN(InitChannels ch, InitChannels::Create());
+  InitFds fds = ch.fds();
   DSEC_ASSIGN_OR_RETURN(
       LaunchedInit init,
       LaunchInit(init_binary_, nullptr, fds,
@@ -211,12 +200,13 @@ absl::StatusOr<InitSlot> InitPool::MakeSlot(uint64_t seq) {
   slot.init_pid = init.pid;
   slot.init_pidfd = std::move(init.pidfd);
   slot.config_write = std::move(init.config_write);
-  slot.control = std::move(control_ours);
-  slot.report_read = std::move(report_read);
+  ch.CloseInitEnds();
+  slot.control = std::move(ch.control_ours);
+  slot.report_read = std::move(ch.report_read);
   // The slow part, while nobody waits.
   DSEC_RETURN_IF_ERROR(slot.cgroups.AddProcess(slot.init_pid));
   char one = 1;
-  if (WriteNoSigpipe(go_write.get(), &one, 1) != 1) return ErrnoToStatus("start slot init");
+  if (WriteNoSigpipe(ch.go_write.get(), &one, 1) != 1) return ErrnoToStatus("start slot init");
   DSEC_RETURN_IF_ERROR(slot.state.RecordInit(slot.init_pid));
   return slot;
 }

@@ -93,6 +93,18 @@ absl::StatusOr<ScopedFd> FsMount(const char* fstype, const std::string& source,
   return mnt;
 }
 
+// overlayfs's lowerdir: `lowers` bottom first, named top first and
+// ':'-joined; a directory with ',' or ':' cannot be named there.
+absl::StatusOr<std::string> LowerDirOption(const std::vector<std::string>& lowers) {
+  if (lowers.empty()) return absl::InvalidArgumentError("overlay needs at least one lower layer");
+  for (const std::string& dir : lowers) {
+    if (dir.find_first_of(",:") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("overlay lower has ',' or ':': ", dir));
+    }
+  }
+  return absl::StrJoin(lowers.rbegin(), lowers.rend(), ":");
+}
+
 }  // namespace
 
 absl::StatusOr<DetachedMount> DetachedMount::Erofs(const std::string& image) {
@@ -128,16 +140,10 @@ absl::StatusOr<DetachedMount> DetachedMount::Tmpfs(uint64_t size_bytes, bool rea
 absl::StatusOr<DetachedMount> DetachedMount::Overlay(const std::vector<std::string>& lowers,
                                                      const std::string& upper,
                                                      const std::string& work) {
-  if (lowers.empty()) return absl::InvalidArgumentError("overlay needs at least one lower layer");
-  std::vector<std::string> top_first(lowers.rbegin(), lowers.rend());
-  for (const std::string& dir : top_first) {
-    if (dir.find_first_of(",:") != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("overlay lower has ',' or ':': ", dir));
-    }
-  }
+  DSEC_ASSIGN_OR_RETURN(std::string lowerdir, LowerDirOption(lowers));
   DSEC_ASSIGN_OR_RETURN(ScopedFd fd,
                         FsMount("overlay", "",
-                                {{"lowerdir", absl::StrJoin(top_first, ":")},
+                                {{"lowerdir", lowerdir},
                                  {"upperdir", upper},
                                  {"workdir", work},
                                  {"index", "off"},
@@ -217,16 +223,10 @@ absl::StatusOr<Mount> Mount::Tmpfs(const std::string& target, uint64_t size_byte
 absl::StatusOr<std::string> Mount::OverlayData(const std::vector<std::string>& lowers,
                                                const std::string& upper,
                                                const std::string& work) {
-  if (lowers.empty()) return absl::InvalidArgumentError("overlay needs at least one lower layer");
-  std::vector<std::string> top_first(lowers.rbegin(), lowers.rend());
-  for (const std::string& dir : top_first) {
-    if (dir.find_first_of(",:") != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("overlay lower has ',' or ':': ", dir));
-    }
-  }
+  DSEC_ASSIGN_OR_RETURN(std::string lowerdir, LowerDirOption(lowers));
   // index/xino off: the same lower layers back many overlays at once, and
   // neither feature is needed for a private upper.
-  return absl::StrCat("lowerdir=", absl::StrJoin(top_first, ":"), ",upperdir=", upper,
+  return absl::StrCat("lowerdir=", lowerdir, ",upperdir=", upper,
                       ",workdir=", work, ",index=off,xino=off");
 }
 

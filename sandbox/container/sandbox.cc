@@ -280,20 +280,9 @@ absl::StatusOr<bool> Sandbox::StartSlotInit(InitSlot& slot) {
 }
 
 absl::Status Sandbox::StartInit() {
-  int go[2], report[2], control[2];
-  if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-  ScopedFd go_read(go[0]), go_write(go[1]);
-  if (::pipe2(report, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-  ScopedFd report_read(report[0]), report_write(report[1]);
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
-    return ErrnoToStatus("socketpair");
-  }
-  ScopedFd control_ours(control[0]), control_init(control[1]);
+  DSEC_ASSIGN_OR_RETURN(InitChannels ch, InitChannels::Create());
   InitConfig config = BaseInitConfig();
-  InitFds fds;
-  fds.go_read = go_read.get();
-  fds.report_write = report_write.get();
-  fds.control = control_init.get();
+  InitFds fds = ch.fds();
   ScopedFd netns;
   uint64_t flags = 0;
   if (config_.user_namespace) {
@@ -314,16 +303,14 @@ absl::Status Sandbox::StartInit() {
   }
   DSEC_ASSIGN_OR_RETURN(LaunchedInit init, LaunchInit(init_binary_, &config, fds, flags));
   netns.Reset();
-  go_read.Reset();
-  report_write.Reset();
-  control_init.Reset();
+  ch.CloseInitEnds();
   if (config_.user_namespace) {
     // The launched process forked PID 1 (our child too: CLONE_PARENT),
     // said its pid and exits.
     ChildError forked{};
     ssize_t n;
     do {
-      n = ::read(report_read.get(), &forked, sizeof(forked));
+      n = ::read(ch.report_read.get(), &forked, sizeof(forked));
     } while (n < 0 && errno == EINTR);
     siginfo_t info{};
     while (::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(init.pidfd.get()),
@@ -347,7 +334,7 @@ absl::Status Sandbox::StartInit() {
   init_pid_ = init.pid;
   init_pidfd_ = std::move(init.pidfd);
   absl::Status joined;
-  if (config.overlay_on_control && !SendFd(control_ours.get(), root_mount_.fd())) {
+  if (config.overlay_on_control && !SendFd(ch.control_ours.get(), root_mount_.fd())) {
     joined = ErrnoToStatus("sandbox init: send its root");
   }
 
@@ -357,18 +344,18 @@ absl::Status Sandbox::StartInit() {
   if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(init_pid_);
   char one = 1;
   // An init that failed to exec is gone: no SIGPIPE for that.
-  if (joined.ok() && WriteNoSigpipe(go_write.get(), &one, 1) != 1) {
+  if (joined.ok() && WriteNoSigpipe(ch.go_write.get(), &one, 1) != 1) {
     joined = ErrnoToStatus("start init");
   }
-  go_write.Reset();
+  ch.go_write.Reset();
   // The report: ready, or the step that failed (an execve failure of the
   // launch too, which is why a failed join above still looks here: the
   // init is then gone, and its reason is the better error).
-  if (!joined.ok()) ::fcntl(report_read.get(), F_SETFL, O_NONBLOCK);
+  if (!joined.ok()) ::fcntl(ch.report_read.get(), F_SETFL, O_NONBLOCK);
   ChildError e{};
   ssize_t n;
   do {
-    n = ::read(report_read.get(), &e, sizeof(e));
+    n = ::read(ch.report_read.get(), &e, sizeof(e));
   } while (n < 0 && errno == EINTR);
   if (n == sizeof(e) && e.step != 0) {
     joined = ErrnoToStatus(absl::StrCat("sandbox init: ", ChildStepName(e.step)), e.err);
@@ -380,7 +367,7 @@ absl::Status Sandbox::StartInit() {
     (void)StopInit();
     return joined;
   }
-  init_control_ = std::move(control_ours);
+  init_control_ = std::move(ch.control_ours);
   root_mount_.Reset();  // the init's mount namespace holds it now
   return absl::OkStatus();
 }
