@@ -13,8 +13,8 @@
 #include "balloon/reclaim_controller.h"
 #include "balloon/zram_swap.h"
 #include "gtest/gtest.h"
-#include "vmm/base/mmap.h"
-#include "vmm/memory/memfd_guest_memory.h"
+#include "base/mmap.h"
+#include "platform/memory/memfd_guest_memory.h"
 
 namespace dsec::balloon {
 namespace {

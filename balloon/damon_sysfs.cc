@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::balloon {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::balloon {
 

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "balloon/reclaim_vm.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::balloon {
 

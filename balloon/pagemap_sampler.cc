@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::balloon {
 

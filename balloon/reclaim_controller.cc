@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::balloon {
 

@@ -29,8 +29,8 @@
 #include "balloon/reclaim_policy.h"
 #include "balloon/reclaim_vm.h"
 #include "balloon/working_set.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/event_loop.h"
+#include "base/clock.h"
+#include "base/event_loop.h"
 
 namespace dsec::balloon {
 

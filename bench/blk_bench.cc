@@ -25,8 +25,8 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/process_runner.h"
 #include "nlohmann/json.hpp"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 #include "vmm/vm/vm.h"
 #include "vmm/vm/vm_config.h"
 

@@ -91,7 +91,7 @@ int RunBootBench(const BootBenchOptions& o) {
   for (int i = 0; i < o.runs; ++i) {
     std::string stats = absl::StrCat(dir, "/run-", i, ".json");
     stats_paths.push_back(stats);
-    jobs.push_back({o.self_exe, "vm", "run", "--kernel", o.kernel, "--mem-mib",
+    jobs.push_back({o.monitor, "--kernel", o.kernel, "--mem-mib",
                     absl::StrCat(o.mem_mib), "--console", "none", "--quiet-report",
                     "--cmdline", "testguest.run=boot", "--timeout-ms", "10000", "--stats-json",
                     stats});

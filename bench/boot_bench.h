@@ -11,7 +11,7 @@ struct BootBenchOptions {
   int concurrency = 1;
   std::string peer;        // "" or "qemu"
   bool json = false;
-  std::string self_exe;    // the dsec-vmm binary to spawn
+  std::string monitor;    // the monitor binary to spawn (dsec-monitor)
   std::string kernel;      // the test guest ELF
   uint64_t mem_mib = 64;
   std::string qemu = "qemu-system-x86_64";

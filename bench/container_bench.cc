@@ -26,8 +26,8 @@
 #include "sandbox/container/mount.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/test_image.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/status.h"
 
 namespace dsec::bench {
 
@@ -108,7 +108,7 @@ absl::StatusOr<double> Sustained(const Setup& s, int count, int workers, const s
 }
 
 uint64_t ReadU64(const std::string& path) {
-  auto text = sched::ReadSmallFile(path);
+  auto text = dsec::ReadSmallFile(path);
   uint64_t v = 0;
   if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) return 0;
   return v;
@@ -123,10 +123,10 @@ uint64_t ReadU64(const std::string& path) {
 class MemoryProbe {
  public:
   static absl::StatusOr<std::unique_ptr<MemoryProbe>> Create() {
-    DSEC_ASSIGN_OR_RETURN(std::string mountinfo, sched::ReadSmallFile("/proc/self/mountinfo"));
-    DSEC_ASSIGN_OR_RETURN(std::string self, sched::ReadSmallFile("/proc/self/cgroup"));
+    DSEC_ASSIGN_OR_RETURN(std::string mountinfo, dsec::ReadSmallFile("/proc/self/mountinfo"));
+    DSEC_ASSIGN_OR_RETURN(std::string self, dsec::ReadSmallFile("/proc/self/cgroup"));
     DSEC_ASSIGN_OR_RETURN(auto found,
-                          container::FindControllers(mountinfo, self, sched::ReadSmallFile));
+                          container::FindControllers(mountinfo, self, dsec::ReadSmallFile));
     for (const container::ControllerDir& c : found) {
       if (c.controller != "memory") continue;
       // On v2 a cgroup holding this process cannot also hold the sandboxes'
@@ -136,14 +136,14 @@ class MemoryProbe {
       if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus("mkdir " + dir);
       std::unique_ptr<MemoryProbe> p(new MemoryProbe(c.parent, dir));
       DSEC_RETURN_IF_ERROR(
-          sched::WriteSmallFile(dir + "/cgroup.procs", absl::StrCat(::getpid())));
+          dsec::WriteSmallFile(dir + "/cgroup.procs", absl::StrCat(::getpid())));
       p->moved_ = true;
       return p;
     }
     return absl::UnavailableError("no memory cgroup controller");
   }
   ~MemoryProbe() {
-    if (moved_) (void)sched::WriteSmallFile(parent_ + "/cgroup.procs", absl::StrCat(::getpid()));
+    if (moved_) (void)dsec::WriteSmallFile(parent_ + "/cgroup.procs", absl::StrCat(::getpid()));
     ::rmdir(dir_.c_str());
   }
   uint64_t UsageBytes() const { return ReadU64(dir_ + "/memory.usage_in_bytes"); }
@@ -160,7 +160,7 @@ struct Meminfo {
 };
 Meminfo ReadMeminfo() {
   Meminfo m;
-  auto text = sched::ReadSmallFile("/proc/meminfo");
+  auto text = dsec::ReadSmallFile("/proc/meminfo");
   if (!text.ok()) return m;
   auto kib = [&](const char* key) {
     return static_cast<int64_t>(MeminfoKib(*text, key).value_or(0)) * 1024;

@@ -15,8 +15,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/status.h"
 
 extern char** environ;
 
@@ -235,7 +235,7 @@ absl::StatusOr<double> TimedRun(const std::vector<std::string>& argv, int mntns_
   }
   const double ms = static_cast<double>(NowNs() - start) / 1e6;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    auto text = sched::ReadSmallFile(err_path);
+    auto text = dsec::ReadSmallFile(err_path);
     return absl::InternalError(absl::StrCat(argv[0], " ", argv.size() > 4 ? argv[4] : "",
                                             " failed (status ", status, "): ",
                                             text.ok() ? *text : ""));

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::bench {
 

@@ -15,8 +15,8 @@
 #include "nlohmann/json.hpp"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/fncall/pool.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 
 namespace dsec::bench {
 

@@ -22,8 +22,8 @@
 #include "sandbox/layers/fs_util.h"
 #include "sandbox/layers/layer_store.h"
 #include "sandbox/layers/subprocess.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::bench {
 namespace {

@@ -21,8 +21,8 @@
 #include "absl/strings/str_format.h"
 #include "bench/process_runner.h"
 #include "nlohmann/json.hpp"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::bench {
 
@@ -162,7 +162,7 @@ absl::StatusOr<Round> RunRound(const PmemDensityOptions& o, const std::string& n
   for (int i = 0; i < o.vms; ++i) {
     outs.push_back(absl::StrCat(tmp, "/", name, "-", i, ".out"));
     stats.push_back(absl::StrCat(tmp, "/", name, "-", i, ".json"));
-    std::vector<std::string> args = {o.self_exe, "vm", "run", "--kernel", o.kernel,
+    std::vector<std::string> args = {o.monitor, "--kernel", o.kernel,
                                      "--mem-mib", absl::StrCat(o.image_mib + 64),
                                      "--console", "none", "--timeout-ms",
                                      absl::StrCat(o.timeout_ms), "--stats-json", stats.back(),

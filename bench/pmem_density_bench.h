@@ -10,7 +10,7 @@ struct PmemDensityOptions {
   int vms = 8;
   int image_mib = 256;
   bool json = false;
-  std::string self_exe;       // the dsec-vmm binary to spawn
+  std::string monitor;       // the monitor binary to spawn (dsec-monitor)
   std::string kernel;         // the test guest ELF
   std::string dir = "/var/tmp";  // where the image is created (a disk-backed fs)
   uint64_t timeout_ms = 600'000;  // per VM

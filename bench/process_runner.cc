@@ -14,7 +14,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 extern char** environ;
 

@@ -31,8 +31,8 @@
 #include "balloon/proc_memory.h"
 #include "balloon/zram_swap.h"
 #include "nlohmann/json.hpp"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::bench {
 
@@ -164,7 +164,7 @@ bool RunMode(const ReclaimBenchOptions& o, const std::string& tmp, const std::st
     c.out = base + ".out";
     c.err = base + ".err";
     c.stats = base + ".json";
-    std::vector<std::string> args = {o.self_exe, "vm", "run", "--kernel", o.kernel, "--mem-mib",
+    std::vector<std::string> args = {o.monitor, "--kernel", o.kernel, "--mem-mib",
                                      absl::StrCat(o.mem_mib), "--timeout-ms",
                                      absl::StrCat(o.timeout_ms), "--stats-json", c.stats,
                                      "--cmdline", "console=ttyS0 testguest.run=" + workload};
@@ -344,8 +344,8 @@ std::vector<int> ZramSwapIds(std::string_view proc_swaps) {
 }
 
 int RunReclaimBench(const ReclaimBenchOptions& o) {
-  if (o.self_exe.empty() || o.kernel.empty()) {
-    std::fprintf(stderr, "bench reclaim: dsec-vmm binary or test guest not found\n");
+  if (o.monitor.empty() || o.kernel.empty()) {
+    std::fprintf(stderr, "bench reclaim: the monitor binary (dsec-monitor) or the test guest was not found\n");
     return 2;
   }
   if (o.hot_mib >= o.touch_mib || o.touch_mib + 64 > o.mem_mib) {

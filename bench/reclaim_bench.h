@@ -24,7 +24,7 @@ struct ReclaimBenchOptions {
   int rounds = 1;  // repeat the four modes (interleaved) and average
   std::vector<std::string> modes = {"off", "balloon", "pageout", "both"};
   bool json = false;
-  std::string self_exe;  // the dsec-vmm binary to spawn
+  std::string monitor;  // the monitor binary to spawn (dsec-monitor)
   std::string kernel;    // the test guest ELF
   std::vector<std::string> vm_args;  // extra `vm run` arguments (reclaim knobs)
   uint64_t timeout_ms = 300'000;     // per VM

@@ -23,8 +23,8 @@
 #include "sched/placement.h"
 #include "sched/thread_placement.h"
 #include "sched/topology.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/status.h"
+#include "base/clock.h"
+#include "base/status.h"
 #include "vmm/vm/vm.h"
 
 namespace dsec::bench {

@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "cmd/default_paths.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
+#include "base/scoped_fd.h"
 
 #ifndef DSEC_API_BENCH_SCRIPT_PATH
 #define DSEC_API_BENCH_SCRIPT_PATH ""

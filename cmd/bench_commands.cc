@@ -13,7 +13,8 @@
 #include "cmd/bench_reclaim_commands.h"
 #include "cmd/bench_virtio_commands.h"
 #include "cmd/command.h"
-#include "cmd/default_paths.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
 #include "cmd/layer_commands.h"
 
 namespace dsec::cmd {
@@ -43,8 +44,8 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   boot->add_flag("--json", opts->json, "Print one JSON object");
   registry.Add(boot, [opts] {
     bench::BootBenchOptions o = *opts;
-    o.self_exe = SelfExePath();
-    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    o.monitor = monitor::MonitorBinaryPath();
+    if (o.kernel.empty()) o.kernel = monitor::DefaultTestGuestPath();
     return bench::RunBootBench(o);
   });
 
@@ -69,7 +70,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   smt->add_flag("--json", smt_opts->json, "Print one JSON object");
   registry.Add(smt, [smt_opts] {
     bench::SmtBenchOptions o = *smt_opts;
-    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    if (o.kernel.empty()) o.kernel = monitor::DefaultTestGuestPath();
     return bench::RunSmtBench(o);
   });
 }

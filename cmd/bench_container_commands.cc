@@ -4,7 +4,8 @@
 #include <memory>
 
 #include "bench/container_bench.h"
-#include "cmd/default_paths.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
 
 namespace dsec::cmd {
 

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cmd/default_paths.h"
+#include "base/file_io.h"
+#include "vmm/api/control.h"
+#include "vmm/monitor/default_paths.h"
 #include "nlohmann/json.hpp"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/layers/layer_store.h"
@@ -67,8 +69,9 @@ int Fail(const std::string& what) {
 }
 
 int RunMicrovmBench(MicrovmBenchOptions o) {
-  const std::string self = SelfExePath();
-  auto probe = microvm::RunCpl0Probe(self, DefaultTestGuestPath());
+  const std::string monitor_bin = monitor::MonitorBinaryPath();
+  if (monitor_bin.empty()) return Fail("the monitor binary dsec-monitor was not found beside dsec-vmm");
+  auto probe = microvm::RunCpl0Probe(monitor_bin, monitor::DefaultTestGuestPath());
   if (!probe.ok()) return Fail(std::string(probe.status().message()));
   if (probe->emulated()) {
     const std::string reason = microvm::EmulatedCpl0Reason(*probe);
@@ -80,7 +83,7 @@ int RunMicrovmBench(MicrovmBenchOptions o) {
     return 0;
   }
   microvm::VmLauncherOptions lo;
-  lo.vmm_binary = self;
+  lo.monitor_binary = monitor_bin;
   lo.kernel = o.kernel;
   lo.rootfs = o.rootfs;
   lo.skip_probe = true;  // just ran
@@ -129,7 +132,7 @@ int RunMicrovmBench(MicrovmBenchOptions o) {
   }
   double overhead_kib = 0, guest_kib = 0;
   for (auto& sb : idle) {
-    auto stats = microvm::ControlCall(microvm::VmFilesIn(sb->state_dir()).control_socket, {{"op", "stats"}}, 5000);
+    auto stats = api::ControlCall(microvm::VmFilesIn(sb->state_dir()).control_socket, {{"op", "stats"}}, 5000);
     if (!stats.ok()) return Fail(std::string(stats.status().message()));
     const double rss = stats->contains("process") ? Num((*stats)["process"], "vm_rss") : 0;
     const double guest = Num(*stats, "guest_resident_bytes");

@@ -4,7 +4,8 @@
 #include <memory>
 
 #include "bench/pmem_density_bench.h"
-#include "cmd/default_paths.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
 
 namespace dsec::cmd {
 
@@ -25,8 +26,8 @@ void RegisterPmemBenchCommands(CLI::App* bench, CommandRegistry& registry) {
   pmem->add_flag("--json", opts->json, "Print one JSON object");
   registry.Add(pmem, [opts] {
     bench::PmemDensityOptions o = *opts;
-    o.self_exe = SelfExePath();
-    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    o.monitor = monitor::MonitorBinaryPath();
+    if (o.kernel.empty()) o.kernel = monitor::DefaultTestGuestPath();
     return bench::RunPmemDensityBench(o);
   });
 }

@@ -4,7 +4,8 @@
 #include <memory>
 
 #include "bench/reclaim_bench.h"
-#include "cmd/default_paths.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
 
 namespace dsec::cmd {
 
@@ -47,8 +48,8 @@ void RegisterReclaimBenchCommands(CLI::App* bench, CommandRegistry& registry) {
   reclaim->add_flag("--json", opts->json, "Print one JSON object");
   registry.Add(reclaim, [opts] {
     bench::ReclaimBenchOptions o = *opts;
-    o.self_exe = SelfExePath();
-    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    o.monitor = monitor::MonitorBinaryPath();
+    if (o.kernel.empty()) o.kernel = monitor::DefaultTestGuestPath();
     return bench::RunReclaimBench(o);
   });
 }

@@ -7,8 +7,9 @@
 
 #include "bench/blk_bench.h"
 #include "bench/vsock_bench.h"
-#include "cmd/default_paths.h"
-#include "vmm/base/logging.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
+#include "base/logging.h"
 
 namespace dsec::cmd {
 
@@ -36,7 +37,7 @@ void RegisterVirtioBenchCommands(CLI::App* bench, CommandRegistry& registry) {
   registry.Add(blk, [blk_opts, log_level] {
     log::SetLevel(*log_level);
     bench::BlkBenchOptions o = *blk_opts;
-    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    if (o.kernel.empty()) o.kernel = monitor::DefaultTestGuestPath();
     return bench::RunBlkBench(o);
   });
 
@@ -57,7 +58,7 @@ void RegisterVirtioBenchCommands(CLI::App* bench, CommandRegistry& registry) {
   registry.Add(vsock, [vsock_opts, log_level] {
     log::SetLevel(*log_level);
     bench::VsockBenchOptions o = *vsock_opts;
-    if (o.kernel.empty()) o.kernel = DefaultTestGuestPath();
+    if (o.kernel.empty()) o.kernel = monitor::DefaultTestGuestPath();
     return bench::RunVsockBench(o);
   });
 }

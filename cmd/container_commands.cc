@@ -15,14 +15,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cmd/container_layers.h"
-#include "cmd/default_paths.h"
+#include "sandbox/layers/layer_refs.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
 #include "cmd/fncall_commands.h"
 #include "sandbox/container/netns_pool.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/layers/layer_store.h"
-#include "vmm/base/logging.h"
+#include "base/logging.h"
 
 namespace dsec::cmd {
 
@@ -92,11 +93,11 @@ int Run(const RunOptions& o) {
   if (::getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = static_cast<uint32_t>(::getpid());
   container::SandboxConfig config;
   config.id = absl::StrFormat("run-%d-%08x", ::getpid(), rnd);
-  ContainerLayerOptions layer_options;
+  layers::LayerRefOptions layer_options;
   layer_options.store_root = o.store;
   layer_options.dsec_vmm = SelfExePath();
-  layer_options.build_script = FindBaseLayerScript(layer_options.dsec_vmm);
-  auto images = ResolveContainerLayers(o.layers, layer_options);
+  layer_options.build_script = layers::FindBaseLayerScript(layer_options.dsec_vmm);
+  auto images = layers::ResolveLayerRefs(o.layers, layer_options);
   if (!images.ok()) {
     fprintf(stderr, "dsec-vmm: layers: %s\n", std::string(images.status().message()).c_str());
     return absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())

@@ -12,12 +12,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cmd/container_layers.h"
-#include "cmd/default_paths.h"
+#include "sandbox/layers/layer_refs.h"
+#include "base/file_io.h"
+#include "vmm/monitor/default_paths.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/fncall/pool.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 extern char** environ;
 
@@ -31,7 +32,7 @@ constexpr char kPythonToolkit[] = "python:1";
 
 // `build-base-layer.sh --store STORE --toolkit python 1 python3`, output on
 // stderr.
-absl::Status BuildPythonToolkit(const ContainerLayerOptions& o) {
+absl::Status BuildPythonToolkit(const layers::LayerRefOptions& o) {
   if (o.build_script.empty()) {
     return absl::FailedPreconditionError(
         "the python:1 layer is missing and tools/build-base-layer.sh was not found "
@@ -75,18 +76,18 @@ absl::Status BuildPythonToolkit(const ContainerLayerOptions& o) {
 absl::StatusOr<std::vector<std::string>> ResolveFncallLayers(const std::string& lang,
                                                              const std::vector<std::string>& layers,
                                                              const std::string& store) {
-  ContainerLayerOptions o;
+  layers::LayerRefOptions o;
   o.store_root = store;
   o.dsec_vmm = SelfExePath();
-  o.build_script = FindBaseLayerScript(o.dsec_vmm);
-  if (!layers.empty()) return ResolveContainerLayers(layers, o);
+  o.build_script = layers::FindBaseLayerScript(o.dsec_vmm);
+  if (!layers.empty()) return layers::ResolveLayerRefs(layers, o);
   // base:bookworm, built on first use.
-  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> base, ResolveContainerLayers({}, o));
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> base, layers::ResolveLayerRefs({}, o));
   if (lang != "python") return base;
-  auto python = ResolveContainerLayers({kPythonToolkit}, o);
+  auto python = layers::ResolveLayerRefs({kPythonToolkit}, o);
   if (absl::IsNotFound(python.status())) {
     DSEC_RETURN_IF_ERROR(BuildPythonToolkit(o));
-    python = ResolveContainerLayers({kPythonToolkit}, o);
+    python = layers::ResolveLayerRefs({kPythonToolkit}, o);
   }
   return python;
 }

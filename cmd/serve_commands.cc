@@ -5,42 +5,13 @@
 // serve execs the dsec-vmmd next to /proc/self/exe with its arguments.
 #include "cmd/serve_commands.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "cmd/default_paths.h"
+#include "cmd/exec_sibling.h"
 
 namespace dsec::cmd {
-
-namespace {
-
-int ExecDaemon(const std::vector<std::string>& args) {
-  std::string exe = SelfExePath();
-  auto slash = exe.rfind('/');
-  std::string daemon = (slash == std::string::npos ? std::string(".") : exe.substr(0, slash)) + "/dsec-vmmd";
-  if (::access(daemon.c_str(), X_OK) != 0) {
-    fprintf(stderr,
-            "dsec-vmm: serve needs the daemon binary %s, which is missing (%s); build the "
-            "dsec-vmmd target next to dsec-vmm\n",
-            daemon.c_str(), strerror(errno));
-    return 2;
-  }
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(daemon.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  ::execv(daemon.c_str(), argv.data());
-  fprintf(stderr, "dsec-vmm: exec %s: %s\n", daemon.c_str(), strerror(errno));
-  return 125;
-}
-
-}  // namespace
 
 void RegisterServeCommands(CLI::App& app, CommandRegistry& registry) {
   auto args = std::make_shared<std::vector<std::string>>();
@@ -50,7 +21,7 @@ void RegisterServeCommands(CLI::App& app, CommandRegistry& registry) {
   serve->allow_extras();
   registry.Add(serve, [serve, args] {
     *args = serve->remaining();
-    return ExecDaemon(*args);
+    return ExecSibling("dsec-vmmd", *args);
   });
 }
 

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::pmem {
 

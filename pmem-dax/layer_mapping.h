@@ -21,8 +21,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "vmm/base/mmap.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/mmap.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::pmem {
 

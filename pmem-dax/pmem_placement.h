@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "vmm/arch/x86_64/layout.h"
+#include "platform/arch/x86_64/layout.h"
 
 namespace dsec::pmem {
 

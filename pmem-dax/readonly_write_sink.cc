@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "vmm/base/logging.h"
+#include "base/logging.h"
 
 namespace dsec::pmem {
 

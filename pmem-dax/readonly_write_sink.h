@@ -14,7 +14,7 @@
 #include <span>
 #include <string>
 
-#include "vmm/bus/bus.h"
+#include "platform/bus/bus.h"
 
 namespace dsec::pmem {
 

@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::sched {
 

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::sched {
 

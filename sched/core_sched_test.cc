@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 #include "sched/fake_sched_core_ops.h"
 #include "sched/thread_placement.h"
 

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sched/cpu_list.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::sched::testing {
 

@@ -4,9 +4,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "sched/cpu_list.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::sched {
 

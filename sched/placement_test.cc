@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 #include "sched/fake_sysfs.h"
 
 namespace dsec::sched {

@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "sched/cpu_list.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/status.h"
 
 namespace dsec::sched {
 

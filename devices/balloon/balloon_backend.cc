@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_format.h"
-#include "vmm/base/status.h"
-#include "vmm/memory/memfd_guest_memory.h"
+#include "base/status.h"
+#include "platform/memory/memfd_guest_memory.h"
 
 namespace dsec::devices {
 

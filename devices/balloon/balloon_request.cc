@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

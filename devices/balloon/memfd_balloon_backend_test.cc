@@ -13,9 +13,9 @@
 
 #include "devices/balloon/balloon_backend.h"
 #include "gtest/gtest.h"
-#include "vmm/base/mmap.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/memory/memfd_guest_memory.h"
+#include "base/mmap.h"
+#include "base/scoped_fd.h"
+#include "platform/memory/memfd_guest_memory.h"
 
 namespace dsec::devices {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "devices/blk/io_uring_backend.h"
 #include "devices/blk/sync_backend.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "vmm/base/event_loop.h"
+#include "base/event_loop.h"
 
 namespace dsec::devices {
 

@@ -21,8 +21,8 @@
 #include "devices/blk/io_uring_backend.h"
 #include "devices/blk/sync_backend.h"
 #include "gtest/gtest.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/event_loop.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::devices {
 namespace {

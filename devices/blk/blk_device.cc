@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "devices/virtio/queue.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/event_loop.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

@@ -14,8 +14,8 @@
 #include "devices/blk/blk_request.h"
 #include "devices/blk/disk_image.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/token_bucket.h"
+#include "base/clock.h"
+#include "base/token_bucket.h"
 
 namespace dsec::devices {
 

@@ -13,9 +13,9 @@
 #include "devices/virtio/queue.h"
 #include "devices/virtio/virtqueue_builder.h"
 #include "gtest/gtest.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "base/clock.h"
+#include "base/event_loop.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::devices {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "devices/virtio/descriptor_chain.h"
-#include "vmm/memory/guest_memory.h"
+#include "platform/memory/guest_memory.h"
 
 namespace dsec::devices {
 

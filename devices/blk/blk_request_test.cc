@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::devices {
 namespace {

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/clock.h"
+#include "base/event_loop.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::devices::testing {
 

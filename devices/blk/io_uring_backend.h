@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "devices/blk/blk_backend.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/eventfd.h"
+#include "base/event_loop.h"
+#include "base/eventfd.h"
 
 namespace dsec::devices {
 

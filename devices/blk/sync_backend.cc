@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <climits>
 
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

@@ -9,7 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/bus/bus.h"
+#include "platform/bus/bus.h"
 
 namespace dsec::devices {
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "devices/net/net_backend.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/base/status.h"
+#include "base/eventfd.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

@@ -17,7 +17,7 @@
 #include "devices/net/net_rate_limiter.h"
 #include "devices/net/net_request.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/base/clock.h"
+#include "base/clock.h"
 
 namespace dsec::devices {
 

@@ -12,8 +12,8 @@
 #include "devices/virtio/queue.h"
 #include "devices/virtio/virtqueue_builder.h"
 #include "gtest/gtest.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "base/event_loop.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::devices {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "vmm/base/clock.h"
-#include "vmm/base/token_bucket.h"
+#include "base/clock.h"
+#include "base/token_bucket.h"
 
 namespace dsec::devices {
 

@@ -29,7 +29,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::devices {
 namespace {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "devices/interrupt/interrupt_line.h"
+#include "platform/interrupt/interrupt_line.h"
 #include "devices/pit/pit_counter.h"
 #include "devices/pit/timer_service.h"
-#include "vmm/base/clock.h"
-#include "vmm/bus/bus.h"
+#include "base/clock.h"
+#include "platform/bus/bus.h"
 
 namespace dsec::devices {
 

@@ -7,10 +7,10 @@
 #include <thread>
 #include <vector>
 
-#include "devices/interrupt/fake_interrupt_line.h"
+#include "platform/interrupt/fake_interrupt_line.h"
 #include "devices/pit/fake_timer_service.h"
 #include "gtest/gtest.h"
-#include "vmm/base/event_loop.h"
+#include "base/event_loop.h"
 
 namespace dsec::devices {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/base/event_loop.h"
+#include "base/event_loop.h"
 
 namespace dsec::devices {
 

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_format.h"
 #include "devices/pmem/pmem_image_check.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::devices {
 

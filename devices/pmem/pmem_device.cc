@@ -4,9 +4,9 @@
 #include <algorithm>
 
 #include "devices/pmem/pmem_request.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/event_loop.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

@@ -36,7 +36,7 @@
 #include "devices/pmem/pmem_backend.h"
 #include "devices/virtio/queue.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/base/clock.h"
+#include "base/clock.h"
 
 namespace dsec::devices {
 

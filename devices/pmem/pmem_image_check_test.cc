@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::devices {
 namespace {

@@ -6,7 +6,7 @@
 #include <cerrno>
 
 #include "absl/status/status.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "devices/rng/rng_request.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/event_loop.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

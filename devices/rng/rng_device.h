@@ -19,8 +19,8 @@
 #include "devices/rng/rng_backend.h"
 #include "devices/virtio/queue.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/token_bucket.h"
+#include "base/clock.h"
+#include "base/token_bucket.h"
 
 namespace dsec::devices {
 

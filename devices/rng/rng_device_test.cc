@@ -3,13 +3,13 @@
 
 #include <memory>
 
-#include "devices/interrupt/fake_interrupt_line.h"
+#include "platform/interrupt/fake_interrupt_line.h"
 #include "devices/rng/fake_rng_backend.h"
 #include "devices/virtio/mmio_transport.h"
 #include "devices/virtio/virtqueue_builder.h"
 #include "gtest/gtest.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "base/event_loop.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::devices {
 namespace {

@@ -15,10 +15,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "devices/serial/byte_sink.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/token_bucket.h"
+#include "base/clock.h"
+#include "base/eventfd.h"
+#include "base/scoped_fd.h"
+#include "base/token_bucket.h"
 
 namespace dsec::devices {
 

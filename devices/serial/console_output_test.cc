@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "vmm/base/clock.h"
+#include "base/clock.h"
 
 namespace dsec::devices {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "devices/interrupt/interrupt_line.h"
+#include "platform/interrupt/interrupt_line.h"
 #include "devices/serial/byte_sink.h"
-#include "vmm/bus/bus.h"
+#include "platform/bus/bus.h"
 
 namespace dsec::devices {
 

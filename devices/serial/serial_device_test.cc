@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "devices/interrupt/fake_interrupt_line.h"
+#include "platform/interrupt/fake_interrupt_line.h"
 #include "gtest/gtest.h"
 
 namespace dsec::devices {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "devices/testdev/testdev_regs.h"
-#include "vmm/base/logging.h"
+#include "base/logging.h"
 
 namespace dsec::devices {
 namespace {

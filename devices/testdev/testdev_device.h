@@ -8,9 +8,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/base/clock.h"
-#include "vmm/bus/bus.h"
-#include "vmm/memory/guest_memory.h"
+#include "base/clock.h"
+#include "platform/bus/bus.h"
+#include "platform/memory/guest_memory.h"
 
 namespace dsec::devices {
 

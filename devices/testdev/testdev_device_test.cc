@@ -8,7 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "devices/testdev/testdev_regs.h"
 #include "gtest/gtest.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::devices {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/memory/guest_memory.h"
+#include "platform/memory/guest_memory.h"
 
 namespace dsec::virtio {
 

@@ -2,7 +2,7 @@
 #include "devices/virtio/descriptor_chain.h"
 
 #include "gtest/gtest.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::virtio {
 namespace {

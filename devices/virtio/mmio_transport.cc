@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::virtio {
 

@@ -43,13 +43,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "devices/interrupt/interrupt_line.h"
+#include "platform/interrupt/interrupt_line.h"
 #include "devices/virtio/queue.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/bus/bus.h"
-#include "vmm/memory/guest_memory.h"
+#include "base/event_loop.h"
+#include "base/eventfd.h"
+#include "platform/bus/bus.h"
+#include "platform/memory/guest_memory.h"
 
 namespace dsec::virtio {
 

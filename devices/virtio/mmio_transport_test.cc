@@ -6,10 +6,10 @@
 #include <cstring>
 #include <memory>
 
-#include "devices/interrupt/fake_interrupt_line.h"
+#include "platform/interrupt/fake_interrupt_line.h"
 #include "devices/virtio/virtqueue_builder.h"
 #include "gtest/gtest.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::virtio {
 namespace {

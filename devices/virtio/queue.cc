@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::virtio {
 

@@ -6,7 +6,7 @@
 #include "devices/virtio/virtio_device.h"
 #include "devices/virtio/virtqueue_builder.h"
 #include "gtest/gtest.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::virtio {
 namespace {

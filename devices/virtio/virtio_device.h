@@ -11,7 +11,7 @@
 //    num_queues(), queue_max_size(), ReadConfig(), WriteConfig(). These must
 //    be thread-safe, must not block and must not do file I/O. The first four
 //    must return constants for the device's lifetime.
-//  - the event-loop thread (one thread, see vmm/base/event_loop.h): Activate(),
+//  - the event-loop thread (one thread, see base/event_loop.h): Activate(),
 //    QueueNotify(), Reset(), and everything the device does with its queues.
 //    Queue objects are owned by the loop thread from Activate() until Reset().
 //  - DriverNotifier methods may be called from the loop thread (and
@@ -29,7 +29,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "vmm/memory/guest_memory.h"
+#include "platform/memory/guest_memory.h"
 
 namespace dsec {
 class EventLoop;

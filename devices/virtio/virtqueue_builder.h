@@ -28,7 +28,7 @@
 
 #include "devices/virtio/descriptor_chain.h"
 #include "devices/virtio/queue.h"
-#include "vmm/memory/guest_memory.h"
+#include "platform/memory/guest_memory.h"
 
 namespace dsec::virtio {
 

@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

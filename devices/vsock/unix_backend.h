@@ -17,9 +17,9 @@
 #include "absl/status/statusor.h"
 #include "devices/vsock/vsock_backend.h"
 #include "devices/vsock/vsock_connection.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/clock.h"
+#include "base/event_loop.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::devices {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 

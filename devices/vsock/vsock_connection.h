@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "devices/vsock/vsock_packet.h"
-#include "vmm/base/clock.h"
+#include "base/clock.h"
 
 namespace dsec::devices {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/base/logging.h"
+#include "base/event_loop.h"
+#include "base/logging.h"
 
 namespace dsec::devices {
 

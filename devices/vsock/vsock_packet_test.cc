@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::devices {
 namespace {

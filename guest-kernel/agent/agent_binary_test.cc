@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "guest-kernel/agent/agent_testing.h"
 #include "guest-kernel/agent/client.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 extern char** environ;
 

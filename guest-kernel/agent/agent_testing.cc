@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::agent::testing {
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "guest-kernel/agent/client.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::agent::testing {
 

@@ -21,7 +21,7 @@
 #include "guest-kernel/agent/frame_conn.h"
 #include "guest-kernel/agent/messages.h"
 #include "guest-kernel/agent/pack_diff_stream.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::agent {
 

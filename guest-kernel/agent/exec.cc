@@ -19,10 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "guest-kernel/agent/handlers.h"
 #include "guest-kernel/agent/process_tree.h"
-#include "sandbox/container/output_limiter.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/output_limiter.h"
+#include "base/clock.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 
@@ -362,7 +362,7 @@ class ExecRun {
   FrameConn& conn_;
   const ExecRequest& req_;
   ExecSlot& slot_;
-  container::OutputLimiter limiter_;
+  OutputLimiter limiter_;
   std::unique_ptr<Child> child_;
   std::vector<ino_t> pipe_inodes_;
   ScopedFd out_, err_, stdin_;

@@ -15,7 +15,7 @@
 #include "guest-kernel/agent/handlers.h"
 #include "guest-kernel/agent/pack_diff_stream.h"
 #include "guest-kernel/agent/sys_util.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 

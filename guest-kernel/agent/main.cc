@@ -20,8 +20,8 @@
 #include "absl/strings/numbers.h"
 #include "guest-kernel/agent/pid1.h"
 #include "guest-kernel/agent/server.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/eventfd.h"
+#include "base/scoped_fd.h"
 
 namespace {
 

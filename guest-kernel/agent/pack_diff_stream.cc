@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "guest-kernel/agent/sys_util.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 

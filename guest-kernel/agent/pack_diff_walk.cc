@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "guest-kernel/agent/pack_diff_stream.h"
 #include "guest-kernel/agent/sys_util.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 

@@ -26,7 +26,7 @@
 #include "guest-kernel/agent/reaper.h"
 #include "guest-kernel/agent/server.h"
 #include "guest-kernel/agent/sys_util.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::agent {
 

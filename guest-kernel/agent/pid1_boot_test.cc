@@ -25,7 +25,7 @@
 #include "guest-kernel/agent/agent_testing.h"
 #include "guest-kernel/agent/frame_conn.h"
 #include "guest-kernel/agent/protocol.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 extern char** environ;
 

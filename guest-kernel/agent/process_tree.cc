@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::agent {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 

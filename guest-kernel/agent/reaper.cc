@@ -13,8 +13,8 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/base/status.h"
+#include "base/eventfd.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 

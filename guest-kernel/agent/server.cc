@@ -13,8 +13,8 @@
 #include "guest-kernel/agent/frame_conn.h"
 #include "guest-kernel/agent/handlers.h"
 #include "guest-kernel/agent/messages.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 

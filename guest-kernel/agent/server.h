@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "guest-kernel/agent/child.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/eventfd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::agent {
 

@@ -10,7 +10,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::agent {
 

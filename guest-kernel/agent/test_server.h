@@ -14,7 +14,7 @@
 #include "guest-kernel/agent/frame_conn.h"
 #include "guest-kernel/agent/messages.h"
 #include "guest-kernel/agent/server.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::agent::testing {
 

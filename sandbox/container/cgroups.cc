@@ -17,10 +17,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "sched/sandbox_cgroup.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/logging.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::container {
 
@@ -66,7 +66,7 @@ std::string Under(const std::string& mount_point, const std::string& mount_root,
 
 std::vector<pid_t> ReadProcs(const std::string& dir) {
   std::vector<pid_t> pids;
-  auto text = sched::ReadSmallFile(absl::StrCat(dir, "/cgroup.procs"));
+  auto text = dsec::ReadSmallFile(absl::StrCat(dir, "/cgroup.procs"));
   if (!text.ok()) return pids;
   for (absl::string_view s : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
     int v = 0;
@@ -76,7 +76,7 @@ std::vector<pid_t> ReadProcs(const std::string& dir) {
 }
 
 uint64_t ReadKeyed(const std::string& path, absl::string_view key) {
-  auto text = sched::ReadSmallFile(path);
+  auto text = dsec::ReadSmallFile(path);
   if (!text.ok()) return 0;
   for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(line, ' ');
@@ -134,7 +134,7 @@ absl::StatusOr<std::vector<ControllerDir>> FindControllers(
 }
 
 pid_t ProcessGroupOf(pid_t pid) {
-  auto stat = sched::ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
+  auto stat = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
   if (!stat.ok()) return 0;
   size_t paren = stat->rfind(')');
   if (paren == std::string::npos || paren + 2 >= stat->size()) return 0;
@@ -208,9 +208,9 @@ ContainerCgroups::~ContainerCgroups() {
 absl::StatusOr<ContainerCgroups> ContainerCgroups::Create(
     const std::string& id, const ResourceLimits& limits, bool skip_cpu,
     const std::function<absl::Status(const std::string&)>& created) {
-  DSEC_ASSIGN_OR_RETURN(std::string mountinfo, sched::ReadSmallFile("/proc/self/mountinfo"));
-  DSEC_ASSIGN_OR_RETURN(std::string self, sched::ReadSmallFile("/proc/self/cgroup"));
-  DSEC_ASSIGN_OR_RETURN(auto found, FindControllers(mountinfo, self, sched::ReadSmallFile));
+  DSEC_ASSIGN_OR_RETURN(std::string mountinfo, dsec::ReadSmallFile("/proc/self/mountinfo"));
+  DSEC_ASSIGN_OR_RETURN(std::string self, dsec::ReadSmallFile("/proc/self/cgroup"));
+  DSEC_ASSIGN_OR_RETURN(auto found, FindControllers(mountinfo, self, dsec::ReadSmallFile));
   std::vector<Dir> dirs;
   for (const ControllerDir& c : found) {
     if (skip_cpu && c.controller == "cpu") continue;
@@ -227,7 +227,7 @@ absl::StatusOr<ContainerCgroups> ContainerCgroups::Create(
         // Best effort: a parent that does not delegate the controller shows
         // up as a missing limit file below.
         std::string parent = d.path.substr(0, d.path.rfind('/'));
-        (void)sched::WriteSmallFile(absl::StrCat(parent, "/cgroup.subtree_control"),
+        (void)dsec::WriteSmallFile(absl::StrCat(parent, "/cgroup.subtree_control"),
                                     absl::StrCat("+", d.controller));
       }
       if (::mkdir(d.path.c_str(), 0755) != 0) {
@@ -243,7 +243,7 @@ absl::StatusOr<ContainerCgroups> ContainerCgroups::Create(
 
 absl::Status ContainerCgroups::WriteLimits(const Dir& d, const ResourceLimits& limits) {
   auto write = [&](std::string_view file, std::string value) {
-    return sched::WriteSmallFile(absl::StrCat(d.path, "/", std::string(file)), value);
+    return dsec::WriteSmallFile(absl::StrCat(d.path, "/", std::string(file)), value);
   };
   if (d.controller == "memory" && limits.memory_bytes > 0) {
     if (d.v2) {
@@ -252,7 +252,7 @@ absl::Status ContainerCgroups::WriteLimits(const Dir& d, const ResourceLimits& l
     } else {
       DSEC_RETURN_IF_ERROR(write("memory.limit_in_bytes", absl::StrCat(limits.memory_bytes)));
       // memsw (memory+swap) exists only with swap accounting.
-      if (sched::PathExists(absl::StrCat(d.path, "/memory.memsw.limit_in_bytes"))) {
+      if (dsec::PathExists(absl::StrCat(d.path, "/memory.memsw.limit_in_bytes"))) {
         DSEC_RETURN_IF_ERROR(write("memory.memsw.limit_in_bytes", absl::StrCat(limits.memory_bytes)));
       }
     }
@@ -290,7 +290,7 @@ const ContainerCgroups::Dir* ContainerCgroups::Find(std::string_view controller)
 
 absl::Status ContainerCgroups::AddProcess(pid_t pid) const {
   for (const std::string& d : dirs_) {
-    DSEC_RETURN_IF_ERROR(sched::WriteSmallFile(absl::StrCat(d, "/cgroup.procs"), absl::StrCat(pid)));
+    DSEC_RETURN_IF_ERROR(dsec::WriteSmallFile(absl::StrCat(d, "/cgroup.procs"), absl::StrCat(pid)));
   }
   return absl::OkStatus();
 }
@@ -310,7 +310,7 @@ absl::StatusOr<int> ContainerCgroups::KillGroup(pid_t pgid, int64_t deadline_ns)
 std::optional<uint64_t> ContainerCgroups::PeakMemoryBytes() const {
   const Dir* d = Find("memory");
   if (!d) return std::nullopt;
-  auto text = sched::ReadSmallFile(
+  auto text = dsec::ReadSmallFile(
       absl::StrCat(d->path, d->v2 ? "/memory.peak" : "/memory.max_usage_in_bytes"));
   uint64_t v = 0;
   if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) return std::nullopt;
@@ -320,7 +320,7 @@ std::optional<uint64_t> ContainerCgroups::PeakMemoryBytes() const {
 void ContainerCgroups::ResetPeak() const {
   const Dir* d = Find("memory");
   // v2's memory.peak has no global reset; it then reports the sandbox's peak.
-  if (d && !d->v2) (void)sched::WriteSmallFile(absl::StrCat(d->path, "/memory.max_usage_in_bytes"), "0");
+  if (d && !d->v2) (void)dsec::WriteSmallFile(absl::StrCat(d->path, "/memory.max_usage_in_bytes"), "0");
 }
 
 uint64_t ContainerCgroups::OomKills() const {
@@ -344,32 +344,32 @@ absl::Status ContainerCgroups::Remove() {
 absl::Status ContainerCgroups::SetMemoryLimit(uint64_t bytes) const {
   const Dir* d = Find("memory");
   if (!d) return absl::UnavailableError("no memory cgroup");
-  if (d->v2) return sched::WriteSmallFile(absl::StrCat(d->path, "/memory.max"), absl::StrCat(bytes));
+  if (d->v2) return dsec::WriteSmallFile(absl::StrCat(d->path, "/memory.max"), absl::StrCat(bytes));
   const std::string limit = absl::StrCat(d->path, "/memory.limit_in_bytes");
   const std::string memsw = absl::StrCat(d->path, "/memory.memsw.limit_in_bytes");
-  const bool has_memsw = sched::PathExists(memsw);
+  const bool has_memsw = dsec::PathExists(memsw);
   // memsw must stay >= the memory limit: raise memory last, lower it first.
-  auto current = sched::ReadSmallFile(limit);
+  auto current = dsec::ReadSmallFile(limit);
   uint64_t cur = 0;
   bool raising = current.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*current), &cur) &&
                  bytes > cur;
-  if (has_memsw && raising) DSEC_RETURN_IF_ERROR(sched::WriteSmallFile(memsw, absl::StrCat(bytes)));
-  DSEC_RETURN_IF_ERROR(sched::WriteSmallFile(limit, absl::StrCat(bytes)));
-  if (has_memsw && !raising) DSEC_RETURN_IF_ERROR(sched::WriteSmallFile(memsw, absl::StrCat(bytes)));
+  if (has_memsw && raising) DSEC_RETURN_IF_ERROR(dsec::WriteSmallFile(memsw, absl::StrCat(bytes)));
+  DSEC_RETURN_IF_ERROR(dsec::WriteSmallFile(limit, absl::StrCat(bytes)));
+  if (has_memsw && !raising) DSEC_RETURN_IF_ERROR(dsec::WriteSmallFile(memsw, absl::StrCat(bytes)));
   return absl::OkStatus();
 }
 
 absl::Status ContainerCgroups::SetPidsMax(uint64_t max) const {
   const Dir* d = Find("pids");
   if (!d) return absl::UnavailableError("no pids cgroup");
-  return sched::WriteSmallFile(absl::StrCat(d->path, "/pids.max"),
+  return dsec::WriteSmallFile(absl::StrCat(d->path, "/pids.max"),
                                max == 0 ? std::string("max") : absl::StrCat(max));
 }
 
 std::optional<uint64_t> ContainerCgroups::MemoryUsageBytes() const {
   const Dir* d = Find("memory");
   if (!d) return std::nullopt;
-  auto text = sched::ReadSmallFile(
+  auto text = dsec::ReadSmallFile(
       absl::StrCat(d->path, d->v2 ? "/memory.current" : "/memory.usage_in_bytes"));
   uint64_t v = 0;
   if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) return std::nullopt;

@@ -20,12 +20,12 @@
 #include "absl/strings/strip.h"
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_protocol.h"
-#include "sandbox/container/output_limiter.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/fd_passing.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/output_limiter.h"
+#include "base/file_io.h"
+#include "base/clock.h"
+#include "base/fd_passing.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::container {
 
@@ -133,7 +133,7 @@ bool SendRequest(int control, const ExecRequestHeader& h, const std::string& bod
 
 // The host pid behind a pidfd ("Pid:" in its fdinfo), or 0.
 pid_t PidOfPidfd(int pidfd) {
-  auto info = sched::ReadSmallFile(absl::StrCat("/proc/self/fdinfo/", pidfd));
+  auto info = dsec::ReadSmallFile(absl::StrCat("/proc/self/fdinfo/", pidfd));
   if (!info.ok()) return 0;
   for (absl::string_view line : absl::StrSplit(*info, '\n')) {
     if (!absl::ConsumePrefix(&line, "Pid:")) continue;

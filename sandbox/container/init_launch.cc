@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/child_process.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::container {
 

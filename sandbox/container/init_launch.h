@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "sandbox/container/init_protocol.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::container {
 

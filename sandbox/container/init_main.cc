@@ -13,7 +13,7 @@
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_process.h"
 #include "sandbox/container/init_protocol.h"
-#include "vmm/base/fd_passing.h"
+#include "base/fd_passing.h"
 
 namespace {
 

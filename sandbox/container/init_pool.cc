@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/exec.h"
 #include "sandbox/container/init_launch.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::container {
 

@@ -49,7 +49,7 @@
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/state_dir.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::container {
 

@@ -18,7 +18,7 @@
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
-#include "sched/sysfs_file.h"
+#include "base/file_io.h"
 
 namespace dsec::container {
 namespace {
@@ -47,14 +47,14 @@ class InitPoolTest : public ::testing::Test {
   void TearDown() override {
     if (dir_ == nullptr) return;
     // Nothing of the pool outlives it: no state entry, mount or cgroup.
-    auto entries = sched::ListDirectory(state_root_);
+    auto entries = dsec::ListDirectory(state_root_);
     if (entries.ok()) {
       EXPECT_TRUE(entries->empty()) << entries->size() << " entries left, first " << entries->front();
     }
-    auto info = sched::ReadSmallFile("/proc/self/mountinfo");
+    auto info = dsec::ReadSmallFile("/proc/self/mountinfo");
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->find(dir_->path()), std::string::npos);
-    for (const std::string& d : cgroup_dirs_) EXPECT_FALSE(sched::PathExists(d)) << d;
+    for (const std::string& d : cgroup_dirs_) EXPECT_FALSE(dsec::PathExists(d)) << d;
   }
   SandboxConfig Config(const std::string& id, InitPool* pool) const {
     SandboxConfig c;
@@ -78,11 +78,11 @@ class InitPoolTest : public ::testing::Test {
   // The slot inits' host pids, from their state records.
   std::vector<pid_t> SlotInits() const {
     std::vector<pid_t> pids;
-    auto entries = sched::ListDirectory(state_root_);
+    auto entries = dsec::ListDirectory(state_root_);
     if (!entries.ok()) return pids;
     for (const std::string& e : *entries) {
       if (e.rfind(".slot-", 0) != 0) continue;
-      auto rec = sched::ReadSmallFile(absl::StrCat(state_root_, "/", e, "/init"));
+      auto rec = dsec::ReadSmallFile(absl::StrCat(state_root_, "/", e, "/init"));
       int pid = 0;
       if (rec.ok() && absl::SimpleAtoi(rec->substr(0, rec->find(' ')), &pid)) pids.push_back(pid);
     }
@@ -107,12 +107,12 @@ TEST_F(InitPoolTest, SandboxesTakeReadySlotsAndBehaveAsFromScratch) {
   for (const std::string& d : (*sb)->cgroups().dirs()) {
     cgroup_dirs_.push_back(d);
     if (d.find("/memory/") != std::string::npos) {
-      auto limit = sched::ReadSmallFile(d + "/memory.limit_in_bytes");
+      auto limit = dsec::ReadSmallFile(d + "/memory.limit_in_bytes");
       ASSERT_TRUE(limit.ok());
       EXPECT_EQ(absl::StripAsciiWhitespace(*limit), absl::StrCat(96 << 20));
     }
     if (d.find("/pids/") != std::string::npos) {
-      auto max = sched::ReadSmallFile(d + "/pids.max");
+      auto max = dsec::ReadSmallFile(d + "/pids.max");
       ASSERT_TRUE(max.ok());
       EXPECT_EQ(absl::StripAsciiWhitespace(*max), "48");
     }
@@ -127,7 +127,7 @@ TEST_F(InitPoolTest, SandboxesTakeReadySlotsAndBehaveAsFromScratch) {
   ASSERT_TRUE((*sb)->Destroy().ok());
   (*pool)->Flush();
   EXPECT_GE((*pool)->stats().retired, 1u);
-  for (const std::string& d : cgroup_dirs_) EXPECT_FALSE(sched::PathExists(d)) << d;
+  for (const std::string& d : cgroup_dirs_) EXPECT_FALSE(dsec::PathExists(d)) << d;
   pool->reset();
 }
 

@@ -19,7 +19,7 @@
 #include <cstring>
 
 #include "sandbox/container/init_protocol.h"
-#include "vmm/base/fd_passing.h"
+#include "base/fd_passing.h"
 
 namespace dsec::container {
 

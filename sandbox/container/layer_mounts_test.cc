@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/test_image.h"
-#include "sched/sysfs_file.h"
+#include "base/file_io.h"
 
 namespace dsec::container {
 namespace {
@@ -46,7 +46,7 @@ class LayerMountsTest : public ::testing::Test {
     return image;
   }
   static std::string ReadLayerFile(const LayerMount& m, const std::string& rel) {
-    auto text = sched::ReadSmallFile(absl::StrCat(m.lower_dir(), "/", rel));
+    auto text = dsec::ReadSmallFile(absl::StrCat(m.lower_dir(), "/", rel));
     return text.ok() ? *text : text.status().ToString();
   }
 
@@ -65,8 +65,8 @@ TEST_F(LayerMountsTest, SharesOneMountPerImageAndRemountsAChangedFile) {
   EXPECT_TRUE((*first)->shared());
   EXPECT_EQ(ReadLayerFile(**first, "etc/tag"), "one\n");
   // Detached: nothing attached, no directory made.
-  EXPECT_FALSE(sched::PathExists(Path("unused-a")));
-  auto info = sched::ReadSmallFile("/proc/self/mountinfo");
+  EXPECT_FALSE(dsec::PathExists(Path("unused-a")));
+  auto info = dsec::ReadSmallFile("/proc/self/mountinfo");
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->find(dir_->path()), std::string::npos) << *info;
   LayerMountStats s = cache.stats();
@@ -128,7 +128,7 @@ TEST_F(LayerMountsTest, WithoutSharingEachCallerMountsAtItsOwnDirectory) {
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_NE(other->get(), m->get());
   m->reset();  // the last reference unmounts
-  auto info = sched::ReadSmallFile("/proc/self/mountinfo");
+  auto info = dsec::ReadSmallFile("/proc/self/mountinfo");
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->find(absl::StrCat(target, " ")), std::string::npos);
   EXPECT_NE(info->find(Path("own2")), std::string::npos);

@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/logging.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::container {
 
@@ -278,7 +278,7 @@ absl::StatusOr<int> UnmountBelow(const std::string& dir) {
   // Mounts stacked on one point come off one at a time; every pass removes
   // at least one or stops.
   for (int pass = 0; pass < 64; ++pass) {
-    DSEC_ASSIGN_OR_RETURN(std::string info, sched::ReadSmallFile("/proc/self/mountinfo"));
+    DSEC_ASSIGN_OR_RETURN(std::string info, dsec::ReadSmallFile("/proc/self/mountinfo"));
     std::vector<std::string> hits;
     for (std::string& p : ParseMountPoints(info)) {
       if (p == dir || absl::StartsWith(p, absl::StrCat(dir, "/"))) hits.push_back(std::move(p));

@@ -21,9 +21,9 @@
 #include "sandbox/container/init_pool.h"
 #include "sandbox/container/netns_pool.h"
 #include "sched/isolation.h"
-#include "vmm/base/fd_passing.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/fd_passing.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::container {
 

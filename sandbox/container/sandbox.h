@@ -22,7 +22,7 @@
 #include "sandbox/container/seccomp_policy.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/userns.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::sched {
 class SandboxIsolation;

@@ -23,7 +23,7 @@
 #include "sandbox/container/init_launch.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
-#include "sched/sysfs_file.h"
+#include "base/file_io.h"
 
 namespace dsec::container {
 namespace {
@@ -246,11 +246,11 @@ TEST_F(SandboxTest, DestroyRemovesMountsCgroupsAndStateDir) {
   ASSERT_FALSE(cgroups.empty());
   pid_t init = (*sb)->init_pid();
   ASSERT_TRUE((*sb)->Destroy().ok());
-  auto mountinfo = sched::ReadSmallFile("/proc/self/mountinfo");
+  auto mountinfo = dsec::ReadSmallFile("/proc/self/mountinfo");
   ASSERT_TRUE(mountinfo.ok());
   EXPECT_EQ(mountinfo->find(state), std::string::npos);
-  for (const auto& d : cgroups) EXPECT_FALSE(sched::PathExists(d)) << d;
-  EXPECT_FALSE(sched::PathExists(state));
+  for (const auto& d : cgroups) EXPECT_FALSE(dsec::PathExists(d)) << d;
+  EXPECT_FALSE(dsec::PathExists(state));
   EXPECT_FALSE(ProcessIdentity(init).has_value());
 }
 
@@ -277,8 +277,8 @@ TEST_F(SandboxTest, CleanupRemovesTheSandboxOfAKilledRuntime) {
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   ::close(ready[0]);
   const std::string state = absl::StrCat(config.state_root, "/", config.id);
-  auto init_record = sched::ReadSmallFile(absl::StrCat(state, "/init"));
-  auto cgroup_record = sched::ReadSmallFile(absl::StrCat(state, "/cgroups"));
+  auto init_record = dsec::ReadSmallFile(absl::StrCat(state, "/init"));
+  auto cgroup_record = dsec::ReadSmallFile(absl::StrCat(state, "/cgroups"));
   ASSERT_TRUE(init_record.ok() && cgroup_record.ok());
   // A live owner's sandbox is left alone.
   auto none = CleanupOrphans(config.state_root);
@@ -290,11 +290,11 @@ TEST_F(SandboxTest, CleanupRemovesTheSandboxOfAKilledRuntime) {
   auto removed = CleanupOrphans(config.state_root);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(*removed, 1);
-  EXPECT_FALSE(sched::PathExists(state));
-  auto mountinfo = sched::ReadSmallFile("/proc/self/mountinfo");
+  EXPECT_FALSE(dsec::PathExists(state));
+  auto mountinfo = dsec::ReadSmallFile("/proc/self/mountinfo");
   EXPECT_EQ(mountinfo->find(state), std::string::npos);
   for (absl::string_view d : absl::StrSplit(*cgroup_record, '\n', absl::SkipEmpty())) {
-    EXPECT_FALSE(sched::PathExists(std::string(d))) << d;
+    EXPECT_FALSE(dsec::PathExists(std::string(d))) << d;
   }
   int init_pid = std::stoi(init_record->substr(0, init_record->find(' ')));
   auto now = ProcessIdentity(init_pid);
@@ -309,7 +309,7 @@ TEST_F(SandboxTest, InitStartsEveryExecAndIsTheOnlyProcessLeft) {
   ASSERT_TRUE(sb.ok()) << sb.status();
   auto expect_only_init = [&] {
     for (const std::string& d : (*sb)->cgroups().dirs()) {
-      auto procs = sched::ReadSmallFile(absl::StrCat(d, "/cgroup.procs"));
+      auto procs = dsec::ReadSmallFile(absl::StrCat(d, "/cgroup.procs"));
       ASSERT_TRUE(procs.ok());
       EXPECT_EQ(*procs, absl::StrCat((*sb)->init_pid(), "\n")) << d;
     }
@@ -379,7 +379,7 @@ TEST_F(SandboxTest, InitIsTheSmallSandboxInitProgram) {
   char want[4096] = {};
   ASSERT_NE(::realpath(binary->c_str(), want), nullptr);
   EXPECT_STREQ(exe, want);
-  auto status = sched::ReadSmallFile(absl::StrCat("/proc/", (*sb)->init_pid(), "/status"));
+  auto status = dsec::ReadSmallFile(absl::StrCat("/proc/", (*sb)->init_pid(), "/status"));
   ASSERT_TRUE(status.ok());
   size_t at = status->find("RssAnon:");
   ASSERT_NE(at, std::string::npos);
@@ -402,8 +402,8 @@ TEST_F(SandboxTest, BadInitBinaryFailsTheCreateCleanly) {
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("execve"), std::string::npos) << r.status();
   for (const SandboxConfig* c : {&missing, &broken}) {
-    EXPECT_FALSE(sched::PathExists(absl::StrCat(c->state_root, "/", c->id)));
-    auto info = sched::ReadSmallFile("/proc/self/mountinfo");
+    EXPECT_FALSE(dsec::PathExists(absl::StrCat(c->state_root, "/", c->id)));
+    auto info = dsec::ReadSmallFile("/proc/self/mountinfo");
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->find(c->id), std::string::npos);
   }

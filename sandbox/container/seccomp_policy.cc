@@ -14,8 +14,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::container {
 

@@ -23,10 +23,10 @@
 #include "absl/strings/strip.h"
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/mount.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/logging.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::container {
 
@@ -79,7 +79,7 @@ void KillRecorded(const std::string& record) {
 }  // namespace
 
 std::optional<std::string> ProcessIdentity(pid_t pid) {
-  auto stat = sched::ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
+  auto stat = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
   if (!stat.ok()) return std::nullopt;
   size_t paren = stat->rfind(')');
   if (paren == std::string::npos) return std::nullopt;
@@ -154,7 +154,7 @@ absl::Status RemoveTree(const std::string& path) {
 }
 
 absl::StatusOr<int> CleanupOrphans(const std::string& root) {
-  auto entries = sched::ListDirectory(root);
+  auto entries = dsec::ListDirectory(root);
   if (!entries.ok()) {
     if (absl::IsNotFound(entries.status())) return 0;
     return entries.status();
@@ -166,7 +166,7 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
   };
   for (const std::string& id : *entries) {
     std::string dir = absl::StrCat(root, "/", id);
-    auto owner = sched::ReadSmallFile(absl::StrCat(dir, "/owner"));
+    auto owner = dsec::ReadSmallFile(absl::StrCat(dir, "/owner"));
     if (owner.ok()) {
       std::vector<absl::string_view> f =
           absl::StrSplit(absl::StripAsciiWhitespace(*owner), ' ');
@@ -177,10 +177,10 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
       }
     }
     DSEC_LOG(info, "container: removing orphaned sandbox={} dir={}", id, dir);
-    if (auto init = sched::ReadSmallFile(absl::StrCat(dir, "/init")); init.ok()) {
+    if (auto init = dsec::ReadSmallFile(absl::StrCat(dir, "/init")); init.ok()) {
       KillRecorded(*init);
     }
-    if (auto cgroups = sched::ReadSmallFile(absl::StrCat(dir, "/cgroups")); cgroups.ok()) {
+    if (auto cgroups = dsec::ReadSmallFile(absl::StrCat(dir, "/cgroups")); cgroups.ok()) {
       for (absl::string_view cg : absl::StrSplit(*cgroups, '\n', absl::SkipEmpty())) {
         note(KillAndRemoveCgroup(std::string(cg)));
       }

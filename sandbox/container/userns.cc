@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/status.h"
 
 namespace dsec::container {
 
@@ -59,8 +59,8 @@ absl::StatusOr<ScopedFd> MakeUserNamespace(const UserNamespaceMap& map) {
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return ErrnoToStatus("user namespace: clone", clone_errno);
   const std::string proc = absl::StrCat("/proc/", pid);
-  absl::Status s = sched::WriteSmallFile(proc + "/uid_map", IdMapLine(map.host_uid, map.count));
-  if (s.ok()) s = sched::WriteSmallFile(proc + "/gid_map", IdMapLine(map.host_gid, map.count));
+  absl::Status s = dsec::WriteSmallFile(proc + "/uid_map", IdMapLine(map.host_uid, map.count));
+  if (s.ok()) s = dsec::WriteSmallFile(proc + "/gid_map", IdMapLine(map.host_gid, map.count));
   ScopedFd ns;
   if (s.ok()) {
     ns.Reset(::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));

@@ -20,7 +20,7 @@
 #include "sandbox/container/test_image.h"
 #include "sandbox/layers/layer_store.h"
 #include "sandbox/layers/pack_diff.h"
-#include "sched/sysfs_file.h"
+#include "base/file_io.h"
 
 namespace dsec::container {
 namespace {
@@ -58,7 +58,7 @@ class UserNamespaceTest : public ::testing::Test {
   }
   void TearDown() override {
     if (dir_ == nullptr) return;
-    auto info = sched::ReadSmallFile("/proc/self/mountinfo");
+    auto info = dsec::ReadSmallFile("/proc/self/mountinfo");
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->find(dir_->path()), std::string::npos) << "mounts left behind";
   }
@@ -86,7 +86,7 @@ class UserNamespaceTest : public ::testing::Test {
   }
   // Uid line of /proc/<pid>/status as the host sees it ("real effective ...").
   static std::string HostUids(pid_t pid) {
-    auto status = sched::ReadSmallFile(absl::StrCat("/proc/", pid, "/status"));
+    auto status = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/status"));
     if (!status.ok()) return status.status().ToString();
     for (absl::string_view line : absl::StrSplit(*status, '\n')) {
       if (absl::ConsumePrefix(&line, "Uid:")) return std::string(absl::StripAsciiWhitespace(line));
@@ -210,7 +210,7 @@ TEST_F(UserNamespaceTest, OrphanCleanupRemovesEverything) {
   auto removed = CleanupOrphans(config.state_root);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(*removed, 1);
-  EXPECT_FALSE(sched::PathExists(absl::StrCat(config.state_root, "/", config.id)));
+  EXPECT_FALSE(dsec::PathExists(absl::StrCat(config.state_root, "/", config.id)));
 }
 
 }  // namespace

@@ -18,8 +18,8 @@
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/daemon/root_files.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::daemon {
 

@@ -11,7 +11,7 @@
 #include "sandbox/daemon/container_tier.h"
 #include "sandbox/daemon/fncall_tier.h"
 #include "sandbox/daemon/microvm_tier.h"
-#include "vmm/base/logging.h"
+#include "base/logging.h"
 
 namespace dsec::daemon {
 

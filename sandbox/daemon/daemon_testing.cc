@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/layers/layer_store.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::daemon::testing {
 

@@ -11,8 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/fncall/pool.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::daemon {
 

@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/exec_stream.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::daemon {
 

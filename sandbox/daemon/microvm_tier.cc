@@ -3,8 +3,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "sched/isolation.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::daemon {
 

@@ -139,14 +139,14 @@ TEST_F(MicrovmDaemonTest, OnAHostWithEmulatedCpl0CreateFailsFastWith503) {
   if (::access("/dev/kvm", R_OK | W_OK) != 0) {
     GTEST_SKIP() << "this host has no usable /dev/kvm";
   }
-  auto probe = microvm::RunCpl0Probe(DSEC_VMM_BINARY_PATH, DSEC_TESTGUEST_ELF_PATH);
+  auto probe = microvm::RunCpl0Probe(DSEC_MONITOR_BINARY_PATH, DSEC_TESTGUEST_ELF_PATH);
   ASSERT_TRUE(probe.ok()) << probe.status();
   if (!probe->emulated()) {
     GTEST_SKIP() << "this host runs guest CPL0 code on hardware (" << probe->cycles_per_round()
                  << " cycles per round): the Linux boot test (tests/integration/linux_boot_test) covers it";
   }
   MicrovmTierOptions o;
-  o.vm.vmm_binary = DSEC_VMM_BINARY_PATH;
+  o.vm.monitor_binary = DSEC_MONITOR_BINARY_PATH;
   o.vm.testguest = DSEC_TESTGUEST_ELF_PATH;
   // Resolving the default layers may build base:bookworm (minutes): a tier
   // the host cannot run must fail before that.

@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "sched/cgroup.h"
 #include "sched/cpu_list.h"
-#include "vmm/base/logging.h"
+#include "base/logging.h"
 
 namespace dsec::daemon {
 

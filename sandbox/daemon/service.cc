@@ -14,8 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/service_internal.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::daemon {
 

@@ -13,8 +13,8 @@
 #include "sandbox/layers/layer_metadata.h"
 #include "sandbox/layers/layer_store.h"
 #include "sandbox/layers/pack_diff.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::daemon {
 

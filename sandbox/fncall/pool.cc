@@ -11,9 +11,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "sched/isolation.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/clock.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::fncall {
 

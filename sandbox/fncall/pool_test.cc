@@ -26,8 +26,8 @@
 #include "gtest/gtest.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/fncall/fncall_testing.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/file_io.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::fncall {
 namespace {
@@ -43,7 +43,7 @@ int CountDescendants(const std::vector<pid_t>& exclude = {}) {
   while (dirent* e = ::readdir(d)) {
     int pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
-    auto stat = sched::ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
+    auto stat = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
     if (!stat.ok()) continue;
     size_t paren = stat->rfind(')');
     if (paren == std::string::npos) continue;
@@ -71,7 +71,7 @@ int CountDescendants(const std::vector<pid_t>& exclude = {}) {
 }
 
 int CountLinesContaining(const std::string& path, const std::string& needle) {
-  auto text = sched::ReadSmallFile(path);
+  auto text = dsec::ReadSmallFile(path);
   if (!text.ok()) return -1;
   int n = 0;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
@@ -82,7 +82,7 @@ int CountLinesContaining(const std::string& path, const std::string& needle) {
 
 // cgroup directories named dsec-ctr-<prefix>* beside this process's own.
 int CountCgroups(const std::string& prefix) {
-  auto self = sched::ReadSmallFile("/proc/self/cgroup");
+  auto self = dsec::ReadSmallFile("/proc/self/cgroup");
   if (!self.ok()) return -1;
   int n = 0;
   for (const char* ctl : {"memory", "pids", "cpu,cpuacct"}) {
@@ -498,7 +498,7 @@ TEST_F(FncallPoolTest, ThousandCallsLeaveNoProcessMountOrCgroupBehind) {
   EXPECT_EQ(CountDescendants(others()), procs_before);
   EXPECT_EQ(CountLinesContaining("/proc/self/mountinfo", state), 0);
   EXPECT_EQ(CountCgroups(config.id), 0);
-  EXPECT_FALSE(sched::PathExists(state));
+  EXPECT_FALSE(dsec::PathExists(state));
 }
 
 TEST_F(FncallPoolTest, WorkerThatCrashesDuringSetupIsReplaced) {

@@ -22,14 +22,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/container/exec.h"
-#include "sandbox/container/output_limiter.h"
+#include "base/output_limiter.h"
 #include "sandbox/container/state_dir.h"
 #include "sched/isolation.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/fd_passing.h"
-#include "vmm/base/clock.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/fd_passing.h"
+#include "base/clock.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::fncall {
 
@@ -71,7 +71,7 @@ absl::Status MkdirMode(const std::string& path, mode_t mode) {
 // Reads all the fd has now into the limiter, counting what it drops in
 // *dropped and handing what it admits to `on_output` (stream 1 or 2).
 // False on EOF.
-bool Drain(int fd, int stream, container::OutputLimiter& limiter, std::string* out,
+bool Drain(int fd, int stream, OutputLimiter& limiter, std::string* out,
            uint64_t* dropped, const std::function<void(int, std::string_view)>& on_output) {
   char buf[65536];
   while (true) {
@@ -285,7 +285,7 @@ absl::StatusOr<ScopedFd> Worker::CallChild(int64_t deadline_ns) {
     return absl::InternalError("fncall: zygote sent something other than forked");
   }
   const std::string path = absl::StrCat("/proc/", pid_, "/task/", pid_, "/children");
-  DSEC_ASSIGN_OR_RETURN(std::string text, sched::ReadSmallFile(path));
+  DSEC_ASSIGN_OR_RETURN(std::string text, dsec::ReadSmallFile(path));
   std::vector<std::string> pids = absl::StrSplit(text, ' ', absl::SkipWhitespace());
   pid_t child = 0;
   if (pids.size() != 1 || !absl::SimpleAtoi(pids[0], &child) || child <= 0) {
@@ -345,7 +345,7 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
   size_t stdin_off = 0;
 
   CallResult result;
-  container::OutputLimiter limiter(limits.output_cap_bytes, limits.output_rate_bytes_per_s, &clock);
+  OutputLimiter limiter(limits.output_cap_bytes, limits.output_rate_bytes_per_s, &clock);
   std::optional<std::vector<std::string>> done;
   bool killed = false;
   int64_t next_check = start + kCheckIntervalNs;

@@ -22,7 +22,7 @@
 #include "sandbox/fncall/call.h"
 #include "sandbox/fncall/protocol.h"
 #include "sandbox/fncall/zygote.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::sched {
 class SandboxIsolation;

@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "sandbox/fncall/protocol.h"
-#include "vmm/base/fd_passing.h"
+#include "base/fd_passing.h"
 
 namespace dsec::fncall {
 

@@ -14,8 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "sandbox/layers/subprocess.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 namespace {

@@ -12,8 +12,8 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 

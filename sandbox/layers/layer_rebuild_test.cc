@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "sandbox/layers/layer_store.h"
 #include "sandbox/layers/layers_testing.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 namespace {

@@ -18,8 +18,8 @@
 #include "sandbox/layers/fs_util.h"
 #include "sandbox/layers/sha256.h"
 #include "sandbox/layers/tree_digest.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 namespace {

@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/layers/sha256.h"
 #include "sandbox/layers/subprocess.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::layers::testing {
 

@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/layers/fs_util.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 namespace {

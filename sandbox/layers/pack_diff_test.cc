@@ -17,8 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "sandbox/layers/layers_testing.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 namespace {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/layers/sha256.h"
 
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 

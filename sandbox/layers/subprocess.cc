@@ -11,8 +11,8 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::layers {
 namespace {

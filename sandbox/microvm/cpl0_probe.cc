@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 extern char** environ;
 
@@ -59,10 +59,10 @@ absl::StatusOr<Cpl0Probe> ParseCpl0ProbeOutput(std::string_view output) {
   return absl::NotFoundError("no cpl0-probe report in the output");
 }
 
-absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& vmm_binary, const std::string& testguest,
+absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& monitor_binary, const std::string& testguest,
                                        int64_t timeout_ms) {
   const int64_t start = NowNs();
-  std::vector<std::string> argv = {vmm_binary, "vm", "run"};
+  std::vector<std::string> argv = {monitor_binary};
   if (!testguest.empty()) {
     argv.push_back("--kernel");
     argv.push_back(testguest);
@@ -90,7 +90,7 @@ absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& vmm_binary, const std:
   out_w.Reset();
   if (rc != 0) {
     return absl::UnavailableError(
-        absl::StrCat("microvm: cannot run the CPL0 probe (", vmm_binary, "): ", strerror(rc)));
+        absl::StrCat("microvm: cannot run the CPL0 probe (", monitor_binary, "): ", strerror(rc)));
   }
   ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   // Read to EOF, bounded by the deadline (vm run's own --timeout-ms stops

@@ -38,12 +38,12 @@ struct Cpl0Probe {
 // ucall_cycles=U cpl0_cycles=B" in the monitor's output.
 absl::StatusOr<Cpl0Probe> ParseCpl0ProbeOutput(std::string_view output);
 
-// Runs `vmm_binary vm run [--kernel testguest] --cmdline "console=ttyS0
+// Runs `monitor_binary vm run [--kernel testguest] --cmdline "console=ttyS0
 // testguest.run=cpl0-probe:20000"` (testguest "" = the monitor's built-in
 // default, the test guest beside it) and parses its report. Unavailable
 // (with the monitor's output) if it cannot run or reports nothing within
 // timeout_ms.
-absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& vmm_binary, const std::string& testguest,
+absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& monitor_binary, const std::string& testguest,
                                        int64_t timeout_ms = 20000);
 
 // "microvm tier: guest kernel code is emulated on this host (PVM): <B/N>

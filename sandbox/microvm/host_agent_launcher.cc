@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/microvm/host_agent_launcher.h"
 
+#include "base/file_io.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,7 +19,7 @@
 #include "guest-kernel/agent/client.h"
 #include "sandbox/microvm/jail.h"
 #include "sandbox/microvm/vm_process.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::microvm {
 

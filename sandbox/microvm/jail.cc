@@ -26,7 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::microvm {
 

@@ -19,10 +19,10 @@
 #include "absl/strings/strip.h"
 #include "devices/pmem/pmem_image_check.h"
 #include "sandbox/microvm/jail.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/logging.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::microvm {
 
@@ -249,7 +249,7 @@ void MicrovmSandbox::AbandonForTesting(std::unique_ptr<MicrovmSandbox> sandbox) 
 }
 
 absl::StatusOr<int> CleanupOrphans(const std::string& root) {
-  auto entries = sched::ListDirectory(root);
+  auto entries = dsec::ListDirectory(root);
   if (!entries.ok()) {
     if (absl::IsNotFound(entries.status())) return 0;
     return entries.status();
@@ -263,7 +263,7 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
     const std::string dir = absl::StrCat(root, "/", id);
     struct stat st;
     if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    if (auto owner = sched::ReadSmallFile(dir + "/owner"); owner.ok()) {
+    if (auto owner = dsec::ReadSmallFile(dir + "/owner"); owner.ok()) {
       std::vector<absl::string_view> f = absl::StrSplit(absl::StripAsciiWhitespace(*owner), ' ');
       int pid = 0;
       if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid)) {
@@ -272,13 +272,13 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
       }
     }
     DSEC_LOG(info, "microvm: removing orphaned sandbox={} dir={}", id, dir);
-    if (auto init = sched::ReadSmallFile(dir + "/init"); init.ok()) {
+    if (auto init = dsec::ReadSmallFile(dir + "/init"); init.ok()) {
       const std::string record(absl::StripAsciiWhitespace(*init));
       std::vector<absl::string_view> f = absl::StrSplit(record, ' ');
       int pid = 0;
       if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid) && pid > 1) {
         ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-        auto cmdline = sched::ReadSmallFile(absl::StrCat("/proc/", pid, "/cmdline"));
+        auto cmdline = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/cmdline"));
         auto now = container::ProcessIdentity(pid);
         // The pidfd pins the process; start time and command line tell a
         // reused pid apart.
@@ -295,7 +295,7 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
         }
       }
     }
-    if (auto cgroups = sched::ReadSmallFile(dir + "/cgroups"); cgroups.ok()) {
+    if (auto cgroups = dsec::ReadSmallFile(dir + "/cgroups"); cgroups.ok()) {
       for (absl::string_view cg : absl::StrSplit(*cgroups, '\n', absl::SkipEmpty())) {
         note(RemoveCgroupTree(std::string(cg)));
       }

@@ -27,7 +27,7 @@ TEST(LinuxCmdline, NamesRootImageLayersUpperAndPort) {
 
 TEST(VmArgv, CarriesEveryDeviceAndFile) {
   VmPlan plan;
-  plan.vmm_binary = "/b/dsec-vmm";
+  plan.monitor_binary = "/b/dsec-monitor";
   plan.kernel = "/k/vmlinux";
   plan.cmdline = "console=ttyS0";
   plan.pmems = {"/i/root.erofs", "/i/base.erofs"};
@@ -37,10 +37,9 @@ TEST(VmArgv, CarriesEveryDeviceAndFile) {
   plan.console_cap_bytes = 4096;
   VmFiles f = VmFilesIn("/run/x/sb-1");
   std::vector<std::string> a = VmArgv(plan, f);
-  ASSERT_GE(a.size(), 3u);
-  EXPECT_EQ(a[0], "/b/dsec-vmm");
-  EXPECT_EQ(a[1], "vm");
-  EXPECT_EQ(a[2], "run");
+  ASSERT_GE(a.size(), 2u);
+  EXPECT_EQ(a[0], "/b/dsec-monitor");
+  EXPECT_EQ(a[1], "--kernel");
   auto after = [&a](const std::string& flag) {
     auto it = std::find(a.begin(), a.end(), flag);
     return it == a.end() || it + 1 == a.end() ? std::string("<none>") : *(it + 1);
@@ -65,7 +64,7 @@ TEST(VmArgv, CarriesEveryDeviceAndFile) {
 
 TEST(VmJailSteps, BindsOnlyWhatTheMonitorNeedsThenPivots) {
   VmPlan plan;
-  plan.vmm_binary = "/b/dsec-vmm";
+  plan.monitor_binary = "/b/dsec-monitor";
   plan.kernel = "/k/vmlinux";
   plan.pmems = {"/i/root.erofs", "/i/root.erofs"};
   VmFiles f = VmFilesIn("/s/sb-1");
@@ -89,7 +88,7 @@ TEST(VmJailSteps, BindsOnlyWhatTheMonitorNeedsThenPivots) {
   EXPECT_EQ(pivots, 1);
   EXPECT_GT(pivot_at, 0u);
   EXPECT_TRUE(Contains(binds, "/dev/kvm -> /s/sb-1/jail/dev/kvm"));
-  EXPECT_TRUE(Contains(binds, "/b/dsec-vmm -> /s/sb-1/jail/b/dsec-vmm"));
+  EXPECT_TRUE(Contains(binds, "/b/dsec-monitor -> /s/sb-1/jail/b/dsec-monitor"));
   EXPECT_TRUE(Contains(binds, "/k/vmlinux -> /s/sb-1/jail/k/vmlinux"));
   EXPECT_TRUE(Contains(binds, "/s/sb-1/vm -> /s/sb-1/jail/s/sb-1/vm"));
   EXPECT_EQ(std::count(binds.begin(), binds.end(), "/i/root.erofs -> /s/sb-1/jail/i/root.erofs"), 1)

@@ -11,7 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "guest-kernel/agent/client.h"
 #include "sandbox/microvm/vm_process.h"
-#include "vmm/base/status.h"
+#include "vmm/monitor/default_paths.h"
+#include "base/status.h"
 
 namespace dsec::microvm {
 
@@ -52,26 +53,19 @@ std::string DefaultCacheDir() {
 std::string DefaultGuestKernelPath() { return DefaultCacheDir() + "/guest-kernel/current/vmlinux"; }
 std::string DefaultGuestRootfsPath() { return DefaultCacheDir() + "/guest-image/rootfs.erofs"; }
 
-std::string DefaultVmmBinary() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n > 0) {
-    std::string exe(buf, static_cast<size_t>(n));
-    size_t slash = exe.rfind('/');
-    std::string candidate = exe.substr(0, slash + 1) + "dsec-vmm";
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "dsec-vmm";
+std::string DefaultMonitorBinary() {
+  std::string found = monitor::MonitorBinaryPath();
+  return found.empty() ? "dsec-monitor" : found;
 }
 
-std::string AgentBinaryBeside(const std::string& vmm_binary) {
-  size_t slash = vmm_binary.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : vmm_binary.substr(0, slash);
+std::string AgentBinaryBeside(const std::string& monitor_binary) {
+  size_t slash = monitor_binary.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : monitor_binary.substr(0, slash);
   return dir + "/guest-kernel/agent/dsec-agent";
 }
 
 VmLauncher::VmLauncher(VmLauncherOptions options) : options_(std::move(options)) {
-  if (options_.vmm_binary.empty()) options_.vmm_binary = DefaultVmmBinary();
+  if (options_.monitor_binary.empty()) options_.monitor_binary = DefaultMonitorBinary();
   if (options_.kernel.empty()) options_.kernel = DefaultGuestKernelPath();
   if (options_.rootfs.empty()) options_.rootfs = DefaultGuestRootfsPath();
 }
@@ -86,7 +80,7 @@ absl::Status VmLauncher::CheckHost() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!probe_) {
       // A probe that could not run is not cached: the next create retries.
-      DSEC_ASSIGN_OR_RETURN(Cpl0Probe p, RunCpl0Probe(options_.vmm_binary, options_.testguest));
+      DSEC_ASSIGN_OR_RETURN(Cpl0Probe p, RunCpl0Probe(options_.monitor_binary, options_.testguest));
       probe_ = p;
     }
     if (probe_->emulated()) return absl::UnavailableError(EmulatedCpl0Reason(*probe_));
@@ -98,14 +92,14 @@ absl::Status VmLauncher::CheckHost() {
   if (!Readable(options_.rootfs)) {
     return absl::UnavailableError(absl::StrCat(
         "microvm tier: guest root image ", options_.rootfs, " not found: build it with "
-        "tools/build-guest-image.sh ", AgentBinaryBeside(options_.vmm_binary), " ", options_.rootfs));
+        "tools/build-guest-image.sh ", AgentBinaryBeside(options_.monitor_binary), " ", options_.rootfs));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<AgentHost>> VmLauncher::Launch(const LaunchSpec& spec) {
   VmPlan plan;
-  plan.vmm_binary = options_.vmm_binary;
+  plan.monitor_binary = options_.monitor_binary;
   plan.kernel = options_.kernel;
   plan.cmdline = LinuxCmdline(spec.layers.size(), options_.upper_mib, spec.agent_port,
                               options_.extra_cmdline);

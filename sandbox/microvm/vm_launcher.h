@@ -24,14 +24,15 @@ std::string DefaultCacheDir();
 std::string DefaultGuestKernelPath();
 // <cache>/guest-image/rootfs.erofs (tools/build-guest-image.sh)
 std::string DefaultGuestRootfsPath();
-// dsec-vmm beside this executable (/proc/self/exe), else "dsec-vmm".
-std::string DefaultVmmBinary();
+// dsec-monitor beside this executable (/proc/self/exe) or where the build
+// put it, else "dsec-monitor".
+std::string DefaultMonitorBinary();
 // The dsec-agent of the build tree the monitor sits in
 // (<dir of vmm>/guest-kernel/agent/dsec-agent), for the build hint.
-std::string AgentBinaryBeside(const std::string& vmm_binary);
+std::string AgentBinaryBeside(const std::string& monitor_binary);
 
 struct VmLauncherOptions {
-  std::string vmm_binary;  // "" = DefaultVmmBinary()
+  std::string monitor_binary;  // "" = DefaultMonitorBinary()
   std::string kernel;      // "" = DefaultGuestKernelPath()
   std::string rootfs;      // "" = DefaultGuestRootfsPath()
   std::string testguest;   // the probe's kernel ("" = vm run's default: the test guest beside it)

@@ -50,7 +50,7 @@ class VmLauncherTest : public ::testing::Test {
 
 TEST_F(VmLauncherTest, HostCheckNamesWhatIsMissing) {
   VmLauncherOptions o;
-  o.vmm_binary = DSEC_VMM_BINARY_PATH;
+  o.monitor_binary = DSEC_MONITOR_BINARY_PATH;
   o.testguest = DSEC_TESTGUEST_ELF_PATH;
   o.kernel = dir_ + "/no-vmlinux";
   o.rootfs = dir_ + "/no-rootfs.erofs";
@@ -86,7 +86,7 @@ TEST_F(VmLauncherTest, BootsTheGuestKernelOrEndsAtTheBootDeadline) {
   if (::access(kernel.c_str(), R_OK) != 0) {
     GTEST_SKIP() << "guest kernel " << kernel << " not built: run tools/build-guest-kernel.sh";
   }
-  const std::string agent = AgentBinaryBeside(DSEC_VMM_BINARY_PATH);
+  const std::string agent = AgentBinaryBeside(DSEC_MONITOR_BINARY_PATH);
   if (::access(agent.c_str(), X_OK) != 0) {
     GTEST_SKIP() << "dsec-agent " << agent << " not built";
   }
@@ -95,10 +95,10 @@ TEST_F(VmLauncherTest, BootsTheGuestKernelOrEndsAtTheBootDeadline) {
                                        " > /dev/null");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 
-  auto probe = RunCpl0Probe(DSEC_VMM_BINARY_PATH, DSEC_TESTGUEST_ELF_PATH);
+  auto probe = RunCpl0Probe(DSEC_MONITOR_BINARY_PATH, DSEC_TESTGUEST_ELF_PATH);
   ASSERT_TRUE(probe.ok()) << probe.status();
   VmLauncherOptions o;
-  o.vmm_binary = DSEC_VMM_BINARY_PATH;
+  o.monitor_binary = DSEC_MONITOR_BINARY_PATH;
   o.kernel = kernel;
   o.rootfs = rootfs;
   o.skip_probe = true;  // launch even where the probe would refuse
@@ -116,7 +116,7 @@ TEST_F(VmLauncherTest, BootsTheGuestKernelOrEndsAtTheBootDeadline) {
     ASSERT_FALSE(sb.ok());
     EXPECT_TRUE(absl::IsDeadlineExceeded(sb.status())) << sb.status();
     EXPECT_NE(sb.status().message().find("did not answer within 3000 ms"), std::string::npos) << sb.status();
-    EXPECT_NE(sb.status().message().find("dsec-vmm is still running"), std::string::npos)
+    EXPECT_NE(sb.status().message().find("the monitor is still running"), std::string::npos)
         << "the monitor took every device of the plan: " << sb.status();
     EXPECT_LT(ms, 20'000);
     std::printf("emulated CPL0 (%.0f cycles/round): %s\n", probe->cycles_per_round(),

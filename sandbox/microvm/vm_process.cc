@@ -21,9 +21,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "sched/sysfs_file.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/file_io.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
+#include "vmm/api/control.h"
 
 namespace dsec::microvm {
 
@@ -104,7 +105,7 @@ VmFiles VmFilesIn(const std::string& state_dir) {
 }
 
 std::vector<std::string> VmArgv(const VmPlan& plan, const VmFiles& files) {
-  std::vector<std::string> a = {plan.vmm_binary, "vm", "run", "--kernel", plan.kernel,
+  std::vector<std::string> a = {plan.monitor_binary, "--kernel", plan.kernel,
                                 "--cmdline", plan.cmdline,
                                 "--mem-mib", absl::StrCat(plan.mem_mib),
                                 "--vcpus", absl::StrCat(plan.vcpus)};
@@ -170,13 +171,13 @@ std::vector<MountStep> VmJailSteps(const VmPlan& plan, const VmFiles& files, boo
   // Entries differ by kernel configuration, not by namespace: the host's
   // /proc tells which exist.
   for (const char* p : kReadOnlyProc) {
-    if (!sched::PathExists(absl::StrCat("/proc/", p))) continue;
+    if (!dsec::PathExists(absl::StrCat("/proc/", p))) continue;
     const std::string path = absl::StrCat(j, "/proc/", p);
     s.push_back(MountStep::Bind(path, path, true));
     s.push_back(MountStep::Remount(path, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
   }
   for (const char* p : kMaskedProc) {
-    if (!sched::PathExists(absl::StrCat("/proc/", p))) continue;
+    if (!dsec::PathExists(absl::StrCat("/proc/", p))) continue;
     s.push_back(MountStep::Bind("/dev/null", absl::StrCat(j, "/proc/", p)));
   }
   // A fresh sysfs (of the new network namespace), read-only: CPU topology
@@ -195,7 +196,7 @@ std::vector<MountStep> VmJailSteps(const VmPlan& plan, const VmFiles& files, boo
   }
   // The binary, kernel and images at their host paths, read-only.
   std::set<std::string> done;
-  std::vector<std::string> files_in = {plan.vmm_binary, plan.kernel};
+  std::vector<std::string> files_in = {plan.monitor_binary, plan.kernel};
   files_in.insert(files_in.end(), plan.pmems.begin(), plan.pmems.end());
   for (const std::string& f : files_in) {
     if (!done.insert(f).second) continue;
@@ -203,7 +204,7 @@ std::vector<MountStep> VmJailSteps(const VmPlan& plan, const VmFiles& files, boo
     s.push_back(MountStep::Touch(j + f));
     s.push_back(MountStep::Bind(f, j + f));
     unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV;
-    if (f != plan.vmm_binary) flags |= MS_NOEXEC;
+    if (f != plan.monitor_binary) flags |= MS_NOEXEC;
     s.push_back(MountStep::Remount(j + f, flags));
   }
   // The monitor's own directory (sockets, console, stats), read-write.
@@ -218,7 +219,7 @@ std::vector<MountStep> VmJailSteps(const VmPlan& plan, const VmFiles& files, boo
 absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_in,
                                                             const VmJailOptions& jail) {
   VmPlan plan = plan_in;
-  DSEC_ASSIGN_OR_RETURN(plan.vmm_binary, RealFile("dsec-vmm binary", plan.vmm_binary));
+  DSEC_ASSIGN_OR_RETURN(plan.monitor_binary, RealFile("monitor binary", plan.monitor_binary));
   DSEC_ASSIGN_OR_RETURN(plan.kernel, RealFile("kernel", plan.kernel));
   for (std::string& p : plan.pmems) {
     DSEC_ASSIGN_OR_RETURN(p, RealFile("pmem image", p));
@@ -231,7 +232,7 @@ absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_i
   if (jail.pivot_root && ::mkdir(files.jail_root.c_str(), 0755) != 0) {
     return ErrnoToStatus(absl::StrCat("mkdir ", files.jail_root));
   }
-  DSEC_ASSIGN_OR_RETURN(bool dynamic, IsDynamicElf(plan.vmm_binary));
+  DSEC_ASSIGN_OR_RETURN(bool dynamic, IsDynamicElf(plan.monitor_binary));
 
   container::ResourceLimits limits;
   limits.memory_bytes = (plan.mem_mib + jail.overhead_mib) << 20;
@@ -271,7 +272,7 @@ VmProcess::~VmProcess() { (void)Stop(0); }
 
 absl::StatusOr<nlohmann::json> VmProcess::Control(const nlohmann::json& request,
                                                   int64_t timeout_ms) const {
-  DSEC_ASSIGN_OR_RETURN(nlohmann::json answer, ControlCall(files_.control_socket, request, timeout_ms));
+  DSEC_ASSIGN_OR_RETURN(nlohmann::json answer, api::ControlCall(files_.control_socket, request, timeout_ms));
   if (!answer.is_object()) return absl::InternalError("microvm: control answer is not an object");
   if (!answer.value("ok", false)) {
     std::string code, message = answer.dump();
@@ -290,7 +291,7 @@ absl::Status VmProcess::WaitRunning(int64_t timeout_ms) {
   for (;;) {
     if (Exited()) {
       return absl::UnavailableError(
-          absl::StrCat("microvm: dsec-vmm stopped before its control socket answered: ", ExitReport()));
+          absl::StrCat("microvm: the monitor stopped before its control socket answered: ", ExitReport()));
     }
     const int64_t left = deadline - NowMs();
     auto stats = Control({{"op", "stats"}}, std::max<int64_t>(1, std::min<int64_t>(left, 1000)));
@@ -318,14 +319,14 @@ absl::Status VmProcess::Resume() {
 }
 
 std::string VmProcess::ExitReport() {
-  std::string out = "dsec-vmm ";
+  std::string out = "the monitor ";
   if (Exited()) {
     auto st = process_->WaitExit(0);
     out += st.ok() ? DescribeWaitStatus(*st) : "has exited";
   } else {
     out += "is still running";
   }
-  if (auto stats = sched::ReadSmallFile(files_.stats_json); stats.ok()) {
+  if (auto stats = dsec::ReadSmallFile(files_.stats_json); stats.ok()) {
     nlohmann::json j = nlohmann::json::parse(*stats, nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) {
       absl::StrAppend(&out, "; stop_reason=", j.value("stop_reason", "?"), " detail=\"",
@@ -346,7 +347,7 @@ absl::Status VmProcess::Stop(int64_t grace_ms) {
   // sched/ (--qos) makes cgroups below the monitor's own; a killed monitor
   // leaves them.
   for (const std::string& dir : cgroups_->dirs()) {
-    auto children = sched::ListDirectory(dir);
+    auto children = dsec::ListDirectory(dir);
     if (!children.ok()) continue;
     for (const std::string& c : *children) {
       const std::string path = absl::StrCat(dir, "/", c);
@@ -363,79 +364,5 @@ absl::Status VmProcess::Stop(int64_t grace_ms) {
   return first;
 }
 
-absl::StatusOr<nlohmann::json> ControlCall(const std::string& socket_path,
-                                           const nlohmann::json& request, int64_t timeout_ms) {
-  const int64_t deadline = NowMs() + timeout_ms;
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("control socket path too long: ", socket_path));
-  }
-  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return ErrnoToStatus("socket");
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (errno == ENOENT || errno == ECONNREFUSED || errno == EAGAIN) {
-      return absl::UnavailableError(absl::StrCat("connect ", socket_path, ": ", std::strerror(errno)));
-    }
-    return ErrnoToStatus(absl::StrCat("connect ", socket_path));
-  }
-  auto wait = [&](short events) -> absl::Status {
-    for (;;) {
-      const int64_t left = deadline - NowMs();
-      if (left <= 0) return absl::DeadlineExceededError(absl::StrCat("control socket ", socket_path, ": no answer"));
-      pollfd p{fd.get(), events, 0};
-      int n = ::poll(&p, 1, static_cast<int>(left));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoToStatus("poll");
-      if (n > 0) return absl::OkStatus();
-    }
-  };
-  const std::string line = request.dump() + "\n";
-  size_t off = 0;
-  while (off < line.size()) {
-    DSEC_RETURN_IF_ERROR(wait(POLLOUT));
-    ssize_t n = ::send(fd.get(), line.data() + off, line.size() - off, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return ErrnoToStatus("control: send");
-    }
-    off += static_cast<size_t>(n);
-  }
-  std::string reply;
-  for (;;) {
-    DSEC_RETURN_IF_ERROR(wait(POLLIN));
-    char buf[4096];
-    ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return ErrnoToStatus("control: recv");
-    }
-    if (n == 0) return absl::UnavailableError("control: connection closed without an answer");
-    reply.append(buf, static_cast<size_t>(n));
-    if (size_t nl = reply.find('\n'); nl != std::string::npos) {
-      reply.resize(nl);
-      break;
-    }
-    if (reply.size() > (16u << 20)) return absl::InternalError("control: answer too long");
-  }
-  nlohmann::json j = nlohmann::json::parse(reply, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InternalError(absl::StrCat("control: answer is not JSON: ", reply.substr(0, 200)));
-  return j;
-}
-
-std::string FileTail(const std::string& path, size_t max_bytes) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return "";
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return "";
-  const off_t size = st.st_size;
-  const off_t start = size > static_cast<off_t>(max_bytes) ? size - static_cast<off_t>(max_bytes) : 0;
-  std::string out(static_cast<size_t>(size - start), '\0');
-  ssize_t n = ::pread(fd.get(), out.data(), out.size(), start);
-  if (n < 0) return "";
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
 
 }  // namespace dsec::microvm

@@ -26,7 +26,7 @@ namespace dsec::microvm {
 
 // What the monitor boots. Paths are host paths.
 struct VmPlan {
-  std::string vmm_binary;  // dsec-vmm (static, or the jail binds /usr for its libraries)
+  std::string monitor_binary;  // dsec-monitor (static, or the jail binds /usr for its libraries)
   std::string kernel;
   std::string cmdline;
   // virtio-pmem images, all read-only, in device order (/dev/pmem0 first).
@@ -130,12 +130,5 @@ class VmProcess {
   std::unique_ptr<JailedProcess> process_;
   bool stopped_ = false;
 };
-
-// One JSON request/answer on a monitor's control socket.
-absl::StatusOr<nlohmann::json> ControlCall(const std::string& socket_path,
-                                           const nlohmann::json& request, int64_t timeout_ms);
-
-// The last `max_bytes` of a file ("" if unreadable).
-std::string FileTail(const std::string& path, size_t max_bytes);
 
 }  // namespace dsec::microvm

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/microvm/vm_process.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::microvm {
 namespace {
@@ -105,7 +105,7 @@ class VmProcessTest : public ::testing::Test {
 
   VmPlan Plan(const std::string& workload) const {
     VmPlan p;
-    p.vmm_binary = DSEC_VMM_BINARY_PATH;
+    p.monitor_binary = DSEC_MONITOR_BINARY_PATH;
     p.kernel = DSEC_TESTGUEST_ELF_PATH;
     p.cmdline = "console=ttyS0 testguest.run=" + workload;
     p.mem_mib = 64;
@@ -303,7 +303,7 @@ TEST_F(VmProcessTest, AnEarlyExitReportsTheMonitorsOwnError) {
   std::printf("early exit: %s\n", msg.c_str());
   EXPECT_NE(msg.find("stopped before its control socket answered"), std::string::npos) << msg;
   EXPECT_NE(msg.find("exited with status"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("log: dsec-vmm:"), std::string::npos) << "the monitor's own message: " << msg;
+  EXPECT_NE(msg.find("log: dsec-monitor:"), std::string::npos) << "the monitor's own message: " << msg;
   const std::vector<std::string> cgroups = (*vm)->cgroups().dirs();
   vm->reset();
   for (const std::string& d : cgroups) {

@@ -16,8 +16,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "vmm/base/logging.h"
-#include "vmm/base/status.h"
+#include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::trajectory {
 

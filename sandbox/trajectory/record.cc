@@ -10,7 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::trajectory {
 

@@ -6,7 +6,7 @@
 // commands through the agent, round-trips a file, packs the upper layer and
 // destroys the VM.
 //
-// It first runs the CPL0 probe through the real dsec-vmm and skips, with
+// It first runs the CPL0 probe through the real monitor and skips, with
 // the measured figure, where guest CPL0 code is emulated (PVM: HOST.md),
 // since a Linux guest does not boot in useful time there.
 #include <sys/stat.h>
@@ -55,7 +55,7 @@ TEST(LinuxBootTest, BootsTheGuestKernelAndServesTheAgent) {
   if (std::string why = dsec::testing::KvmUnavailableReason(); !why.empty()) {
     GTEST_SKIP() << why;
   }
-  const std::string vmm = dsec::testing::VmmBinaryPath();
+  const std::string vmm = dsec::testing::MonitorBinaryPath();
   auto probe = RunCpl0Probe(vmm, dsec::testing::TestGuestPath());
   ASSERT_TRUE(probe.ok()) << probe.status();
   std::printf("CPL0 probe: %llu rounds, %.1f cycles per CPL0 round (CPL3: %.2f), probe VM %.0f ms\n",
@@ -95,7 +95,7 @@ TEST(LinuxBootTest, BootsTheGuestKernelAndServesTheAgent) {
   ASSERT_EQ(built.exit_status, 0) << built.out << built.err;
 
   VmLauncherOptions lo;
-  lo.vmm_binary = vmm;
+  lo.monitor_binary = vmm;
   lo.kernel = kernel;
   lo.rootfs = rootfs;
   lo.testguest = dsec::testing::TestGuestPath();

@@ -28,7 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/integration/test_support.h"
 #include "tests/integration/virtio_test_util.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 #include "vmm/vm/reclaim_vm_adapter.h"
 #include "vmm/vm/virtio_devices.h"
 #include "vmm/vm/vm.h"

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 extern char** environ;
 
@@ -19,6 +19,7 @@ namespace dsec::testing {
 
 std::string TestGuestPath() { return DSEC_TESTGUEST_ELF_PATH; }
 std::string VmmBinaryPath() { return DSEC_VMM_BINARY_PATH; }
+std::string MonitorBinaryPath() { return DSEC_MONITOR_BINARY_PATH; }
 
 std::string KvmUnavailableReason() {
   ScopedFd fd(::open("/dev/kvm", O_RDWR | O_CLOEXEC));

@@ -12,6 +12,8 @@ namespace dsec::testing {
 
 std::string TestGuestPath();
 std::string VmmBinaryPath();
+// build/dsec-monitor, the monitor binary (what `dsec-vmm vm run` execs).
+std::string MonitorBinaryPath();
 // "" when /dev/kvm is usable, otherwise why not (for GTEST_SKIP).
 std::string KvmUnavailableReason();
 

@@ -14,8 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/eventfd.h"
+#include "base/scoped_fd.h"
 #include "vmm/vm/vm.h"
 
 namespace dsec::testing {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/container/state_dir.h"
-#include "sched/sysfs_file.h"
+#include "base/file_io.h"
 
 namespace dsec::container::security {
 
@@ -92,7 +92,7 @@ ExecResult ContainerAttackTest::Sh(Sandbox& sb, const std::string& script, int64
 std::vector<pid_t> ContainerAttackTest::CgroupMembers(const Sandbox& sb) {
   std::vector<pid_t> pids;
   for (const std::string& d : sb.cgroups().dirs()) {
-    auto text = sched::ReadSmallFile(absl::StrCat(d, "/cgroup.procs"));
+    auto text = dsec::ReadSmallFile(absl::StrCat(d, "/cgroup.procs"));
     if (!text.ok()) continue;
     for (absl::string_view s : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
       int p = 0;
@@ -121,14 +121,14 @@ void ContainerAttackTest::TearDown() {
   }
   sandboxes_.clear();
   // Nothing of any sandbox may be left on the host.
-  auto mountinfo = sched::ReadSmallFile("/proc/self/mountinfo");
+  auto mountinfo = dsec::ReadSmallFile("/proc/self/mountinfo");
   ASSERT_TRUE(mountinfo.ok());
   auto loops = testing::RunHostCommand({"/sbin/losetup", "-a"});
   for (const Record& r : records_) {
     EXPECT_EQ(mountinfo->find(r.state_dir), std::string::npos) << "mount left in " << r.state_dir;
-    EXPECT_FALSE(sched::PathExists(r.state_dir)) << r.state_dir;
+    EXPECT_FALSE(dsec::PathExists(r.state_dir)) << r.state_dir;
     for (const std::string& cg : r.cgroups) {
-      EXPECT_FALSE(sched::PathExists(cg)) << cg;
+      EXPECT_FALSE(dsec::PathExists(cg)) << cg;
     }
     EXPECT_FALSE(ProcessIdentity(r.init).has_value()) << "init " << r.init << " left";
   }

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "sched/sysfs_file.h"
+#include "base/file_io.h"
 #include "tests/security/attack_fixture.h"
-#include "vmm/base/scoped_fd.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::container::security {
 namespace {
@@ -69,7 +69,7 @@ TEST_F(ContainerAttackTest, ForkBombIsHeldByThePidsLimit) {
     if (d.find("/pids/") != std::string::npos) pids_dir = d;
   }
   if (!pids_dir.empty()) {
-    auto events = sched::ReadSmallFile(absl::StrCat(pids_dir, "/pids.events"));
+    auto events = dsec::ReadSmallFile(absl::StrCat(pids_dir, "/pids.events"));
     ASSERT_TRUE(events.ok());
     EXPECT_NE(*events, "max 0\n") << "the bomb never reached pids.max";
   }

@@ -14,8 +14,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/bus/bus.h"
-#include "vmm/kvm/kvm_vcpu.h"
+#include "platform/bus/bus.h"
+#include "platform/kvm/kvm_vcpu.h"
 
 namespace dsec::vcpu {
 
@@ -65,7 +65,7 @@ class VcpuControl {
 
 // One vCPU thread: loops in KVM_RUN and dispatches port and MMIO exits to the
 // buses on this thread (devices reached that way are thread-safe and never
-// block: see vmm/bus). Everything that ends the guest goes to the
+// block: see platform/bus). Everything that ends the guest goes to the
 // VcpuStopSink.
 //
 // Lifetime: owns the KvmVcpu. The buses, control and sink must outlive it;

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/base/scoped_fd.h"
-#include "vmm/base/status.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 
 namespace dsec::vm {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "vmm/base/mmap.h"
+#include "base/mmap.h"
 
 namespace dsec::vm {
 

@@ -3,7 +3,7 @@
 
 #include <sys/eventfd.h>
 
-#include "vmm/base/status.h"
+#include "base/status.h"
 
 namespace dsec::vm {
 

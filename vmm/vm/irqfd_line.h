@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "devices/interrupt/interrupt_line.h"
-#include "vmm/base/eventfd.h"
-#include "vmm/kvm/kvm_vm.h"
+#include "platform/interrupt/interrupt_line.h"
+#include "base/eventfd.h"
+#include "platform/kvm/kvm_vm.h"
 
 namespace dsec::vm {
 

@@ -9,11 +9,11 @@
 #include "absl/status/statusor.h"
 #include "devices/virtio/mmio_transport.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/base/event_loop.h"
-#include "vmm/bus/bus.h"
-#include "vmm/kvm/kvm_vm.h"
-#include "vmm/memory/guest_memory.h"
-#include "vmm/memory/memfd_guest_memory.h"
+#include "base/event_loop.h"
+#include "platform/bus/bus.h"
+#include "platform/kvm/kvm_vm.h"
+#include "platform/memory/guest_memory.h"
+#include "platform/memory/memfd_guest_memory.h"
 #include "vmm/vm/vm_config.h"
 
 namespace dsec::devices {

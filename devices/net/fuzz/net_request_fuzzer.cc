@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "devices/net/net_request.h"
-#include "vmm/base/status.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "base/status.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace {
 

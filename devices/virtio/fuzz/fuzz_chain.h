@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "devices/virtio/descriptor_chain.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::virtio::fuzz {
 

@@ -15,7 +15,7 @@
 #include "devices/virtio/descriptor_chain.h"
 #include "devices/virtio/queue.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "devices/vsock/vsock_packet.h"
-#include "vmm/base/status.h"
-#include "vmm/memory/fake_guest_memory.h"
+#include "base/status.h"
+#include "platform/memory/fake_guest_memory.h"
 
 namespace {
 

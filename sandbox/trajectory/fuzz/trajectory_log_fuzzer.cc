@@ -18,7 +18,7 @@
 
 #include "sandbox/trajectory/log.h"
 #include "sandbox/trajectory/record.h"
-#include "vmm/base/logging.h"
+#include "base/logging.h"
 
 namespace {
 

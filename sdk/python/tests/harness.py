@@ -203,16 +203,24 @@ class Daemon:
         except OSError:
             return ""
 
-    def leaks(self, sandbox_ids, settle_s=5.0):
+    def leaks(self, sandbox_ids, settle_s=5.0, max_s=120.0):
         """What is left on the host: mounts under tmp, cgroup dirs and
         processes whose cgroup names one of sandbox_ids. A destroyed
         container sandbox's cgroups and state directory are removed by the
         daemon's own thread just after DELETE answers
-        (sandbox/container/init_pool.h), so this waits up to settle_s for
-        them to go; what remains after that is a leak."""
+        (sandbox/container/init_pool.h), one after another: after thousands
+        of deletes on a loaded host that backlog takes a while. So this
+        waits until settle_s pass without the remains shrinking (or max_s in
+        all); what remains then is a leak."""
+        give_up = time.monotonic() + max_s
         deadline = time.monotonic() + settle_s
+        left = None
         while True:
             leaks = host_leaks(self.tmp, sandbox_ids)
+            n = sum(len(v) for v in leaks.values())
+            if left is None or n < left:
+                left = n
+                deadline = min(give_up, time.monotonic() + settle_s)
             if not leaks or time.monotonic() >= deadline:
                 return leaks
             time.sleep(0.05)

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "platform/memory/memfd_guest_memory.h"
+
+#include <linux/memfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "absl/strings/str_format.h"
+#include "base/status.h"
+
+namespace dsec::memory {
+
+namespace {
+constexpr uint64_t kPageSize = 4096;
+constexpr uint64_t kHugePageSize = 2ull << 20;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::Create(
+    std::vector<Range> ranges, Options options) {
+  std::unique_ptr<MemfdGuestMemory> mem(new MemfdGuestMemory());
+  const uint64_t align = options.hugepages ? kHugePageSize : kPageSize;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const Range& range = ranges[i];
+    if (range.size == 0 || range.size % align != 0 || range.gpa % align != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "guest RAM region %d [0x%x, +0x%x) must be non-empty and %d-byte aligned", i,
+          range.gpa, range.size, align));
+    }
+    unsigned flags = MFD_CLOEXEC;
+    if (options.hugepages) flags |= MFD_HUGETLB | MFD_HUGE_2MB;
+    ScopedFd fd(::memfd_create(absl::StrFormat("dsec-guest-ram-%d", i).c_str(), flags));
+    if (!fd.valid()) return ErrnoToStatus("memfd_create(guest RAM)");
+    if (::ftruncate(fd.get(), static_cast<off_t>(range.size)) != 0)
+      return ErrnoToStatus("ftruncate(guest RAM memfd)");
+    // MAP_NORESERVE: guest RAM is committed lazily, page by page, as the guest
+    // touches it.
+    DSEC_ASSIGN_OR_RETURN(
+        Mmap map, Mmap::File(fd.get(), range.size, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_NORESERVE, 0));
+    mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
+    mem->fds_.push_back(std::move(fd));
+    mem->maps_.push_back(std::move(map));
+  }
+  DSEC_RETURN_IF_ERROR(ValidateRegionLayout(mem->regions_));
+  return mem;
+}
+
+absl::StatusOr<uint64_t> MemfdGuestMemory::ResidentBytes() const {
+  uint64_t resident = 0;
+  std::vector<unsigned char> vec;
+  for (const auto& map : maps_) {
+    vec.resize((map.size() + kPageSize - 1) / kPageSize);
+    if (::mincore(map.data(), map.size(), vec.data()) != 0)
+      return ErrnoStatus("mincore(guest RAM)");
+    for (unsigned char v : vec) resident += (v & 1) ? kPageSize : 0;
+  }
+  return resident;
+}
+
+}  // namespace dsec::memory

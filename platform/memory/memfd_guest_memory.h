@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/mmap.h"
+#include "base/scoped_fd.h"
+#include "platform/memory/guest_memory.h"
+
+namespace dsec::memory {
+
+// Guest RAM backed by one memfd per region, mapped MAP_SHARED into the
+// monitor. memfd (rather than anonymous memory) lets snapshots write the
+// file, balloon release punch holes (MADV_REMOVE) and pageout work on it.
+//
+// Threads: created before any vCPU runs; immutable afterwards.
+class MemfdGuestMemory : public GuestMemory {
+ public:
+  struct Options {
+    bool hugepages = false;  // MFD_HUGETLB with 2 MiB pages
+  };
+  struct Range {
+    uint64_t gpa;
+    uint64_t size;
+  };
+  static absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> Create(std::vector<Range> ranges,
+                                                                  Options options);
+
+  // The memfd backing region i (same order as regions()).
+  int RegionFd(size_t i) const { return fds_[i].get(); }
+  // Bytes of region i resident in the host (mincore over the mapping).
+  absl::StatusOr<uint64_t> ResidentBytes() const;
+
+ private:
+  MemfdGuestMemory() = default;
+  std::vector<ScopedFd> fds_;
+  std::vector<Mmap> maps_;
+};
+
+}  // namespace dsec::memory

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// dsec-vmmd: the node daemon (`dsec-vmm serve` execs it). Parses flags,
+// wires the layer references of create requests to the layer store
+// (sandbox/layers/layer_refs.h: base:bookworm is built on first use) and runs
+// sandbox/daemon.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "sandbox/layers/layer_refs.h"
+#include "base/file_io.h"
+#include "sandbox/container/state_dir.h"
+#include "sandbox/daemon/daemon.h"
+#include "sandbox/fncall/pool.h"
+#include "sandbox/layers/layer_store.h"
+#include "base/logging.h"
+#include "base/status.h"
+
+namespace {
+
+constexpr char kPythonToolkit[] = "python:1";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsec-vmmd: the dsec-vmm node daemon (REST/JSON API, docs/api.yaml)"};
+  dsec::daemon::DaemonOptions o;
+  o.container_state_root = dsec::container::kDefaultStateRoot;
+  o.fncall_state_root = dsec::fncall::kDefaultStateRoot;
+  std::string listen, token_file, log_level = "info";
+  const char* store_env = std::getenv("DSEC_LAYER_STORE");
+  std::string store = store_env != nullptr && *store_env != '\0' ? store_env : dsec::layers::kDefaultStoreRoot;
+  uint64_t task_quota_mib = 64, node_quota_mib = 4096, upper_mib = 1024;
+  app.add_option("--socket", o.http.socket_path, "Unix socket of the API (mode 0600, directory 0700)")
+      ->capture_default_str();
+  app.add_option("--listen", listen, "Also listen on TCP HOST:PORT (needs --token-file)");
+  app.add_option("--token-file", token_file, "Bearer token for TCP clients (first line of the file)");
+  app.add_option("--trajectory-dir", o.trajectory_dir, "Trajectory logs")->capture_default_str();
+  app.add_option("--task-quota-mib", task_quota_mib, "Trajectory bytes per task")->capture_default_str();
+  app.add_option("--node-quota-mib", node_quota_mib, "Trajectory bytes per node")->capture_default_str();
+  app.add_option("--store", store, "Layer store (env DSEC_LAYER_STORE)")->capture_default_str();
+  app.add_option("--container-state-dir", o.container_state_root, "Container sandboxes' state")
+      ->capture_default_str();
+  app.add_option("--container-init-pool", o.container_init_pool,
+                 "Container sandbox inits made ahead and kept ready (0: each create from scratch)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_option("--fncall-state-dir", o.fncall_state_root, "fncall pools' state")->capture_default_str();
+  app.add_option("--microvm-state-dir", o.microvm_state_root, "microVM sandboxes' state (default /run/dsec-vmm/microvm)");
+  app.add_option("--microvm-kernel", o.microvm_kernel,
+                 "Guest kernel of the microvm tier (default <cache>/guest-kernel/current/vmlinux, "
+                 "cache ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm})");
+  app.add_option("--microvm-rootfs", o.microvm_rootfs,
+                 "Guest root image (dsec-agent as PID 1; default <cache>/guest-image/rootfs.erofs, "
+                 "tools/build-guest-image.sh)");
+  app.add_option("--upper-mib", upper_mib, "Writable layer size of container sandboxes")->capture_default_str();
+  app.add_option("--max-sandboxes", o.service.max_sandboxes, "Sandboxes per node")->capture_default_str();
+  app.add_option("--max-concurrent-execs", o.service.max_concurrent_execs, "Execs running at once")
+      ->capture_default_str();
+  app.add_option("--threads", o.http.threads, "HTTP worker threads per listener")->capture_default_str();
+  app.add_option("--fncall-max-workers", o.fncall_max_workers, "Workers per fncall pool")->capture_default_str();
+  app.add_option("--fncall-warm-pools", o.fncall_max_unused_pools,
+                 "fncall pools kept warm after their last sandbox is deleted")
+      ->capture_default_str();
+  bool no_qos_placement = false;
+  app.add_flag("--no-qos-placement", no_qos_placement,
+               "Do not place sandboxes by their qos through sched/ (they report qos_applied=false)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  dsec::log::SetLevel(log_level);
+  o.max_task_bytes = task_quota_mib << 20;
+  o.max_node_bytes = node_quota_mib << 20;
+  o.upper_size_bytes = upper_mib << 20;
+  o.qos_placement = !no_qos_placement;
+  if (o.http.threads < 2 || o.http.threads > 1024) {
+    fprintf(stderr, "dsec-vmmd: --threads must be in [2, 1024]\n");
+    return 2;
+  }
+  if (!listen.empty()) {
+    auto colon = listen.rfind(':');
+    if (colon == std::string::npos) {
+      fprintf(stderr, "dsec-vmmd: --listen wants HOST:PORT\n");
+      return 2;
+    }
+    o.http.tcp_host = listen.substr(0, colon);
+    o.http.tcp_port = atoi(listen.substr(colon + 1).c_str());
+    if (o.http.tcp_port < 0 || o.http.tcp_port > 65535) {
+      fprintf(stderr, "dsec-vmmd: bad port in --listen\n");
+      return 2;
+    }
+    if (token_file.empty()) {
+      fprintf(stderr, "dsec-vmmd: --listen needs --token-file (TCP clients must authenticate)\n");
+      return 2;
+    }
+    std::ifstream in(token_file);
+    std::string line;
+    if (!in || !std::getline(in, line) || absl::StripAsciiWhitespace(line).size() < 16) {
+      fprintf(stderr, "dsec-vmmd: %s must hold a token of at least 16 characters\n", token_file.c_str());
+      return 2;
+    }
+    o.http.token = std::string(absl::StripAsciiWhitespace(line));
+  }
+  o.service.layer_store = store;
+
+  // dsec-vmm (for the base-layer script's `layer build`) lives beside us.
+  std::string self = dsec::SelfExePath();
+  std::string dir = self.substr(0, self.rfind('/'));
+  dsec::layers::LayerRefOptions lo;
+  lo.store_root = store;
+  lo.dsec_vmm = dir + "/dsec-vmm";
+  lo.build_script = dsec::layers::FindBaseLayerScript(lo.dsec_vmm);
+  o.service.resolve_layers = [lo](const std::string& tier, const std::string& lang,
+                                  const std::vector<std::string>& refs)
+      -> absl::StatusOr<std::vector<std::string>> {
+    if (!refs.empty() || tier != "fncall" || lang != "python") return dsec::layers::ResolveLayerRefs(refs, lo);
+    auto python = dsec::layers::ResolveLayerRefs({kPythonToolkit}, lo);
+    if (absl::IsNotFound(python.status())) {
+      return absl::FailedPreconditionError(
+          "the python:1 layer is missing: run `dsec-vmm sandbox run --tier fncall -- 'print(1)'` once "
+          "(it builds it) or name layers explicitly");
+    }
+    return python;
+  };
+  return dsec::daemon::RunDaemon(std::move(o));
+}

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/layers/layer_refs.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/layers/layer_store.h"
+#include "base/status.h"
+
+extern char** environ;
+
+namespace dsec::layers {
+
+namespace {
+
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool OnPath(const std::string& tool) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string candidate = absl::StrCat(dirs.substr(start, end - start), "/", tool);
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  // debootstrap lives in /usr/sbin, which a user's PATH may lack.
+  return ::access(absl::StrCat("/usr/sbin/", tool).c_str(), X_OK) == 0;
+}
+
+// Runs the build script with its output on `progress`; returns its exit code.
+absl::StatusOr<int> RunScript(const LayerRefOptions& o) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "DSEC_VMM=")) env_strings.push_back(*e);
+  }
+  if (!o.dsec_vmm.empty()) env_strings.push_back(absl::StrCat("DSEC_VMM=", o.dsec_vmm));
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = {o.build_script, "--store", o.store_root};
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  std::fflush(o.progress);
+  const int out = ::fileno(o.progress);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out, 1);
+  posix_spawn_file_actions_adddup2(&actions, out, 2);
+  pid_t pid = 0;
+  int err = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return ErrnoToStatus(absl::StrCat("running ", o.build_script), err);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return ErrnoToStatus("waitpid");
+  }
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+absl::Status BuildDefaultLayer(const LayerRefOptions& o) {
+  const std::string hint = absl::StrCat(
+      "build it with tools/build-base-layer.sh --store ", o.store_root,
+      " (root, debootstrap and access to the Debian archive), or pass --layers IMAGE|REF");
+  if (o.build_script.empty() || ::access(o.build_script.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the default layer ", kDefaultBaseLayer, " is not in the store ", o.store_root,
+                     " and tools/build-base-layer.sh was not found; ", hint));
+  }
+  if (!OnPath("debootstrap")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the default layer ", kDefaultBaseLayer, " is not in the store ", o.store_root,
+        " and debootstrap is not installed (apt-get install debootstrap); ", hint));
+  }
+  std::fprintf(o.progress, "dsec-vmm: building base layer %s (first use, ~1-2 min)...\n",
+               kDefaultBaseLayer);
+  DSEC_ASSIGN_OR_RETURN(int code, RunScript(o));
+  if (code != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "building the default layer ", kDefaultBaseLayer, " failed (", o.build_script,
+        " exited ", code, "; its output is above: without a cached tree it needs network "
+        "access to the Debian archive); ", hint));
+  }
+  std::fprintf(o.progress, "dsec-vmm: base layer %s built into %s\n", kDefaultBaseLayer,
+               o.store_root.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
+    const std::vector<std::string>& args, const LayerRefOptions& o) {
+  std::vector<std::string> images;
+  auto add = [&images](const std::string& image) {
+    if (std::find(images.begin(), images.end(), image) == images.end()) images.push_back(image);
+  };
+  std::vector<std::string> refs = args;
+  if (refs.empty()) refs.push_back(kDefaultBaseLayer);
+  std::optional<layers::LayerStore> store;
+  for (const std::string& ref : refs) {
+    if (ref.empty()) return absl::InvalidArgumentError("empty layer argument");
+    if (IsRegularFile(ref)) {
+      add(ref);
+      continue;
+    }
+    if (ref.find('/') != std::string::npos) {
+      return absl::NotFoundError(absl::StrCat("layer image ", ref, " does not exist"));
+    }
+    if (!store) {
+      auto s = layers::LayerStore::Create(o.store_root);
+      if (!s.ok()) return Annotate(s.status(), absl::StrCat("layer store ", o.store_root));
+      store.emplace(std::move(*s));
+    }
+    auto chain = store->Chain(ref);
+    if (!chain.ok() && absl::IsNotFound(chain.status()) &&
+        ref == kDefaultBaseLayer) {
+      DSEC_RETURN_IF_ERROR(BuildDefaultLayer(o));
+      chain = store->Chain(ref);
+    }
+    if (!chain.ok()) {
+      return Annotate(chain.status(), absl::StrCat("layer ", ref, " (store ", o.store_root, ")"));
+    }
+    for (const layers::LayerInfo& info : *chain) add(info.image_path);
+  }
+  return images;
+}
+
+std::string FindBaseLayerScript(const std::string& self_exe) {
+  if (const char* env = std::getenv("DSEC_BASE_LAYER_SCRIPT"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::vector<std::string> candidates;
+  size_t slash = self_exe.rfind('/');
+  if (slash != std::string::npos) {
+    std::string dir = self_exe.substr(0, slash);
+    candidates.push_back(dir + "/../tools/build-base-layer.sh");
+    candidates.push_back(dir + "/../share/dsec-vmm/build-base-layer.sh");
+  }
+  candidates.push_back("/usr/local/share/dsec-vmm/build-base-layer.sh");
+  candidates.push_back("/usr/share/dsec-vmm/build-base-layer.sh");
+#ifdef DSEC_SOURCE_DIR
+  candidates.push_back(DSEC_SOURCE_DIR "/tools/build-base-layer.sh");
+#endif
+  for (const std::string& c : candidates) {
+    if (::access(c.c_str(), X_OK) == 0) return c;
+  }
+  return "";
+}
+
+}  // namespace dsec::layers

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// Layer arguments of a sandbox (`dsec-vmm sandbox run --layers`, the
+// daemon's and the microvm benchmark's defaults): image paths or layer-store
+// references, and the default base layer built on first use.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dsec::layers {
+
+// The layer a sandbox gets when `sandbox run` names none.
+inline constexpr char kDefaultBaseLayer[] = "base:bookworm";
+
+struct LayerRefOptions {
+  std::string store_root;    // the layer store (--store / DSEC_LAYER_STORE / default)
+  // Builds the default layer when the store lacks it: run as
+  // `SCRIPT --store ROOT` with DSEC_VMM=`dsec_vmm` in its environment,
+  // stdout and stderr on `progress`. "" = not available (error).
+  std::string build_script;
+  std::string dsec_vmm;      // this binary, for the script's `layer build`
+  FILE* progress = stderr;
+};
+
+// Turns `--layers` arguments into EROFS image paths, lowest first. An
+// argument naming an existing file is an image path; anything else is a
+// store reference (name:version, name, sha256:<hex>, hex prefix) expanded to
+// its chain, bottom first (a toolkit brings its base). An image already in
+// the list is not repeated (the first place wins). No arguments: the chain
+// of kDefaultBaseLayer, which is built first (with a progress line) if the
+// store does not hold it. Errors: NotFound (no such file or layer),
+// InvalidArgument (bad reference), FailedPrecondition (the default layer is
+// missing and cannot be built: no script, no debootstrap, no network),
+// Internal.
+absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
+    const std::vector<std::string>& args, const LayerRefOptions& options);
+
+// tools/build-base-layer.sh for a binary at `self_exe`: $DSEC_BASE_LAYER_SCRIPT
+// if set; else the first that exists of <exe dir>/../tools/ (a build
+// directory inside a checkout), <exe dir>/../share/dsec-vmm/,
+// /usr/local/share/dsec-vmm/, /usr/share/dsec-vmm/, and the checkout this
+// binary was built from. "" if none.
+std::string FindBaseLayerScript(const std::string& self_exe);
+
+}  // namespace dsec::layers
