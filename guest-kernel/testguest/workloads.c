@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "workloads.h"
 
+#include "acpi.h"
 #include "console.h"
 #include "fmt.h"
 #include "layout.h"
@@ -167,6 +168,7 @@ static const struct workload kWorkloads[] = {
 	{ "flood", true, run_flood, 0 },
 	{ "triple-fault", false, run_triple_fault, 0 },
 	{ "reset", false, run_reset, 0 },
+	{ "acpi-poweroff", false, workload_acpi_poweroff, 0 },
 	{ "fault", false, run_fault, 0 },
 	{ "smp", false, workload_smp, 0 },
 	{ "virtio-list", false, workload_virtio_list, 0 },

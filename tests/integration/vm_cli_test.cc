@@ -78,6 +78,22 @@ TEST_F(VmCliTest, ExitStatusSaysHowTheGuestStopped) {
             6);
 }
 
+// The guest finds the ACPI tables and powers off through PM1a_CNT, as
+// Linux's poweroff does: the monitor exits at once with status 0. Without
+// ACPI the guest finds no RSDP and says so.
+TEST_F(VmCliTest, AcpiPowerOffStopsTheMonitorWithStatusZero) {
+  auto r = RunCommand({bin_, "vm", "run", "--cmdline", "testguest.run=acpi-poweroff",
+                       "--timeout-ms", "20000"});
+  EXPECT_EQ(r.exit_status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("acpi rsdp=0xe0000 pm1a_cnt=0x604 slp_typ=5"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("guest powered off (ACPI S5)"), std::string::npos) << r.err;
+
+  auto off = RunCommand({bin_, "vm", "run", "--no-acpi", "--cmdline",
+                         "testguest.run=acpi-poweroff", "--timeout-ms", "20000"});
+  EXPECT_EQ(off.exit_status, 1) << off.out << off.err;
+  EXPECT_NE(off.out.find("error acpi-no-rsdp"), std::string::npos) << off.out;
+}
+
 TEST_F(VmCliTest, FloodingGuestIsCappedOnStdoutAndStatsSayHowMuchWasDropped) {
   dsec::testing::TempDir dir;
   std::string stats = dir.path() + "/stats.json";

@@ -303,6 +303,10 @@ void AddMonitorFlags(CLI::App& app, MonitorOptions& opts) {
                   "8254 PIT: user (in the monitor) or kernel (KVM's; slow VM teardown)")
       ->capture_default_str()
       ->check(CLI::IsMember({"user", "kernel"}));
+  app.add_flag("--acpi,!--no-acpi", opts.config.acpi,
+               "ACPI tables and PM1 registers, how a Linux guest powers off (--no-acpi: the MP "
+               "table only)")
+      ->capture_default_str();
   app.add_option("--qos", opts.qos,
                   "CPU placement: ls (whole cores, isolated) or be (packed); default none")
       ->check(CLI::IsMember({"ls", "be"}));

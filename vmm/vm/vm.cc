@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "devices/acpi/acpi_pm_device.h"
 #include "devices/i8042/i8042_device.h"
 #include "devices/pit/pit_device.h"
 #include "devices/pit/timer_service.h"
@@ -23,6 +24,7 @@
 #include "devices/serial/serial_device.h"
 #include "devices/testdev/testdev_device.h"
 #include "devices/testdev/testdev_regs.h"
+#include "platform/arch/x86_64/acpi.h"
 #include "platform/arch/x86_64/boot.h"
 #include "platform/arch/x86_64/cpuid.h"
 #include "platform/arch/x86_64/layout.h"
@@ -206,6 +208,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   boot.cmdline = vm->cmdline_;
   boot.vcpu_count = config.vcpus;
   boot.protocol = ToArch(config.boot);
+  boot.acpi = config.acpi;
   DSEC_ASSIGN_OR_RETURN(arch::BootPlan plan, arch::SetupBoot(*vm->memory_, boot));
   vm->timestamps_.loaded_ns = MonotonicNs();
 
@@ -253,6 +256,17 @@ absl::Status Vm::SetUpDevices(const VmConfig& config) {
   DSEC_RETURN_IF_ERROR(pio_bus_.Insert(i8042_, kI8042DataPort, 1));
   DSEC_RETURN_IF_ERROR(pio_bus_.Insert(std::make_shared<bus::OffsetBusDevice>(i8042_, 4),
                                        kI8042CommandPort, 1));
+
+  if (config.acpi) {
+    // ACPI soft-off (S5 through PM1_CNT): Linux's poweroff.
+    acpi_pm_ = std::make_unique<devices::AcpiPmDevice>(arch::kAcpiS5SleepType, [this] {
+      RequestStop(StopReason::kGuestShutdown, "guest powered off (ACPI S5)", 0);
+    });
+    DSEC_RETURN_IF_ERROR(pio_bus_.Insert(acpi_pm_->event_block(), arch::kAcpiPm1EventPort,
+                                         arch::kAcpiPm1EventLength));
+    DSEC_RETURN_IF_ERROR(pio_bus_.Insert(acpi_pm_->control_block(), arch::kAcpiPm1ControlPort,
+                                         arch::kAcpiPm1ControlLength));
+  }
 
   if (config.pit == PitChoice::kUser) {
     DSEC_ASSIGN_OR_RETURN(std::unique_ptr<IrqfdLine> irq0, IrqfdLine::Create(*kvm_vm_, 0));

@@ -26,6 +26,7 @@
 #include "vmm/vm/vm_config.h"
 
 namespace dsec::devices {
+class AcpiPmDevice;
 class ConsoleOutput;
 class SerialDevice;
 class I8042Device;
@@ -167,6 +168,7 @@ class Vm : private vcpu::VcpuStopSink {
   std::unique_ptr<devices::ConsoleOutput> console_;
   std::shared_ptr<devices::SerialDevice> serial_;
   std::shared_ptr<devices::I8042Device> i8042_;
+  std::unique_ptr<devices::AcpiPmDevice> acpi_pm_;
   std::shared_ptr<IrqfdLine> pit_irq_;
   std::unique_ptr<devices::EventLoopTimerService> pit_timers_;
   std::shared_ptr<devices::PitDevice> pit_;

@@ -62,6 +62,9 @@ struct VmConfig {
   uint32_t vcpus = 1;
   BootProtocolChoice boot = BootProtocolChoice::kAuto;
   PitChoice pit = PitChoice::kUser;
+  // ACPI tables and the PM1 registers (devices/acpi): how a Linux guest
+  // powers off (exit "guest shut down"). Off: MP table only, as before.
+  bool acpi = true;
   // CPU placement (sched/): latency-sensitive VMs get whole cores, best-effort
   // ones are packed elsewhere; every vCPU thread is pinned and isolated (core
   // scheduling cookie, or a cpuset cgroup where the kernel lacks it) before

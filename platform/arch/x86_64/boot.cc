@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "platform/arch/x86_64/acpi.h"
 #include "platform/arch/x86_64/cpu_state.h"
 #include "platform/arch/x86_64/mptable.h"
 #include "platform/arch/x86_64/pvh.h"
@@ -11,6 +12,10 @@
 #include "base/status.h"
 
 namespace dsec::arch {
+
+static_assert(kAcpiTablesAddr >= kLowReservedArea.start &&
+                  kAcpiTablesAddr + kAcpiTablesMaxBytes <= kLowReservedArea.end(),
+              "the ACPI tables must lie in the e820-reserved BIOS area");
 
 const char* BootProtocolName(BootProtocol protocol) {
   switch (protocol) {
@@ -91,6 +96,15 @@ absl::StatusOr<BootPlan> SetupBoot(const memory::GuestMemory& mem, const BootCon
   }
   DSEC_ASSIGN_OR_RETURN(std::vector<uint8_t> mp_table,
                         BuildMpTable(config.vcpu_count, kMpTableAddr));
+  std::vector<uint8_t> acpi_tables;
+  uint64_t rsdp = 0;
+  if (config.acpi) {
+    // The IOAPIC id the MP table gives it (mptable.h), so both agree.
+    AcpiConfig acpi{config.vcpu_count, static_cast<uint8_t>(config.vcpu_count)};
+    DSEC_ASSIGN_OR_RETURN(acpi_tables, BuildAcpiTables(acpi, kAcpiTablesAddr));
+    rsdp = AcpiRsdpAddress(kAcpiTablesAddr);
+    if (zero_page) zero_page->acpi_rsdp_addr = rsdp;  // boot protocol 2.14
+  }
 
   // --- Loading. ---
   DSEC_RETURN_IF_ERROR(LoadKernel(config.kernel, kernel, mem));
@@ -100,6 +114,7 @@ absl::StatusOr<BootPlan> SetupBoot(const memory::GuestMemory& mem, const BootCon
                         reinterpret_cast<const uint8_t*>(config.cmdline.c_str()),
                         config.cmdline.size() + 1)));
   DSEC_RETURN_IF_ERROR(mem.Write(kMpTableAddr, mp_table));
+  if (!acpi_tables.empty()) DSEC_RETURN_IF_ERROR(mem.Write(kAcpiTablesAddr, acpi_tables));
 
   if (protocol == BootProtocol::kLinux64) {
     DSEC_RETURN_IF_ERROR(mem.WriteObj(kZeroPageAddr, *zero_page));
@@ -109,7 +124,7 @@ absl::StatusOr<BootPlan> SetupBoot(const memory::GuestMemory& mem, const BootCon
     plan.regs = Linux64Registers(plan.entry, kZeroPageAddr);
     plan.sregs = LongModeSregs();
   } else {
-    DSEC_RETURN_IF_ERROR(WritePvhStartInfo(mem, kCmdlineAddr, e820, plan.initrd));
+    DSEC_RETURN_IF_ERROR(WritePvhStartInfo(mem, kCmdlineAddr, e820, plan.initrd, rsdp));
     DSEC_RETURN_IF_ERROR(WriteBootGdt(mem, CpuMode::kProtected32));
     plan.entry = *kernel.pvh_entry;
     plan.regs = PvhRegisters(*kernel.pvh_entry, static_cast<uint32_t>(kPvhStartInfoAddr));

@@ -36,6 +36,8 @@ struct BootConfig {
   std::string cmdline;
   uint32_t vcpu_count = 1;
   BootProtocol protocol = BootProtocol::kAuto;
+  // ACPI tables (acpi.h) beside the MP table: how a Linux guest powers off.
+  bool acpi = true;
 };
 
 struct BootPlan {

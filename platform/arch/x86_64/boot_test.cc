@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "platform/arch/x86_64/acpi.h"
 #include "platform/arch/x86_64/cpu_state.h"
 #include "platform/arch/x86_64/pvh.h"
 #include "platform/arch/x86_64/test_images.h"
@@ -60,6 +61,18 @@ TEST_F(SetupBootTest, BootsElf64WithLinux64ZeroPageAndInitrd) {
   EXPECT_STREQ(cmd, "console=ttyS0 quiet");
   EXPECT_EQ(*mem_->ReadObj<uint64_t>(kPml4Addr), kPdptAddr | 7);
   EXPECT_EQ(std::memcmp(*mem_->HostAddress(kMpTableAddr, 4), "_MP_", 4), 0);
+  // ACPI: the RSDP where Linux scans, and its address in the zero page.
+  EXPECT_EQ(std::memcmp(*mem_->HostAddress(kAcpiTablesAddr, 8), "RSD PTR ", 8), 0);
+  EXPECT_EQ(bp->acpi_rsdp_addr, kAcpiTablesAddr);
+}
+
+TEST_F(SetupBootTest, AcpiOffWritesNoTables) {
+  auto img = BuildElf64(0x1000000, {{PT_LOAD, 0x1000000, std::vector<uint8_t>(0x100, 0x90)}});
+  BootConfig cfg{img, std::nullopt, "x", 1, BootProtocol::kLinux64};
+  cfg.acpi = false;
+  ASSERT_TRUE(SetupBoot(*mem_, cfg).ok());
+  EXPECT_EQ(*mem_->ReadObj<uint64_t>(kAcpiTablesAddr), 0u);
+  EXPECT_EQ(mem_->ReadObj<boot_params>(kZeroPageAddr)->acpi_rsdp_addr, 0u);
 }
 
 TEST_F(SetupBootTest, BootsBzImageWithSetupHeaderInZeroPage) {
@@ -87,6 +100,7 @@ TEST_F(SetupBootTest, PvhWhenAskedAndNotePresent) {
   EXPECT_EQ(info->magic, kHvmStartMagic);
   EXPECT_EQ(info->nr_modules, 1u);
   EXPECT_EQ(info->memmap_entries, 3u);
+  EXPECT_EQ(info->rsdp_paddr, kAcpiTablesAddr);
 }
 
 TEST_F(SetupBootTest, Elf32WithPvhNoteBootsPvhOnAuto) {

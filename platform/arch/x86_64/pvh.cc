@@ -10,7 +10,7 @@ namespace dsec::arch {
 
 absl::Status WritePvhStartInfo(const memory::GuestMemory& mem, uint64_t cmdline_addr,
                                std::span<const E820Entry> memmap,
-                               std::optional<AddressRange> initrd) {
+                               std::optional<AddressRange> initrd, uint64_t rsdp_paddr) {
   if (memmap.size() > kMaxE820Entries) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%d memory map entries exceed the PVH table of %d", memmap.size(),
@@ -20,6 +20,7 @@ absl::Status WritePvhStartInfo(const memory::GuestMemory& mem, uint64_t cmdline_
   info.cmdline_paddr = cmdline_addr;
   info.memmap_paddr = kPvhMemmapAddr;
   info.memmap_entries = static_cast<uint32_t>(memmap.size());
+  info.rsdp_paddr = rsdp_paddr;
   std::vector<HvmMemmapTableEntry> table(memmap.size());
   for (size_t i = 0; i < memmap.size(); ++i) {
     table[i].addr = memmap[i].addr;

@@ -57,8 +57,9 @@ inline constexpr uint64_t kPvhModlistAddr =
 static_assert(kPvhModlistAddr + sizeof(HvmModlistEntry) <= kZeroPageAddr);
 
 // Writes start info, memmap and (with an initrd) the module list.
+// `rsdp_paddr` (0: none) is where the ACPI tables' RSDP is.
 absl::Status WritePvhStartInfo(const memory::GuestMemory& mem, uint64_t cmdline_addr,
                                std::span<const E820Entry> memmap,
-                               std::optional<AddressRange> initrd);
+                               std::optional<AddressRange> initrd, uint64_t rsdp_paddr = 0);
 
 }  // namespace dsec::arch

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "devices/acpi/acpi_pm_device.h"
+
+#include <utility>
+
+namespace dsec::devices {
+
+namespace {
+
+// The register file of `width` bytes as a little-endian value: bytes of an
+// access beyond it read 0 and are not written.
+void ReadBytes(uint64_t value, size_t width, uint64_t offset, std::span<uint8_t> data) {
+  for (size_t i = 0; i < data.size(); ++i) {
+    const uint64_t at = offset + i;
+    data[i] = at < width ? static_cast<uint8_t>(value >> (8 * at)) : 0;
+  }
+}
+
+uint64_t WriteBytes(uint64_t value, size_t width, uint64_t offset, std::span<const uint8_t> data) {
+  for (size_t i = 0; i < data.size(); ++i) {
+    const uint64_t at = offset + i;
+    if (at >= width) continue;
+    value &= ~(uint64_t{0xff} << (8 * at));
+    value |= uint64_t{data[i]} << (8 * at);
+  }
+  return value;
+}
+
+}  // namespace
+
+class AcpiPmDevice::EventBlock : public bus::BusDevice {
+ public:
+  explicit EventBlock(AcpiPmDevice* d) : d_(d) {}
+  void Read(uint64_t offset, std::span<uint8_t> data) override { d_->ReadEvent(offset, data); }
+  void Write(uint64_t offset, std::span<const uint8_t> data) override { d_->WriteEvent(offset, data); }
+
+ private:
+  AcpiPmDevice* d_;
+};
+
+class AcpiPmDevice::ControlBlock : public bus::BusDevice {
+ public:
+  explicit ControlBlock(AcpiPmDevice* d) : d_(d) {}
+  void Read(uint64_t offset, std::span<uint8_t> data) override { d_->ReadControl(offset, data); }
+  void Write(uint64_t offset, std::span<const uint8_t> data) override {
+    d_->WriteControl(offset, data);
+  }
+
+ private:
+  AcpiPmDevice* d_;
+};
+
+// The views hold a raw pointer: the device owns them and hands out shared
+// pointers whose lifetime the VM bounds (the bus is emptied before the
+// device goes, with the vCPUs stopped).
+AcpiPmDevice::AcpiPmDevice(uint8_t s5_sleep_type, std::function<void()> on_soft_off)
+    : s5_sleep_type_(s5_sleep_type),
+      on_soft_off_(std::move(on_soft_off)),
+      event_(std::make_shared<EventBlock>(this)),
+      control_(std::make_shared<ControlBlock>(this)) {}
+
+AcpiPmDevice::Metrics AcpiPmDevice::metrics() const {
+  absl::MutexLock lock(&mu_);
+  return metrics_;
+}
+
+void AcpiPmDevice::ReadEvent(uint64_t offset, std::span<uint8_t> data) {
+  absl::MutexLock lock(&mu_);
+  // PM1_STS (bytes 0-1) is always 0; PM1_EN (bytes 2-3) as written.
+  ReadBytes(uint64_t{enable_} << 16, 4, offset, data);
+}
+
+void AcpiPmDevice::WriteEvent(uint64_t offset, std::span<const uint8_t> data) {
+  absl::MutexLock lock(&mu_);
+  // Writes to PM1_STS clear bits that are never set; PM1_EN is stored.
+  enable_ = static_cast<uint16_t>(WriteBytes(uint64_t{enable_} << 16, 4, offset, data) >> 16);
+}
+
+void AcpiPmDevice::ReadControl(uint64_t offset, std::span<uint8_t> data) {
+  absl::MutexLock lock(&mu_);
+  ReadBytes(control_value_ | kSciEn, 2, offset, data);
+}
+
+void AcpiPmDevice::WriteControl(uint64_t offset, std::span<const uint8_t> data) {
+  bool soft_off = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint16_t value = static_cast<uint16_t>(WriteBytes(control_value_, 2, offset, data));
+    // SLP_EN is write-only and self-clearing; SCI_EN is read-only here.
+    control_value_ = static_cast<uint16_t>(value & ~(kSlpEn | kSciEn));
+    if (value & kSlpEn) {
+      const uint8_t type = static_cast<uint8_t>((value & kSlpTypMask) >> kSlpTypShift);
+      if (type == s5_sleep_type_) {
+        ++metrics_.soft_off;
+        soft_off = true;
+      } else {
+        ++metrics_.ignored_sleeps;
+      }
+    }
+  }
+  if (soft_off && on_soft_off_) on_soft_off_();
+}
+
+}  // namespace dsec::devices
