@@ -161,6 +161,17 @@ absl::StatusOr<std::optional<std::string>> JsonFields::OptEnum(
   return InvalidField(path, absl::StrCat(path, " must be one of ", absl::StrJoin(names, ", ")));
 }
 
+absl::StatusOr<std::optional<size_t>> JsonFields::OptChoice(
+    std::string_view key, const std::vector<std::string_view>& allowed) {
+  absl::StatusOr<std::optional<std::string>> s = OptEnum(key, allowed);
+  if (!s.ok()) return s.status();
+  if (!s->has_value()) return std::optional<size_t>();
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (allowed[i] == std::string_view(**s)) return std::optional<size_t>(i);
+  }
+  return absl::InternalError("OptChoice: value not among the allowed ones");
+}
+
 absl::Status JsonFields::RejectUnknown() const {
   for (auto it = object_->begin(); it != object_->end(); ++it) {
     if (read_.find(it.key()) == read_.end()) {

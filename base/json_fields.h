@@ -45,9 +45,11 @@ class JsonFields {
   absl::StatusOr<std::optional<std::vector<std::string>>> OptStringList(std::string_view key,
                                                                         size_t max_items,
                                                                         size_t max_bytes = 4096);
-  // A string that must be one of `allowed`.
+  // A string that must be one of `allowed`; OptChoice gives its index.
   absl::StatusOr<std::optional<std::string>> OptEnum(std::string_view key,
                                                       const std::vector<std::string_view>& allowed);
+  absl::StatusOr<std::optional<size_t>> OptChoice(std::string_view key,
+                                                  const std::vector<std::string_view>& allowed);
   // Required forms: a missing or null field is an error naming it.
   absl::StatusOr<std::string> String(std::string_view key, size_t max_bytes = 4096);
 

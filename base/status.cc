@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace dsec {
@@ -51,9 +52,12 @@ absl::Status ErrnoToStatus(std::string_view what, int err) {
 
 absl::Status Annotate(const absl::Status& status, std::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(absl::string_view(context.data(), context.size()), ": ",
-                                   status.message()));
+  absl::Status out(status.code(), absl::StrCat(absl::string_view(context.data(), context.size()),
+                                               ": ", status.message()));
+  // Payloads (the request field at fault, ...) survive the added context.
+  status.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 namespace internal {

@@ -23,7 +23,7 @@ absl::Status ErrnoStatus(std::string_view what, int err = errno);
 // rest -> Internal).
 absl::Status ErrnoToStatus(std::string_view what, int err = errno);
 
-// Prefixes a status message with context, keeping its code.
+// Prefixes a status message with context, keeping its code and payloads.
 // Note: Debian's Abseil 20220623 has its own absl::string_view (not
 // std::string_view); convert explicitly at the boundary.
 absl::Status Annotate(const absl::Status& status, std::string_view context);

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 
+#include "absl/strings/cord.h"
 #include "gtest/gtest.h"
 
 namespace dsec {
@@ -53,6 +54,10 @@ TEST(Annotate, KeepsCodeAndPrefixesContext) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.message(), "loading kernel: no file");
   EXPECT_TRUE(Annotate(absl::OkStatus(), "x").ok());
+  absl::Status with_payload = absl::InvalidArgumentError("bad");
+  with_payload.SetPayload("dsec.dev/field", absl::Cord("devices[0].path"));
+  EXPECT_EQ(Annotate(with_payload, "--config f").GetPayload("dsec.dev/field"),
+            absl::Cord("devices[0].path"));
 }
 
 TEST(CheckDeathTest, AbortsWithLocation) {

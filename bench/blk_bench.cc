@@ -27,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "devices/blk/blk_spec.h"
 #include "vmm/vm/vm.h"
 #include "vmm/vm/vm_config.h"
 
@@ -150,7 +151,7 @@ absl::StatusOr<GuestResult> RunGuest(const BlkBenchOptions& o, const Mode& mode,
   config.cmdline = absl::StrCat("testguest.run=blk-bench:", mode.name, ",", o.mib);
   config.mem_mib = 64;
   config.console.kind = vm::ConsoleConfig::Kind::kNone;
-  config.disks = {{image}};
+  config.devices = {devices::BlkSpec::Make(image)};
   config.timeout_ms = 300000;
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<vm::Vm> machine, vm::Vm::Create(config));
   absl::Mutex mu;

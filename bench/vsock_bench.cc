@@ -27,6 +27,7 @@
 #include "base/eventfd.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "devices/vsock/vsock_spec.h"
 #include "vmm/vm/vm.h"
 #include "vmm/vm/vm_config.h"
 
@@ -220,7 +221,7 @@ absl::StatusOr<GuestVm> StartGuest(const VsockBenchOptions& o, const std::string
   config.cmdline = absl::StrCat("testguest.run=", run);
   config.mem_mib = 64;
   config.console.kind = vm::ConsoleConfig::Kind::kNone;
-  config.vsock = vm::VsockConfig{kGuestCid, socket};
+  config.devices = {devices::VsockSpec::Make(kGuestCid, socket)};
   config.timeout_ms = 600000;
   GuestVm g;
   DSEC_ASSIGN_OR_RETURN(EventFd ready, EventFd::Create(EFD_NONBLOCK));

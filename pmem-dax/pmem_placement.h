@@ -23,6 +23,24 @@ namespace dsec::pmem {
 // 1 TiB: within the 40 physical address bits of every x86-64 CPU KVM runs on.
 inline constexpr uint64_t kPmemGpaLimit = 1ull << 40;
 
+// Places windows one at a time by the rule above (what a VM does as its
+// pmem devices are built). Threads: one owner.
+class WindowPlacer {
+ public:
+  explicit WindowPlacer(std::span<const arch::AddressRange> ram, uint64_t limit = kPmemGpaLimit);
+  // The next window's start. InvalidArgument for a size that is zero or not
+  // 2 MiB aligned; ResourceExhausted when it does not fit below the limit.
+  absl::StatusOr<uint64_t> Place(uint64_t size);
+
+ private:
+  uint64_t cursor_ = 0;
+  uint64_t high_end_ = 0;
+  uint64_t limit_ = 0;
+  bool high_ = false;
+  size_t count_ = 0;
+  uint64_t total_ = 0;
+};
+
 // One start address per entry of `sizes` (each a non-zero 2 MiB multiple).
 // ResourceExhausted when the windows do not all fit below `limit`;
 // InvalidArgument for a size that is zero or not 2 MiB aligned.

@@ -83,4 +83,26 @@ bool Bus::Write(uint64_t addr, std::span<const uint8_t> data) const {
   return true;
 }
 
+absl::StatusOr<BusClaim> BusClaim::Insert(Bus* bus, std::shared_ptr<BusDevice> device,
+                                         uint64_t base, uint64_t len) {
+  if (bus == nullptr) return absl::InvalidArgumentError("bus claim: no bus");
+  absl::Status s = bus->Insert(std::move(device), base, len);
+  if (!s.ok()) return s;
+  return BusClaim(bus, base);
+}
+
+BusClaim& BusClaim::operator=(BusClaim&& o) noexcept {
+  if (this != &o) {
+    if (bus_ != nullptr) (void)bus_->Remove(base_);
+    bus_ = o.bus_;
+    base_ = o.base_;
+    o.bus_ = nullptr;
+  }
+  return *this;
+}
+
+BusClaim::~BusClaim() {
+  if (bus_ != nullptr) (void)bus_->Remove(base_);
+}
+
 }  // namespace dsec::bus

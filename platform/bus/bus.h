@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace dsec::bus {
 
@@ -75,6 +76,25 @@ class Bus {
 
   std::string name_;
   std::vector<Range> ranges_;  // sorted by base, non-overlapping
+};
+
+// A range on a bus for as long as the claim lives: the destructor removes
+// it. Move-only. The bus must outlive the claim, and (as for Insert/Remove)
+// no vCPU may run while a claim is made or dropped.
+class BusClaim {
+ public:
+  static absl::StatusOr<BusClaim> Insert(Bus* bus, std::shared_ptr<BusDevice> device, uint64_t base,
+                                         uint64_t len);
+  BusClaim(BusClaim&& o) noexcept : bus_(o.bus_), base_(o.base_) { o.bus_ = nullptr; }
+  BusClaim& operator=(BusClaim&& o) noexcept;
+  BusClaim(const BusClaim&) = delete;
+  BusClaim& operator=(const BusClaim&) = delete;
+  ~BusClaim();
+
+ private:
+  BusClaim(Bus* bus, uint64_t base) : bus_(bus), base_(base) {}
+  Bus* bus_ = nullptr;
+  uint64_t base_ = 0;
 };
 
 }  // namespace dsec::bus

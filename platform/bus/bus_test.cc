@@ -134,3 +134,25 @@ TEST(BusTest, ConcurrentLookupsFromManyThreads) {
 
 }  // namespace
 }  // namespace dsec::bus
+
+namespace dsec::bus {
+namespace {
+
+TEST(BusClaimTest, RemovesItsRangeWhenDestroyed) {
+  Bus bus("mmio");
+  auto dev = std::make_shared<RecordingDevice>();
+  {
+    auto claim = BusClaim::Insert(&bus, dev, 0x1000, 0x10);
+    ASSERT_TRUE(claim.ok()) << claim.status();
+    EXPECT_EQ(bus.range_count(), 1u);
+    BusClaim moved = std::move(*claim);
+    EXPECT_EQ(bus.range_count(), 1u);
+    EXPECT_EQ(BusClaim::Insert(&bus, dev, 0x1008, 0x10).status().code(),
+              absl::StatusCode::kAlreadyExists);
+  }
+  EXPECT_EQ(bus.range_count(), 0u);
+  EXPECT_FALSE(BusClaim::Insert(nullptr, dev, 0, 1).ok());
+}
+
+}  // namespace
+}  // namespace dsec::bus

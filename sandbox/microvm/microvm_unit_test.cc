@@ -25,7 +25,7 @@ TEST(LinuxCmdline, NamesRootImageLayersUpperAndPort) {
   EXPECT_EQ(LinuxCmdline(0, 64, 7), "console=ttyS0 root=/dev/pmem0 rootfstype=erofs ro dsec.upper=tmpfs:64 dsec.port=7");
 }
 
-TEST(VmArgv, CarriesEveryDeviceAndFile) {
+TEST(VmArgv, ConfigFileCarriesEveryDeviceAndFile) {
   VmPlan plan;
   plan.monitor_binary = "/b/dsec-monitor";
   plan.kernel = "/k/vmlinux";
@@ -35,31 +35,30 @@ TEST(VmArgv, CarriesEveryDeviceAndFile) {
   plan.vcpus = 2;
   plan.qos = "ls";
   plan.console_cap_bytes = 4096;
+  plan.timeout_ms = 9000;
   VmFiles f = VmFilesIn("/run/x/sb-1");
-  std::vector<std::string> a = VmArgv(plan, f);
-  ASSERT_GE(a.size(), 2u);
-  EXPECT_EQ(a[0], "/b/dsec-monitor");
-  EXPECT_EQ(a[1], "--kernel");
-  auto after = [&a](const std::string& flag) {
-    auto it = std::find(a.begin(), a.end(), flag);
-    return it == a.end() || it + 1 == a.end() ? std::string("<none>") : *(it + 1);
-  };
-  EXPECT_EQ(after("--kernel"), "/k/vmlinux");
-  EXPECT_EQ(after("--cmdline"), "console=ttyS0");
-  EXPECT_EQ(after("--pmem"), "/i/root.erofs,ro");
-  EXPECT_TRUE(Contains(a, "/i/base.erofs,ro"));
-  EXPECT_EQ(after("--vsock"), "3,/run/x/sb-1/vm/vsock.sock");
-  EXPECT_TRUE(Contains(a, "--balloon"));
-  EXPECT_EQ(after("--mem-mib"), "300");
-  EXPECT_EQ(after("--vcpus"), "2");
-  EXPECT_EQ(after("--qos"), "ls");
-  EXPECT_EQ(after("--console"), "/run/x/sb-1/vm/console.log");
-  EXPECT_EQ(after("--console-cap-bytes"), "4096");
-  EXPECT_EQ(after("--control"), "/run/x/sb-1/vm/control.sock");
-  EXPECT_EQ(after("--log-level"), "warn");
-  EXPECT_EQ(after("--stats-json"), "/run/x/sb-1/vm/stats.json");
-  plan.qos.clear();
-  EXPECT_FALSE(Contains(VmArgv(plan, f), "--qos"));
+  EXPECT_EQ(VmArgv(plan, f),
+            (std::vector<std::string>{"/b/dsec-monitor", "--config", "/run/x/sb-1/vm/config.json"}));
+  // What the file holds, read back the way the monitor reads it.
+  nlohmann::json j = monitor::MonitorOptionsToJson(VmMonitorOptions(plan, f));
+  auto o = monitor::MonitorOptionsFromJson(j);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->config.kernel_path, "/k/vmlinux");
+  EXPECT_EQ(o->config.cmdline, "console=ttyS0");
+  EXPECT_EQ(o->config.mem_mib, 300u);
+  EXPECT_EQ(o->config.vcpus, 2u);
+  ASSERT_TRUE(o->config.qos.has_value());
+  EXPECT_EQ(o->config.timeout_ms, 9000u);
+  EXPECT_EQ(o->config.console.path, "/run/x/sb-1/vm/console.log");
+  EXPECT_EQ(o->config.console.cap_bytes, 4096u);
+  ASSERT_EQ(j["devices"].size(), 4u);
+  EXPECT_EQ(j["devices"][0], (nlohmann::json{{"type", "pmem"}, {"path", "/i/root.erofs"}, {"read_only", true}}));
+  EXPECT_EQ(j["devices"][1]["path"], "/i/base.erofs");
+  EXPECT_EQ(j["devices"][2], (nlohmann::json{{"type", "vsock"}, {"guest_cid", 3}, {"socket", "/run/x/sb-1/vm/vsock.sock"}}));
+  EXPECT_EQ(j["devices"][3]["type"], "balloon");
+  EXPECT_EQ(o->control, "/run/x/sb-1/vm/control.sock");
+  EXPECT_EQ(o->stats_json, "/run/x/sb-1/vm/stats.json");
+  EXPECT_EQ(o->log_level, "warn");
 }
 
 TEST(VmJailSteps, BindsOnlyWhatTheMonitorNeedsThenPivots) {

@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -24,7 +25,12 @@
 #include "base/file_io.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "devices/balloon/balloon_spec.h"
+#include "devices/vsock/vsock_spec.h"
+#include "pmem-dax/pmem_spec.h"
+#include "sched/placement.h"
 #include "vmm/api/control.h"
+#include "vmm/monitor/monitor_options.h"
 
 namespace dsec::microvm {
 
@@ -99,37 +105,40 @@ VmFiles VmFilesIn(const std::string& state_dir) {
   f.control_socket = absl::StrCat(f.dir, "/control.sock");
   f.console = absl::StrCat(f.dir, "/console.log");
   f.stats_json = absl::StrCat(f.dir, "/stats.json");
+  f.config = absl::StrCat(f.dir, "/config.json");
   f.log = absl::StrCat(state_dir, "/vmm.log");
   f.jail_root = absl::StrCat(state_dir, "/jail");
   return f;
 }
 
-std::vector<std::string> VmArgv(const VmPlan& plan, const VmFiles& files) {
-  std::vector<std::string> a = {plan.monitor_binary, "--kernel", plan.kernel,
-                                "--cmdline", plan.cmdline,
-                                "--mem-mib", absl::StrCat(plan.mem_mib),
-                                "--vcpus", absl::StrCat(plan.vcpus)};
-  for (const std::string& p : plan.pmems) {
-    a.push_back("--pmem");
-    a.push_back(absl::StrCat(p, ",ro"));
-  }
-  if (plan.vsock) {
-    a.push_back("--vsock");
-    a.push_back(absl::StrCat(plan.vsock_cid, ",", files.vsock_socket));
-  }
-  if (plan.balloon) a.push_back("--balloon");
+monitor::MonitorOptions VmMonitorOptions(const VmPlan& plan, const VmFiles& files) {
+  monitor::MonitorOptions o;
+  vm::VmConfig& c = o.config;
+  c.kernel_path = plan.kernel;
+  c.cmdline = plan.cmdline;
+  c.mem_mib = plan.mem_mib;
+  c.vcpus = plan.vcpus;
   if (!plan.qos.empty()) {
-    a.push_back("--qos");
-    a.push_back(plan.qos);
+    if (auto q = sched::ParseQosClass(plan.qos); q.ok()) c.qos = *q;
   }
-  for (const std::string& s : {std::string("--console"), files.console, std::string("--console-cap-bytes"),
-                               absl::StrCat(plan.console_cap_bytes), std::string("--control"),
-                               files.control_socket, std::string("--log-level"), plan.log_level,
-                               std::string("--stats-json"), files.stats_json}) {
-    a.push_back(s);
-  }
-  a.insert(a.end(), plan.extra_args.begin(), plan.extra_args.end());
-  return a;
+  c.console.kind = vm::ConsoleConfig::Kind::kFile;
+  c.console.path = files.console;
+  c.console.cap_bytes = plan.console_cap_bytes;
+  // Device order: the pmems first, so that /dev/pmem0 is the root image
+  // and /dev/pmem1.. the layers as LinuxCmdline names them.
+  for (const std::string& p : plan.pmems) c.devices.push_back(pmem::PmemSpec::Make(p, true));
+  if (plan.vsock) c.devices.push_back(devices::VsockSpec::Make(plan.vsock_cid, files.vsock_socket));
+  if (plan.balloon) c.devices.push_back(devices::BalloonSpec::Make());
+  c.timeout_ms = plan.timeout_ms;
+  o.control = files.control_socket;
+  o.stats_json = files.stats_json;
+  o.log_level = plan.log_level;
+  o.quiet_report = true;
+  return o;
+}
+
+std::vector<std::string> VmArgv(const VmPlan& plan, const VmFiles& files) {
+  return {plan.monitor_binary, "--config", files.config};
 }
 
 absl::StatusOr<bool> IsDynamicElf(const std::string& path) {
@@ -250,6 +259,13 @@ absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_i
 
   ScopedFd log(::open(files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
   if (!log) return ErrnoToStatus(absl::StrCat("open ", files.log));
+  // The monitor reads its whole configuration from <state>/vm/config.json,
+  // inside the directory the jail binds.
+  {
+    std::ofstream out(files.config, std::ios::trunc);
+    out << monitor::MonitorOptionsToJson(VmMonitorOptions(plan, files)).dump(2) << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("microvm: cannot write ", files.config));
+  }
   JailSpec spec;
   spec.argv = VmArgv(plan, files);
   spec.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"};

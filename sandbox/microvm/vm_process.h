@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// One jailed `dsec-vmm vm run` per microVM sandbox: the plan (its argv),
+// One jailed dsec-monitor per microVM sandbox: the plan (its config file),
 // the jail (own cgroups, mount/ipc/uts/net/pid namespaces, a minimal
 // pivot_root'ed filesystem view, no capabilities, no_new_privs, a parent-
 // death signal, a clean environment, output to a log file), and the
@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "sandbox/container/cgroups.h"
 #include "sandbox/microvm/jail.h"
+#include "vmm/monitor/monitor_options.h"
 
 namespace dsec::microvm {
 
@@ -39,7 +40,7 @@ struct VmPlan {
   std::string qos;  // "", "ls" or "be"
   uint64_t console_cap_bytes = 1u << 20;
   std::string log_level = "warn";
-  std::vector<std::string> extra_args;  // appended (e.g. --timeout-ms N)
+  uint64_t timeout_ms = 0;  // the monitor stops the VM after this long (0: never)
 };
 
 // The kernel command line of a Linux guest with the dsec-agent as PID 1:
@@ -56,12 +57,15 @@ struct VmFiles {
   std::string control_socket; // <state>/vm/control.sock
   std::string console;        // <state>/vm/console.log
   std::string stats_json;     // <state>/vm/stats.json (written at exit)
+  std::string config;         // <state>/vm/config.json (the monitor's --config)
   std::string log;            // <state>/vmm.log (stdout+stderr, outside the jail)
   std::string jail_root;      // <state>/jail (a tmpfs there, in the child's namespace only)
 };
 VmFiles VmFilesIn(const std::string& state_dir);
 
-// The `dsec-vmm vm run` argv of a plan.
+// The monitor's configuration for a plan (written to files.config), and
+// its argv: `dsec-monitor --config <state>/vm/config.json`.
+monitor::MonitorOptions VmMonitorOptions(const VmPlan& plan, const VmFiles& files);
 std::vector<std::string> VmArgv(const VmPlan& plan, const VmFiles& files);
 
 struct VmJailOptions {

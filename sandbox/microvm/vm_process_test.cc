@@ -109,7 +109,7 @@ class VmProcessTest : public ::testing::Test {
     p.kernel = DSEC_TESTGUEST_ELF_PATH;
     p.cmdline = "console=ttyS0 testguest.run=" + workload;
     p.mem_mib = 64;
-    p.extra_args = {"--timeout-ms", "120000"};
+    p.timeout_ms = 120000;
     return p;
   }
   VmJailOptions Jail() const {

@@ -15,7 +15,9 @@
 
 #include "absl/strings/str_format.h"
 #include "devices/pmem/pmem_device.h"
+#include "devices/blk/blk_spec.h"
 #include "gtest/gtest.h"
+#include "pmem-dax/pmem_spec.h"
 #include "tests/integration/test_support.h"
 #include "vmm/vm/virtio_devices.h"
 #include "vmm/vm/vm.h"
@@ -69,7 +71,7 @@ class PmemTest : public ::testing::Test {
     c.mem_mib = 64;
     c.console.kind = ConsoleConfig::Kind::kNone;
     c.timeout_ms = 60'000;
-    c.pmems.push_back({image_, read_only});
+    c.devices.push_back(pmem::PmemSpec::Make(image_, read_only));
     return c;
   }
 
@@ -166,7 +168,7 @@ TEST_F(PmemTest, GuestWriteToReadOnlyLayerIsCountedAndRefused) {
   EXPECT_EQ(result->GetU64("matched"), 0u);  // the guest read back the file's bytes
   EXPECT_EQ(result->GetU64("flush"), 0u);    // flush on a read-only layer succeeds
   EXPECT_NE(result->GetU64("bad_type"), 0u);  // unknown request type: error status
-  EXPECT_EQ((*vm)->virtio()->pmem_refused_writes(0), 512u);
+  EXPECT_EQ(pmem::AsPmemLayer((*vm)->virtio()->Control(pmem::PmemDeviceKind()))->refused_writes(), 512u);
   vm->reset();
   EXPECT_EQ(ReadFile(image_), original_);
 }
@@ -181,7 +183,8 @@ TEST_F(PmemTest, FlushOnWritableLayerReachesTheFile) {
   ASSERT_TRUE(result.has_value());
   EXPECT_EQ(result->GetU64("matched"), 512u);
   EXPECT_EQ(result->GetU64("flush"), 0u);
-  const devices::PmemMetrics& m = (*vm)->virtio()->pmem_metrics(0);
+  const devices::PmemMetrics& m =
+      pmem::AsPmemLayer((*vm)->virtio()->Control(pmem::PmemDeviceKind()))->metrics();
   EXPECT_EQ(m.flush_requests.load(), 1u);
   EXPECT_EQ(m.syncs.load(), 1u);  // one fdatasync of the backing file
   EXPECT_EQ(m.flush_errors.load(), 0u);
@@ -199,8 +202,7 @@ TEST_F(PmemTest, FlushOnWritableLayerReachesTheFile) {
 
 TEST_F(PmemTest, BlkReadReportsTheSameChecksum) {
   VmConfig c = Config("blk-read", true);
-  c.pmems.clear();
-  c.disks.push_back({image_, true});
+  c.devices = {devices::BlkSpec::Make(image_, true)};
   c.mem_mib = 64;
   auto vm = Vm::Create(c);
   ASSERT_TRUE(vm.ok()) << vm.status();
@@ -215,12 +217,13 @@ TEST_F(PmemTest, BlkReadReportsTheSameChecksum) {
 TEST_F(PmemTest, MissingOrEmptyImageFailsVmRunWithOneLine) {
   const std::string empty = dir_.path() + "/empty.img";
   std::ofstream(empty).close();
-  for (const std::string& arg : {dir_.path() + "/missing.img,ro", empty}) {
+  const std::string missing = dir_.path() + "/missing.img";
+  for (const auto& [arg, path] : {std::pair{missing + ",ro", missing}, std::pair{empty, empty}}) {
     auto r = dsec::testing::RunCommand({dsec::testing::VmmBinaryPath(), "vm", "run", "--pmem",
                                         arg, "--console", "none", "--timeout-ms", "10000"});
     EXPECT_EQ(r.exit_status, 2) << arg << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find("--pmem"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("pmem " + path), std::string::npos) << r.err;
   }
 }
 

@@ -24,6 +24,7 @@
 #include "balloon/reclaim_controller.h"
 #include "balloon/zram_swap.h"
 #include "devices/balloon/balloon_control.h"
+#include "devices/balloon/balloon_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/test_support.h"
@@ -52,7 +53,7 @@ class ReclaimTest : public ::testing::Test {
     c.mem_mib = 256;
     c.console.kind = ConsoleConfig::Kind::kNone;
     c.timeout_ms = 120'000;
-    c.balloon = balloon;
+    if (balloon) c.devices.push_back(devices::BalloonSpec::Make());
     return c;
   }
 };
@@ -109,7 +110,7 @@ TEST_F(ReclaimTest, AdapterShowsTheVmsRamAndBalloon) {
   ASSERT_TRUE(vm.ok()) << vm.status();
   VmReclaimAdapter a(vm->get(), "x");
   EXPECT_EQ(a.pid(), ::getpid());
-  EXPECT_EQ(a.balloon(), (*vm)->virtio()->balloon());
+  EXPECT_EQ(a.balloon(), (*vm)->balloon());
   ASSERT_NE(a.balloon(), nullptr);
   uint64_t total = 0;
   for (const balloon::HostRange& r : a.guest_ram()) {
@@ -130,7 +131,7 @@ TEST_F(ReclaimTest, BalloonInflatesFromGuestStatsAndHostMemoryDrops) {
   auto observed = dsec::testing::ObservedVm::Start(Config("phases:160,16,20,15", true));
   ASSERT_TRUE(observed.ok()) << observed.status();
   Vm& vm = (*observed)->vm();
-  devices::BalloonControl* b = vm.virtio()->balloon();
+  devices::BalloonControl* b = vm.balloon();
   ASSERT_NE(b, nullptr);
   auto reclaim = StartReclaim(vm, /*balloon=*/true, /*pageout=*/false);
   ASSERT_NE(reclaim, nullptr);

@@ -26,7 +26,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "devices/blk/blk_spec.h"
+#include "devices/net/net_spec.h"
+#include "devices/rng/rng_spec.h"
 #include "devices/virtio/virtio_device.h"
+#include "devices/vsock/vsock_spec.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_support.h"
 #include "tests/integration/virtio_test_util.h"
@@ -140,7 +144,7 @@ std::string MacText(const dsec::testing::Mac& m) {
 
 TEST_F(VirtioTest, RngFillsRequestsWithEveryByteValue) {
   VmConfig config = Config("rng:65536");
-  config.rng = true;
+  config.devices.push_back(devices::RngSpec::Make());
   std::vector<std::string> msgs;
   VmStats stats = Run(config, &msgs);
   ExpectCleanShutdown(stats, msgs);
@@ -160,7 +164,7 @@ TEST_F(VirtioTest, BlkWritesReachTheFileAndReadBack) {
   constexpr uint64_t kSectors = 300;
   std::string image = MakeImage("disk.img", kImageBytes);
   VmConfig config = Config(absl::StrCat("blk-test:", kSectors));
-  config.disks.push_back(DiskConfig{image, false});
+  config.devices.push_back(devices::BlkSpec::Make(image, false));
   std::vector<std::string> msgs;
   VmStats stats = Run(config, &msgs);
   ExpectCleanShutdown(stats, msgs);
@@ -213,7 +217,7 @@ TEST_F(VirtioTest, ReadOnlyDiskRefusesWrites) {
   const uint64_t before = Fnv1a64(kFnvOffsetBasis, contents.data(), contents.size());
 
   VmConfig config = Config("blk-write-ro");
-  config.disks.push_back(DiskConfig{image, true});
+  config.devices.push_back(devices::BlkSpec::Make(image, true));
   std::vector<std::string> msgs;
   VmStats stats = Run(config, &msgs);
   ExpectCleanShutdown(stats, msgs);
@@ -236,7 +240,7 @@ TEST_F(VirtioTest, VsockHostToGuestEcho) {
   constexpr uint32_t kPort = 52;
   const std::string sock = dir_.path() + "/v.sock";
   VmConfig config = Config(absl::StrCat("vsock-echo:", kPort));
-  config.vsock = VsockConfig{3, sock};
+  config.devices.push_back(devices::VsockSpec::Make(3, sock));
   auto vm = ObservedVm::Start(config);
   ASSERT_TRUE(vm.ok()) << vm.status();
   auto ready = (*vm)->WaitForLine("vsock listening", 30'000);
@@ -293,7 +297,7 @@ TEST_F(VirtioTest, VsockGuestToHost) {
   auto listener = dsec::testing::ListenUnix(absl::StrCat(sock, "_", kPort));
   ASSERT_TRUE(listener.ok()) << listener.status();
   VmConfig config = Config(absl::StrCat("vsock-send:", kPort, ",", kGuestSendBytes));
-  config.vsock = VsockConfig{3, sock};
+  config.devices.push_back(devices::VsockSpec::Make(3, sock));
   auto vm = ObservedVm::Start(config);
   ASSERT_TRUE(vm.ok()) << vm.status();
 
@@ -347,7 +351,7 @@ TEST_F(VirtioTest, NetFrameGuestToTapAndBack) {
   RUN_IN_PRIVATE_NETNS([&] {
     ASSERT_TRUE(dsec::testing::CreateTap(tap).ok());
     VmConfig config = Config(absl::StrCat("net-echo:", kFrames));
-    config.nets.push_back(NetConfig{tap, ""});
+    config.devices.push_back(devices::NetSpec::Make(tap));
     auto vm = ObservedVm::Start(config);
     ASSERT_TRUE(vm.ok()) << vm.status();
     // Up only now that the monitor is attached, so that the tap's qdisc is
@@ -407,7 +411,7 @@ TEST_F(VirtioTest, NetSendBroadcastsReachTheTap) {
     auto pkt = dsec::testing::PacketSocket(tap);
     ASSERT_TRUE(pkt.ok()) << pkt.status();
     VmConfig config = Config(absl::StrCat("net-send:", kFrames));
-    config.nets.push_back(NetConfig{tap, ""});
+    config.devices.push_back(devices::NetSpec::Make(tap));
     auto vm = ObservedVm::Start(config);
     ASSERT_TRUE(vm.ok()) << vm.status();
     auto frames = dsec::testing::ReceiveFrames(pkt->get(), kTestEtherType, kFrames, 30'000,
@@ -441,8 +445,8 @@ TEST_F(VirtioTest, NetSendBroadcastsReachTheTap) {
 
 TEST_F(VirtioTest, ScribbledRingMarksOnlyThatDeviceNeedsReset) {
   VmConfig config = Config("virtio-scribble:0");
-  config.rng = true;
-  config.disks.push_back(DiskConfig{MakeImage("disk.img", 1u << 20), false});
+  config.devices.push_back(devices::RngSpec::Make());
+  config.devices.push_back(devices::BlkSpec::Make(MakeImage("disk.img", 1u << 20), false));
 
   // The guest resets the device as soon as it sees DEVICE_NEEDS_RESET, and
   // only then reports, so the bit is visible on the host only while the VM
@@ -507,10 +511,10 @@ TEST_F(VirtioTest, VirtioListMatchesTheCommandLine) {
     ASSERT_TRUE(dsec::testing::CreateTap(tap).ok());
     ASSERT_TRUE(dsec::testing::BringUp(tap).ok());
     VmConfig config = Config("virtio-list");
-    config.rng = true;
-    config.disks.push_back(DiskConfig{MakeImage("disk.img", 1u << 20), false});
-    config.nets.push_back(NetConfig{tap, ""});
-    config.vsock = VsockConfig{3, dir_.path() + "/v.sock"};
+    config.devices.push_back(devices::RngSpec::Make());
+    config.devices.push_back(devices::BlkSpec::Make(MakeImage("disk.img", 1u << 20), false));
+    config.devices.push_back(devices::NetSpec::Make(tap));
+    config.devices.push_back(devices::VsockSpec::Make(3, dir_.path() + "/v.sock"));
     auto vm = Vm::Create(config);
     ASSERT_TRUE(vm.ok()) << vm.status();
     ASSERT_TRUE((*vm)->Start().ok());

@@ -3,15 +3,17 @@
 // only monitor code (no daemon, sandbox tiers or benchmarks), so that its
 // start-up and resident memory, paid once per VM, stay small.
 #include <cstdio>
+#include <string>
 
 #include "CLI/CLI.hpp"
 #include "vmm/monitor/monitor.h"
+#include "vmm/monitor/monitor_options.h"
 
 int main(int argc, char** argv) {
   (void)dsec::monitor::MainEntryNs();  // latch the time main() was reached
   CLI::App app{"dsec-monitor: boots one microVM and runs it until the guest stops"};
-  dsec::monitor::MonitorOptions opts;
-  dsec::monitor::AddMonitorFlags(app, opts);
+  dsec::monitor::MonitorFlags flags;
+  dsec::monitor::AddMonitorFlags(app, flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -19,5 +21,14 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : dsec::monitor::kExitUsage;
   }
-  return dsec::monitor::RunMonitor(opts);
+  absl::StatusOr<dsec::monitor::MonitorOptions> options = dsec::monitor::ResolveMonitorOptions(flags);
+  if (!options.ok()) {
+    std::fprintf(stderr, "dsec-monitor: %s\n", std::string(options.status().message()).c_str());
+    return dsec::monitor::kExitUsage;
+  }
+  if (flags.print_config) {
+    std::printf("%s\n", dsec::monitor::MonitorOptionsToJson(*options).dump(2).c_str());
+    return 0;
+  }
+  return dsec::monitor::RunMonitor(*options);
 }

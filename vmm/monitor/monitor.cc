@@ -17,10 +17,7 @@
 #include "base/logging.h"
 #include "base/scoped_fd.h"
 #include "nlohmann/json.hpp"
-#include "sched/placement.h"
 #include "vmm/api/control.h"
-#include "vmm/monitor/default_paths.h"
-#include "vmm/monitor/device_args.h"
 #include "vmm/vm/vm.h"
 
 namespace dsec::monitor {
@@ -70,20 +67,6 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
   };
 }
 
-// "PATH" or "PATH,ro" (a path containing a comma is taken whole unless it
-// ends in ",ro").
-absl::StatusOr<vm::PmemConfig> ParsePmemArg(const std::string& arg) {
-  vm::PmemConfig pmem;
-  pmem.path = arg;
-  constexpr std::string_view kRo = ",ro";
-  if (arg.size() > kRo.size() && arg.compare(arg.size() - kRo.size(), kRo.size(), kRo) == 0) {
-    pmem.path = arg.substr(0, arg.size() - kRo.size());
-    pmem.read_only = true;
-  }
-  if (pmem.path.empty()) return absl::InvalidArgumentError("--pmem: empty path");
-  return pmem;
-}
-
 int UsageError(const absl::Status& status) {
   std::fprintf(stderr, "dsec-monitor: %s\n", std::string(status.message()).c_str());
   return kExitUsage;
@@ -114,64 +97,11 @@ int64_t MainEntryNs() {
   return t;
 }
 
-int RunMonitor(MonitorOptions& opts) {
+int RunMonitor(const MonitorOptions& opts) {
   log::SetLevel(opts.log_level);
-  vm::VmConfig& config = opts.config;
-  if (opts.console == "stdio") {
-    config.console.kind = vm::ConsoleConfig::Kind::kStdio;
-  } else if (opts.console == "none") {
-    config.console.kind = vm::ConsoleConfig::Kind::kNone;
-  } else {
-    config.console.kind = vm::ConsoleConfig::Kind::kFile;
-    config.console.path = opts.console;
-  }
-  config.pit = opts.pit == "kernel" ? vm::PitChoice::kKernel : vm::PitChoice::kUser;
-  if (!opts.qos.empty()) {
-    auto qos = sched::ParseQosClass(opts.qos);
-    if (!qos.ok()) return UsageError(qos.status());
-    config.qos = *qos;
-  }
-  if (opts.boot == "linux64") {
-    config.boot = vm::BootProtocolChoice::kLinux64;
-  } else if (opts.boot == "pvh") {
-    config.boot = vm::BootProtocolChoice::kPvh;
-  }
-  for (const auto& arg : opts.disks) {
-    auto disk = ParseDiskArg(arg);
-    if (!disk.ok()) return UsageError(disk.status());
-    config.disks.push_back(*disk);
-  }
-  for (const auto& arg : opts.nets) {
-    auto net = ParseNetArg(arg);
-    if (!net.ok()) return UsageError(net.status());
-    config.nets.push_back(*net);
-  }
-  for (const auto& arg : opts.pmems) {
-    auto pmem = ParsePmemArg(arg);
-    if (!pmem.ok()) return UsageError(pmem.status());
-    config.pmems.push_back(*pmem);
-  }
-  if (!opts.vsock.empty()) {
-    auto vsock = ParseVsockArg(opts.vsock);
-    if (!vsock.ok()) return UsageError(vsock.status());
-    config.vsock = *vsock;
-  }
-  auto reclaim_mode = ParseReclaimMode(opts.reclaim.mode);
+  const vm::VmConfig& config = opts.config;
+  absl::StatusOr<ReclaimMode> reclaim_mode = ParseReclaimMode(opts.reclaim.mode);
   if (!reclaim_mode.ok()) return UsageError(reclaim_mode.status());
-  if ((*reclaim_mode == ReclaimMode::kBalloon || *reclaim_mode == ReclaimMode::kBoth) &&
-      !config.balloon) {
-    return UsageError(absl::InvalidArgumentError(
-        absl::StrCat("--reclaim ", opts.reclaim.mode, " needs --balloon")));
-  }
-  if (config.kernel_path.empty()) {
-    config.kernel_path = DefaultTestGuestPath();
-    if (config.kernel_path.empty()) {
-      std::fprintf(stderr,
-                   "dsec-monitor: no --kernel given and the test guest was not found next to "
-                   "the binary (build it with tools/setup.sh)\n");
-      return kExitUsage;
-    }
-  }
 
   // SIGINT/SIGTERM become a clean stop: block them in every thread (the VM's
   // threads inherit this mask) and read them from a signalfd here.
@@ -273,89 +203,6 @@ int RunMonitor(MonitorOptions& opts) {
     if (!out) std::fprintf(stderr, "dsec-monitor: could not write %s\n", opts.stats_json.c_str());
   }
   return ExitStatusFor(stats.stop);
-}
-
-void AddMonitorFlags(CLI::App& app, MonitorOptions& opts) {
-  opts.config.cmdline = "console=ttyS0";
-  app.add_option("--kernel", opts.config.kernel_path,
-                  "ELF vmlinux, bzImage or PVH ELF (default: the test guest)");
-  app.add_option("--initrd", opts.config.initrd_path, "Initial ramdisk");
-  app.add_option("--cmdline", opts.config.cmdline, "Kernel command line")
-      ->capture_default_str();
-  app.add_option("--mem-mib", opts.config.mem_mib, "Guest RAM in MiB")
-      ->capture_default_str()
-      ->check(CLI::Range(16, 1 << 20));
-  app.add_option("--vcpus", opts.config.vcpus, "vCPUs")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--console", opts.console, "stdio, none, or a file path")
-      ->capture_default_str();
-  app.add_option("--console-cap-bytes", opts.config.console.cap_bytes,
-                  "Total console bytes written; the rest is dropped and counted (0: no cap)")
-      ->capture_default_str();
-  app.add_option("--console-rate-bytes", opts.config.console.rate_bytes_per_s,
-                  "Sustained console bytes per second (0: unlimited)")
-      ->capture_default_str();
-  app.add_option("--boot", opts.boot, "Boot protocol")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "linux64", "pvh"}));
-  app.add_option("--pit", opts.pit,
-                  "8254 PIT: user (in the monitor) or kernel (KVM's; slow VM teardown)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"user", "kernel"}));
-  app.add_flag("--acpi,!--no-acpi", opts.config.acpi,
-               "ACPI tables and PM1 registers, how a Linux guest powers off (--no-acpi: the MP "
-               "table only)")
-      ->capture_default_str();
-  app.add_option("--qos", opts.qos,
-                  "CPU placement: ls (whole cores, isolated) or be (packed); default none")
-      ->check(CLI::IsMember({"ls", "be"}));
-  app.add_option("--timeout-ms", opts.config.timeout_ms, "Stop the VM after this long (0: never)")
-      ->capture_default_str();
-  app.add_option("--stats-json", opts.stats_json,
-                  "Write stop reason, boot timestamps and memory figures here");
-  app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error, off")
-      ->capture_default_str();
-  app.add_flag("--quiet-report", opts.quiet_report, "Do not print test-device messages");
-  app.add_flag("--rng", opts.config.rng, "Add a virtio-rng device (host getrandom)");
-  CLI::Option* balloon =
-      app.add_flag("--balloon", opts.config.balloon,
-                    "Add a virtio-balloon device (inflated guest pages are released on the host)");
-  app.add_option("--balloon-target-mib", opts.config.balloon_target_mib,
-                  "Initial balloon target in MiB (needs --balloon)")
-      ->capture_default_str()
-      ->needs(balloon);
-  app.add_option("--reclaim", opts.reclaim.mode,
-                  "Reclaim controller: off, balloon (needs --balloon), pageout (MADV_PAGEOUT of "
-                  "cold guest RAM where swap/zram exists), both (needs --balloon)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"off", "balloon", "pageout", "both"}));
-  app.add_option("--reclaim-min-free-mib", opts.reclaim.knobs.min_free_mib,
-                  "Free guest memory the balloon always leaves")
-      ->capture_default_str()
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
-  app.add_option("--reclaim-aggressiveness", opts.reclaim.knobs.aggressiveness,
-                  "Share of excess free / cold memory reclaimed per tick (0..1)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--reclaim-max-slowdown", opts.reclaim.knobs.max_slowdown,
-                  "Pause pageout while the estimated refault slowdown is above this fraction")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 10.0));
-  app.add_option("--reclaim-interval-ms", opts.reclaim.interval_ms, "Controller tick period")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{10}, int64_t{600'000}));
-  app.add_option("--control", opts.control,
-                  "Control socket (unix, 0600, removed at exit): one JSON request per line, "
-                  "see `vm ctl`");
-  app.add_option("--disk", opts.disks, "virtio-blk disk: PATH[,ro] (repeatable)");
-  app.add_option("--net", opts.nets, "virtio-net on an existing tap: TAP[,mac=..] (repeatable)");
-  app.add_option("--vsock", opts.vsock,
-                  "virtio-vsock: CID,SOCKET (host clients connect to SOCKET and send "
-                  "'CONNECT <port>\\n'; guest connections to port P reach SOCKET_P)");
-  app.add_option("--pmem", opts.pmems,
-                  "virtio-pmem layer mapped into the guest (DAX): PATH[,ro] (repeatable; ro: "
-                  "read-only memslot, guest writes refused)");
 }
 
 }  // namespace dsec::monitor

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The monitor process: one microVM from its typed configuration (flags
-// today), run until the guest stops, its control socket and reclaim
-// controller beside it, and the exit status that says how it stopped
-// (README.md has the table). `dsec-monitor` is this plus a main(); `dsec-vmm
+// The monitor process: one microVM from its typed configuration
+// (monitor_options.h: flags or a config file), run until the guest stops,
+// its control socket and reclaim controller beside it, and the exit status
+// that says how it stopped (README.md has the table). `dsec-monitor` is this plus a main(); `dsec-vmm
 // vm run` execs it with the same arguments.
 #pragma once
 
@@ -10,28 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "CLI/CLI.hpp"
-#include "vmm/monitor/vm_reclaim.h"
-#include "vmm/vm/vm_config.h"
+#include "vmm/monitor/monitor_options.h"
 
 namespace dsec::monitor {
-
-struct MonitorOptions {
-  vm::VmConfig config;
-  std::string console = "stdio";
-  std::string boot = "auto";
-  std::string pit = "user";
-  std::string qos;
-  std::string stats_json;
-  std::string log_level = "warn";
-  bool quiet_report = false;
-  std::vector<std::string> disks;
-  std::vector<std::string> nets;
-  std::string vsock;
-  std::vector<std::string> pmems;
-  ReclaimRunOptions reclaim;
-  std::string control;
-};
 
 // The monitor's exit statuses (README.md, "dsec-vmm vm run").
 enum ExitStatus {
@@ -48,11 +29,8 @@ enum ExitStatus {
 // The exit status for how the VM stopped.
 int ExitStatusFor(const vm::StopInfo& stop);
 
-// Adds the monitor's flags to `app`.
-void AddMonitorFlags(CLI::App& app, MonitorOptions& opts);
-
 // Boots the VM and runs it until it stops; returns the exit status.
-int RunMonitor(MonitorOptions& opts);
+int RunMonitor(const MonitorOptions& opts);
 
 // CLOCK_MONOTONIC when main() started (latched on the first call): the
 // boot breakdown's process start -> main is exec and start-up.

@@ -3,16 +3,12 @@
 
 #include <unistd.h>
 
-#include "vmm/vm/virtio_devices.h"
 
 namespace dsec::vm {
 
 pid_t VmReclaimAdapter::pid() const { return ::getpid(); }
 
-devices::BalloonControl* VmReclaimAdapter::balloon() {
-  const VirtioDevices* virtio = vm_->virtio();
-  return virtio != nullptr ? virtio->balloon() : nullptr;
-}
+devices::BalloonControl* VmReclaimAdapter::balloon() { return vm_->balloon(); }
 
 std::vector<balloon::HostRange> VmReclaimAdapter::guest_ram() const {
   std::vector<balloon::HostRange> out;

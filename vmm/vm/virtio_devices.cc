@@ -1,26 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "vmm/vm/virtio_devices.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "devices/balloon/balloon_backend.h"
-#include "devices/balloon/balloon_device.h"
-#include "devices/blk/blk_device.h"
-#include "devices/blk/disk_image.h"
-#include "devices/net/mac_address.h"
-#include "devices/net/net_device.h"
-#include "devices/net/tap_backend.h"
-#include "devices/pmem/pmem_backend.h"
-#include "devices/pmem/pmem_device.h"
-#include "devices/rng/rng_backend.h"
-#include "devices/rng/rng_device.h"
-#include "devices/vsock/unix_backend.h"
-#include "devices/vsock/vsock_device.h"
-#include "platform/arch/x86_64/layout.h"
 #include "base/status.h"
-#include "pmem-dax/layer_mapping.h"
+#include "platform/arch/x86_64/layout.h"
 #include "pmem-dax/pmem_placement.h"
-#include "pmem-dax/readonly_write_sink.h"
 #include "vmm/vm/irqfd_line.h"
 
 namespace dsec::vm {
@@ -51,147 +38,84 @@ class VirtioDevices::KvmNotifyRegistrar : public virtio::NotifyRegistrar {
   kvm::KvmVm* vm_;
 };
 
-absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const VmConfig& config,
-                                                                     const Context& context) {
-  std::unique_ptr<VirtioDevices> d(new VirtioDevices());
-  d->mmio_bus_ = context.mmio_bus;
-  d->registrar_ = std::make_unique<KvmNotifyRegistrar>(context.kvm_vm);
-  const size_t wanted = (config.rng ? 1 : 0) + (config.balloon ? 1 : 0) + config.disks.size() + config.nets.size() +
-                        (config.vsock ? 1 : 0) + config.pmems.size();
-  if (wanted > kMaxDevices) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%d virtio devices requested; at most %d fit", wanted, kMaxDevices));
+// Device memory windows after guest RAM (pmem-dax's placement rule) mapped
+// as KVM memslots; a read-only window is a read-only memslot, whose guest
+// writes exit as MMIO.
+class VirtioDevices::KvmAddressSpace : public virtio::GuestAddressSpace {
+ public:
+  KvmAddressSpace(kvm::KvmVm* vm, const std::vector<arch::AddressRange>& ram)
+      : vm_(vm), placer_(ram) {}
+
+  absl::StatusOr<uint64_t> AllocateWindow(uint64_t size) override { return placer_.Place(size); }
+
+  absl::StatusOr<std::unique_ptr<virtio::GuestMapping>> Map(uint64_t gpa, uint64_t size, void* host,
+                                                            bool read_only) override {
+    DSEC_ASSIGN_OR_RETURN(kvm::MemSlot slot,
+                          kvm::MemSlot::Create(vm_, gpa, size, host, kvm::MemSlotFlags{.readonly = read_only}));
+    return std::unique_ptr<virtio::GuestMapping>(new Slot(std::move(slot)));
   }
 
-  if (config.rng) {
-    DSEC_ASSIGN_OR_RETURN(
-        std::shared_ptr<devices::RngDevice> rng,
-        devices::RngDevice::Create(std::make_unique<devices::GetrandomEntropySource>(), {}));
-    DSEC_RETURN_IF_ERROR(d->Add("virtio-rng", std::move(rng), context));
+ private:
+  class Slot : public virtio::GuestMapping {
+   public:
+    explicit Slot(kvm::MemSlot slot) : slot_(std::move(slot)) {}
+
+   private:
+    kvm::MemSlot slot_;
+  };
+  kvm::KvmVm* vm_;
+  pmem::WindowPlacer placer_;
+};
+
+absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const virtio::DeviceSpecs& specs,
+                                                                     const Context& context) {
+  if (specs.size() > kMaxDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d virtio devices requested; at most %d fit", specs.size(), kMaxDevices));
   }
-  if (config.balloon) {
-    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<devices::MemfdBalloonBackend> backend,
-                          devices::MemfdBalloonBackend::ForGuestMemory(*context.memory));
-    DSEC_ASSIGN_OR_RETURN(std::shared_ptr<devices::BalloonDevice> balloon,
-                          devices::BalloonDevice::Create(std::move(backend), {}));
-    const uint64_t target_pages = config.balloon_target_mib * (1024 * 1024 / 4096);
-    if (target_pages > balloon->ram_pages()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--balloon-target-mib %d exceeds guest RAM", config.balloon_target_mib));
-    }
-    balloon->SetTargetPages(static_cast<uint32_t>(target_pages));
-    d->balloon_ = balloon;
-    DSEC_RETURN_IF_ERROR(d->Add("virtio-balloon", std::move(balloon), context));
+  std::unique_ptr<VirtioDevices> d(new VirtioDevices());
+  d->registrar_ = std::make_unique<KvmNotifyRegistrar>(context.kvm_vm);
+  std::vector<arch::AddressRange> ram;
+  for (const memory::GuestRegion& r : context.memory->regions()) ram.push_back({r.gpa, r.size});
+  d->address_space_ = std::make_unique<KvmAddressSpace>(context.kvm_vm, ram);
+  std::map<const virtio::DeviceKind*, size_t> per_kind;
+  for (const std::shared_ptr<const virtio::DeviceSpec>& spec : specs) {
+    if (spec == nullptr) return absl::InvalidArgumentError("an empty device spec");
+    const virtio::DeviceKind& kind = spec->kind();
+    virtio::DeviceEnv env;
+    env.memory = context.memory;
+    env.loop = context.loop;
+    env.mmio_bus = context.mmio_bus;
+    env.address_space = d->address_space_.get();
+    env.index = per_kind[&kind]++;
+    // On error `d` is destroyed, which takes down what was built so far.
+    DSEC_ASSIGN_OR_RETURN(virtio::BuiltDevice built, spec->Build(env));
+    DSEC_RETURN_IF_ERROR(d->Add(std::move(built), &kind, context));
   }
-  for (size_t i = 0; i < config.disks.size(); ++i) {
-    const DiskConfig& disk = config.disks[i];
-    auto image = devices::DiskImage::Open(disk.path, disk.read_only);
-    if (!image.ok()) return Annotate(image.status(), absl::StrCat("--disk ", disk.path));
-    devices::BlkDeviceConfig blk;
-    blk.serial = absl::StrCat("dsec-disk", i);
-    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<devices::BlkDevice> dev,
-                          devices::BlkDevice::Create(std::move(*image), blk));
-    DSEC_RETURN_IF_ERROR(d->Add(absl::StrCat("virtio-blk", i), std::move(dev), context));
-  }
-  for (size_t i = 0; i < config.nets.size(); ++i) {
-    const NetConfig& net = config.nets[i];
-    auto tap = devices::TapBackend::Open(absl::string_view(net.tap.data(), net.tap.size()));
-    if (!tap.ok()) return Annotate(tap.status(), absl::StrCat("--net ", net.tap));
-    devices::NetDeviceConfig nc;
-    nc.id = net.tap;
-    if (!net.mac.empty()) {
-      DSEC_ASSIGN_OR_RETURN(nc.mac, devices::ParseMac(absl::string_view(net.mac.data(), net.mac.size())));
-    } else {
-      nc.mac = devices::DeriveMac(std::hash<std::string>{}(net.tap));
-    }
-    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<devices::NetDevice> dev,
-                          devices::NetDevice::Create(nc, std::move(*tap)));
-    DSEC_RETURN_IF_ERROR(d->Add(absl::StrCat("virtio-net", i), std::move(dev), context));
-  }
-  if (config.vsock) {
-    devices::UnixVsockBackendOptions vo;
-    vo.path = config.vsock->socket_path;
-    vo.guest_cid = config.vsock->guest_cid;
-    auto backend = devices::UnixVsockBackend::Create(context.loop, vo);
-    if (!backend.ok()) {
-      return Annotate(backend.status(), absl::StrCat("--vsock ", config.vsock->socket_path));
-    }
-    d->vsock_backend_ = std::move(*backend);
-    DSEC_ASSIGN_OR_RETURN(
-        std::unique_ptr<devices::VsockDevice> dev,
-        devices::VsockDevice::Create(config.vsock->guest_cid, d->vsock_backend_.get()));
-    DSEC_RETURN_IF_ERROR(d->Add("virtio-vsock", std::move(dev), context));
-  }
-  DSEC_RETURN_IF_ERROR(d->AddPmems(config, context));
   return d;
 }
 
-absl::Status VirtioDevices::AddPmems(const VmConfig& config, const Context& context) {
-  if (config.pmems.empty()) return absl::OkStatus();
-  // Open and map every layer first: a missing or empty image is the likely
-  // error and is reported before anything is placed or registered.
-  std::vector<std::unique_ptr<pmem::LayerMapping>> mappings;
-  std::vector<uint64_t> sizes;
-  for (const PmemConfig& p : config.pmems) {
-    auto mapping = pmem::LayerMapping::Create(p.path, p.read_only);
-    if (!mapping.ok()) return Annotate(mapping.status(), absl::StrCat("--pmem ", p.path));
-    sizes.push_back(mapping->region_size());
-    mappings.push_back(std::make_unique<pmem::LayerMapping>(std::move(*mapping)));
-  }
-  std::vector<arch::AddressRange> ram;
-  for (const memory::GuestRegion& r : context.memory->regions()) ram.push_back({r.gpa, r.size});
-  auto starts = pmem::PlacePmemRegions(ram, sizes);
-  if (!starts.ok()) return Annotate(starts.status(), "--pmem");
-  for (size_t i = 0; i < mappings.size(); ++i) {
-    PmemLayer layer;
-    layer.gpa = (*starts)[i];
-    layer.mapping = std::move(mappings[i]);
-    const pmem::LayerMapping& m = *layer.mapping;
-    const std::string name = absl::StrCat("virtio-pmem", i);
-    auto slot = kvm::MemSlot::Create(context.kvm_vm, layer.gpa, m.region_size(), m.host_addr(),
-                                     kvm::MemSlotFlags{.readonly = m.read_only()});
-    if (!slot.ok()) return Annotate(slot.status(), absl::StrCat("--pmem ", m.path(), ": memslot"));
-    layer.slot = std::move(*slot);
-    if (m.read_only()) {
-      layer.sink = std::make_shared<pmem::ReadOnlyWriteSink>(name, m.host_addr(), m.region_size());
-      DSEC_RETURN_IF_ERROR(context.mmio_bus->Insert(layer.sink, layer.gpa, m.region_size()));
-    }
-    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<devices::FilePmemBackend> backend,
-                          devices::FilePmemBackend::Create(m.fd(), m.file_size()));
-    devices::PmemOptions po;
-    po.start = layer.gpa;
-    po.size = m.region_size();
-    po.read_only = m.read_only();
-    DSEC_ASSIGN_OR_RETURN(layer.device, devices::PmemDevice::Create(std::move(backend), po));
-    std::shared_ptr<devices::PmemDevice> device = layer.device;
-    pmems_.push_back(std::move(layer));
-    DSEC_RETURN_IF_ERROR(Add(name, std::move(device), context));
-  }
-  return absl::OkStatus();
-}
-
-uint64_t VirtioDevices::pmem_start(size_t i) const { return pmems_[i].gpa; }
-uint64_t VirtioDevices::pmem_size(size_t i) const { return pmems_[i].mapping->region_size(); }
-const devices::PmemMetrics& VirtioDevices::pmem_metrics(size_t i) const {
-  return pmems_[i].device->metrics();
-}
-uint64_t VirtioDevices::pmem_refused_writes(size_t i) const {
-  return pmems_[i].sink ? pmems_[i].sink->refused_writes() : 0;
-}
-
-absl::Status VirtioDevices::Add(const std::string& name,
-                                std::shared_ptr<virtio::VirtioDevice> device,
+absl::Status VirtioDevices::Add(virtio::BuiltDevice built, const virtio::DeviceKind* kind,
                                 const Context& context) {
-  Slot slot;
-  const uint32_t index = static_cast<uint32_t>(slots_.size());
+  if (built.device == nullptr) {
+    return absl::InternalError(absl::StrCat(built.name, ": the builder made no device"));
+  }
+  // The slot owns the resources from here on, whatever fails below.
+  slots_.push_back(Slot{});
+  Slot& slot = slots_.back();
+  const uint32_t index = static_cast<uint32_t>(slots_.size() - 1);
+  slot.kind = kind;
+  slot.name = built.name;
   slot.base = arch::kVirtioMmioBase + index * arch::kVirtioMmioStride;
   slot.irq = kFirstIrq + index;
+  slot.device = std::move(built.device);
+  slot.resources = std::move(built.resources);
+  slot.control = std::move(built.control);
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<IrqfdLine> line,
                         IrqfdLine::Create(*context.kvm_vm, slot.irq));
   slot.irq_line = std::move(line);
-  slot.device = std::move(device);
   virtio::MmioTransport::Options opts;
-  opts.name = name;
+  opts.name = slot.name;
   opts.base = slot.base;
   opts.device = slot.device;
   opts.memory = context.memory;
@@ -199,10 +123,21 @@ absl::Status VirtioDevices::Add(const std::string& name,
   opts.loop = context.loop;
   opts.registrar = registrar_.get();
   DSEC_ASSIGN_OR_RETURN(slot.transport, virtio::MmioTransport::Create(opts));
-  DSEC_RETURN_IF_ERROR(
-      context.mmio_bus->Insert(slot.transport, slot.base, virtio::mmio::kWindowSize));
-  slots_.push_back(std::move(slot));
-  return absl::OkStatus();
+  return context.mmio_bus->Insert(slot.transport, slot.base, virtio::mmio::kWindowSize);
+}
+
+const std::any* VirtioDevices::Control(const virtio::DeviceKind& kind, size_t i) const {
+  for (const Slot& s : slots_) {
+    if (s.kind != &kind) continue;
+    if (i-- == 0) return &s.control;
+  }
+  return nullptr;
+}
+
+size_t VirtioDevices::Count(const virtio::DeviceKind& kind) const {
+  size_t n = 0;
+  for (const Slot& s : slots_) n += s.kind == &kind ? 1 : 0;
+  return n;
 }
 
 std::string VirtioDevices::CommandLine() const {
@@ -214,17 +149,18 @@ std::string VirtioDevices::CommandLine() const {
 }
 
 VirtioDevices::~VirtioDevices() {
-  // Transports first (they reset active devices), then the vsock backend the
-  // vsock device points at, then the registrar their notify routes use.
-  slots_.clear();
-  balloon_.reset();
-  vsock_backend_.reset();
-  // No vCPU runs any more: take the write sinks off the bus before their
-  // mappings are unmapped, then remove the memslots and unmap.
-  for (const PmemLayer& p : pmems_) {
-    if (p.sink && mmio_bus_ != nullptr) (void)mmio_bus_->Remove(p.gpa);
+  // No vCPU runs any more. Per device, newest first: the transport (it
+  // resets an active device), the device, then its resources newest first
+  // (bus claims and memslots before the mappings they point into).
+  while (!slots_.empty()) {
+    Slot& s = slots_.back();
+    s.transport.reset();
+    s.irq_line.reset();
+    s.control.reset();
+    s.device.reset();
+    while (!s.resources.empty()) s.resources.pop_back();
+    slots_.pop_back();
   }
-  pmems_.clear();
 }
 
 }  // namespace dsec::vm

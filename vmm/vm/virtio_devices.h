@@ -1,52 +1,42 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "devices/virtio/device_spec.h"
 #include "devices/virtio/mmio_transport.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/event_loop.h"
 #include "platform/bus/bus.h"
 #include "platform/kvm/kvm_vm.h"
-#include "platform/memory/guest_memory.h"
 #include "platform/memory/memfd_guest_memory.h"
-#include "vmm/vm/vm_config.h"
-
-namespace dsec::devices {
-class BalloonControl;
-class UnixVsockBackend;
-class PmemDevice;
-struct PmemMetrics;
-}  // namespace dsec::devices
-
-namespace dsec::pmem {
-class LayerMapping;
-class ReadOnlyWriteSink;
-}  // namespace dsec::pmem
 
 namespace dsec::vm {
 
 class IrqfdLine;
 
-// The microVM's virtio-mmio devices: for device i, a 4 KiB register window at
-// kVirtioMmioBase + i * 0x1000, interrupt GSI kFirstIrq + i (an ISA IRQ on
-// the in-kernel PIC/IOAPIC, edge-triggered through an irqfd), queue
-// notifications as KVM ioeventfds on the window's QueueNotify register. Linux
-// (and the test guest) learn of them from `virtio_mmio.device=4K@ADDR:IRQ`
-// on the kernel command line (CommandLine()).
+// The microVM's virtio-mmio devices, built from the configuration's device
+// specs (each kind's builder, device_table.h) and put behind transports: for
+// device i, a 4 KiB register window at kVirtioMmioBase + i * 0x1000,
+// interrupt GSI kFirstIrq + i (an ISA IRQ on the in-kernel PIC/IOAPIC,
+// edge-triggered through an irqfd), queue notifications as KVM ioeventfds
+// on the window's QueueNotify register. Linux (and the test guest) learn of
+// them from `virtio_mmio.device=4K@ADDR:IRQ` on the kernel command line
+// (CommandLine()).
 //
-// virtio-pmem layers (`--pmem`) are the exception to "devices never see
-// KVM": each layer's file mapping (pmem-dax/) is its own memslot, placed by
-// pmem::PlacePmemRegions after guest RAM; a read-only layer is a KVM
-// read-only slot whose write exits reach a ReadOnlyWriteSink on the MMIO bus.
+// What devices need of KVM they get through narrow interfaces implemented
+// here: the ioeventfd registrar of the transports, and the guest address
+// space (windows after RAM, memslots) that virtio-pmem maps its layer into.
 //
 // Threads and lifetime: built by Vm::Create before the event loop runs and
-// destroyed after it stopped (the transports' rule); holds the back-ends
-// (disk images, taps, the vsock socket, pmem mappings) the devices use.
+// destroyed after it stopped (the transports' rule); holds every device's
+// resources (images, taps, sockets, mappings) until then.
 class VirtioDevices {
  public:
   static constexpr uint32_t kFirstIrq = 5;
@@ -61,63 +51,48 @@ class VirtioDevices {
     bus::Bus* mmio_bus = nullptr;
   };
 
-  static absl::StatusOr<std::unique_ptr<VirtioDevices>> Create(const VmConfig& config,
+  // InvalidArgument (naming the device) when a spec cannot be built or more
+  // than kMaxDevices are asked for; nothing is left behind on error.
+  static absl::StatusOr<std::unique_ptr<VirtioDevices>> Create(const virtio::DeviceSpecs& specs,
                                                                const Context& context);
   ~VirtioDevices();
 
   // " virtio_mmio.device=4K@0xd0000000:5 ..." (empty without devices).
   std::string CommandLine() const;
   size_t size() const { return slots_.size(); }
-  // Transport of device i (creation order: rng, balloon, disks, nets, vsock,
-  // pmems).
+  // Transport of device i (configuration order).
   const virtio::MmioTransport& transport(size_t i) const { return *slots_[i].transport; }
+  // The name of device i ("virtio-blk0").
+  const std::string& name(size_t i) const { return slots_[i].name; }
 
-  // The virtio-balloon device's control interface (set the target, read
-  // stats and counters; any thread), or nullptr without VmConfig::balloon.
-  devices::BalloonControl* balloon() const { return balloon_.get(); }
-
-  // pmem layer i (the order of VmConfig::pmems): its guest-physical window,
-  // its device's counters, and guest writes refused on a read-only layer.
-  size_t pmem_count() const { return pmems_.size(); }
-  uint64_t pmem_start(size_t i) const;
-  uint64_t pmem_size(size_t i) const;
-  const devices::PmemMetrics& pmem_metrics(size_t i) const;
-  uint64_t pmem_refused_writes(size_t i) const;
+  // The control object (BuiltDevice::control) of the i-th device of `kind`,
+  // or nullptr if there is no such device; what it holds is the kind's
+  // business (e.g. devices::AsBalloonControl, pmem::AsPmemLayer). Any
+  // thread, for as long as this object lives.
+  const std::any* Control(const virtio::DeviceKind& kind, size_t i = 0) const;
+  // How many devices of `kind` the VM has.
+  size_t Count(const virtio::DeviceKind& kind) const;
 
  private:
   class KvmNotifyRegistrar;
+  class KvmAddressSpace;
   struct Slot {
+    const virtio::DeviceKind* kind = nullptr;
+    std::string name;
     uint64_t base = 0;
     uint32_t irq = 0;
     std::shared_ptr<IrqfdLine> irq_line;
     std::shared_ptr<virtio::VirtioDevice> device;
     std::shared_ptr<virtio::MmioTransport> transport;
-  };
-
-  // One layer: the mapping outlives its memslot (declared first, destroyed
-  // last); the sink is removed from the bus before the mapping goes.
-  struct PmemLayer {
-    std::unique_ptr<pmem::LayerMapping> mapping;
-    kvm::MemSlot slot;
-    uint64_t gpa = 0;
-    std::shared_ptr<pmem::ReadOnlyWriteSink> sink;
-    std::shared_ptr<devices::PmemDevice> device;
+    std::vector<std::shared_ptr<void>> resources;
+    std::any control;
   };
 
   VirtioDevices() = default;
-  absl::Status Add(const std::string& name, std::shared_ptr<virtio::VirtioDevice> device,
-                   const Context& context);
-  absl::Status AddPmems(const VmConfig& config, const Context& context);
+  absl::Status Add(virtio::BuiltDevice built, const virtio::DeviceKind* kind, const Context& context);
 
-  bus::Bus* mmio_bus_ = nullptr;
   std::unique_ptr<KvmNotifyRegistrar> registrar_;
-  // After the registrar, before the slots: destroyed after the transports
-  // that reset the pmem devices.
-  std::vector<PmemLayer> pmems_;
-  std::unique_ptr<devices::UnixVsockBackend> vsock_backend_;
-  // The balloon device (also held by its slot).
-  std::shared_ptr<devices::BalloonControl> balloon_;
-  // Destroyed first (declared last): transports reset their devices.
+  std::unique_ptr<KvmAddressSpace> address_space_;
   std::vector<Slot> slots_;
 };
 

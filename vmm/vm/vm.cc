@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "devices/acpi/acpi_pm_device.h"
+#include "devices/balloon/balloon_spec.h"
 #include "devices/i8042/i8042_device.h"
 #include "devices/pit/pit_device.h"
 #include "devices/pit/timer_service.h"
@@ -199,7 +200,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   DSEC_RETURN_IF_ERROR(vm->SetUpDevices(config));
   VirtioDevices::Context vctx{vm->kvm_vm_.get(), vm->memory_.get(), vm->loop_.get(),
                               &vm->mmio_bus_};
-  DSEC_ASSIGN_OR_RETURN(vm->virtio_, VirtioDevices::Create(config, vctx));
+  DSEC_ASSIGN_OR_RETURN(vm->virtio_, VirtioDevices::Create(config.devices, vctx));
   vm->cmdline_ = config.cmdline + vm->virtio_->CommandLine();
 
   arch::BootConfig boot;
@@ -547,6 +548,11 @@ std::vector<pid_t> Vm::VcpuThreadIds() const {
 }
 
 std::optional<VmPlacementInfo> Vm::placement() const { return placement_info_; }
+
+devices::BalloonControl* Vm::balloon() const {
+  if (virtio_ == nullptr) return nullptr;
+  return devices::AsBalloonControl(virtio_->Control(devices::BalloonDeviceKind()));
+}
 
 std::vector<std::string> Vm::TestMessages() const {
   absl::MutexLock lock(&mu_);

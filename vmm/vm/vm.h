@@ -27,6 +27,7 @@
 
 namespace dsec::devices {
 class AcpiPmDevice;
+class BalloonControl;
 class ConsoleOutput;
 class SerialDevice;
 class I8042Device;
@@ -139,6 +140,9 @@ class Vm : private vcpu::VcpuStopSink {
   // monitor appended).
   const std::string& cmdline() const { return cmdline_; }
   const VirtioDevices* virtio() const { return virtio_.get(); }
+  // The balloon's control interface (the reclaim controller and the control
+  // socket drive it), or nullptr without a balloon device. Any thread.
+  devices::BalloonControl* balloon() const;
   uint32_t vcpu_count() const { return static_cast<uint32_t>(vcpus_.size()); }
 
  private:

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "devices/virtio/device_spec.h"
 #include "sched/placement.h"
 
 namespace dsec::vm {
@@ -27,32 +28,6 @@ struct ConsoleConfig {
   uint64_t burst_bytes = 64 << 10;
 };
 
-// A virtio-blk disk: a raw image file (`--disk PATH[,ro]`).
-struct DiskConfig {
-  std::string path;
-  bool read_only = false;
-};
-
-// A virtio-net interface on an existing tap device (`--net TAP[,mac=..]`).
-struct NetConfig {
-  std::string tap;
-  std::string mac;  // "" = derived from the tap name
-};
-
-// A virtio-pmem layer (`--pmem PATH[,ro]`): the file is mapped into the
-// guest (pmem-dax/), 2 MiB aligned after guest RAM. Read-only layers are a
-// KVM read-only memslot; guest writes to them are refused and counted.
-struct PmemConfig {
-  std::string path;
-  bool read_only = false;
-};
-
-// virtio-vsock with its host side on a unix socket (`--vsock CID,SOCKET`).
-struct VsockConfig {
-  uint32_t guest_cid = 3;
-  std::string socket_path;
-};
-
 // Everything needed to build one microVM. Validated by Vm::Create.
 struct VmConfig {
   std::string kernel_path;
@@ -72,18 +47,10 @@ struct VmConfig {
   // against the whole host; the node daemon coordinates several VMs.
   std::optional<sched::QosClass> qos;
   ConsoleConfig console;
-  // virtio-mmio devices, announced on the kernel command line in this order:
-  // rng, balloon, disks, nets, vsock, pmems.
-  bool rng = false;
-  // virtio-balloon (devices/balloon/) over guest RAM; its initial target
-  // (num_pages) is balloon_target_mib MiB, changeable later through
-  // VirtioDevices::balloon().
-  bool balloon = false;
-  uint64_t balloon_target_mib = 0;
-  std::vector<DiskConfig> disks;
-  std::vector<NetConfig> nets;
-  std::optional<VsockConfig> vsock;
-  std::vector<PmemConfig> pmems;
+  // virtio-mmio devices (typed specs of the kinds in device_table.h),
+  // announced on the kernel command line in this order: device i at
+  // 0xd0000000 + i * 4 KiB, IRQ 5 + i.
+  virtio::DeviceSpecs devices;
   // 0: no limit. When it expires the VM is stopped with StopReason::kTimeout.
   uint64_t timeout_ms = 0;
 };

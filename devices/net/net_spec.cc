@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "devices/net/net_spec.h"
+
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status.h"
+#include "devices/net/mac_address.h"
+#include "devices/net/net_device.h"
+#include "devices/net/tap_backend.h"
+
+namespace dsec::devices {
+
+namespace {
+
+// Linux interface names: 1..15 bytes (IFNAMSIZ - 1).
+bool ValidTapName(const std::string& name) { return !name.empty() && name.size() <= 15; }
+
+// A guest NIC needs a unicast address: the group bit (bit 0 of the first
+// octet) clear.
+bool ValidUnicastMac(const std::string& mac) {
+  auto parsed = ParseMac(absl::string_view(mac.data(), mac.size()));
+  return parsed.ok() && ((*parsed)[0] & 1) == 0;
+}
+
+class NetKind final : public virtio::DeviceKind {
+ public:
+  std::string_view name() const override { return "net"; }
+  std::span<const virtio::DeviceFlag> flags() const override { return kFlags; }
+  absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
+      JsonFields& f) const override {
+    auto spec = std::make_shared<NetSpec>();
+    DSEC_ASSIGN_OR_RETURN(spec->tap, f.String("tap", 64));
+    if (!ValidTapName(spec->tap)) {
+      return InvalidField(f.Path("tap"), f.Path("tap") + " must be 1-15 characters");
+    }
+    DSEC_ASSIGN_OR_RETURN(auto mac, f.OptString("mac", 64));
+    if (mac) {
+      if (!ValidUnicastMac(*mac)) {
+        return InvalidField(f.Path("mac"), f.Path("mac") + " must be a unicast xx:xx:xx:xx:xx:xx");
+      }
+      spec->mac = *mac;
+    }
+    return spec;
+  }
+  absl::StatusOr<virtio::DeviceSpecs> FromFlags(const virtio::DeviceFlagValues& values) const override {
+    virtio::DeviceSpecs out;
+    auto it = values.find("net");
+    if (it == values.end()) return out;
+    for (const std::string& arg : it->second) {
+      std::vector<std::string> parts = absl::StrSplit(arg, ',');
+      auto spec = std::make_shared<NetSpec>();
+      spec->tap = parts[0];
+      if (!ValidTapName(spec->tap)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--net ", arg, ": tap name must be 1-15 characters"));
+      }
+      for (size_t i = 1; i < parts.size(); ++i) {
+        if (parts[i].rfind("mac=", 0) == 0 && ValidUnicastMac(parts[i].substr(4))) {
+          spec->mac = parts[i].substr(4);
+        } else {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--net ", arg, ": bad option '", parts[i], "' (expected mac=xx:xx:xx:xx:xx:xx, unicast)"));
+        }
+      }
+      out.push_back(std::move(spec));
+    }
+    return out;
+  }
+
+ private:
+  static constexpr virtio::DeviceFlag kFlags[] = {
+      {"net", "TAP[,mac=..]", "virtio-net on an existing tap (repeatable)", true}};
+};
+
+}  // namespace
+
+const virtio::DeviceKind& NetDeviceKind() {
+  static const NetKind kind;
+  return kind;
+}
+
+const virtio::DeviceKind& NetSpec::kind() const { return NetDeviceKind(); }
+
+nlohmann::json NetSpec::ToJson() const {
+  nlohmann::json j = {{"type", "net"}, {"tap", tap}};
+  if (!mac.empty()) j["mac"] = mac;
+  return j;
+}
+
+absl::StatusOr<virtio::BuiltDevice> NetSpec::Build(const virtio::DeviceEnv& env) const {
+  auto backend = TapBackend::Open(absl::string_view(tap.data(), tap.size()));
+  if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("net ", tap));
+  NetDeviceConfig c;
+  c.id = tap;
+  if (!mac.empty()) {
+    DSEC_ASSIGN_OR_RETURN(c.mac, ParseMac(absl::string_view(mac.data(), mac.size())));
+  } else {
+    c.mac = DeriveMac(std::hash<std::string>{}(tap));
+  }
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<NetDevice> dev, NetDevice::Create(c, std::move(*backend)));
+  virtio::BuiltDevice b;
+  b.name = absl::StrCat("virtio-net", env.index);
+  b.device = std::move(dev);
+  return b;
+}
+
+}  // namespace dsec::devices

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "devices/net/net_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace dsec::devices {
+namespace {
+
+TEST(NetSpecTest, JsonChecksTapNameAndUnicastMac) {
+  nlohmann::json ok = {{"tap", "tap0"}, {"mac", "02:00:00:aa:bb:cc"}};
+  auto f = JsonFields::Of(ok, "devices[0]");
+  auto spec = NetDeviceKind().FromJson(*f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)->ToJson()["mac"], "02:00:00:aa:bb:cc");
+  nlohmann::json multicast = {{"tap", "tap0"}, {"mac", "01:00:00:aa:bb:cc"}};
+  auto g = JsonFields::Of(multicast, "devices[0]");
+  EXPECT_EQ(FieldOf(NetDeviceKind().FromJson(*g).status()), "devices[0].mac");
+  nlohmann::json long_name = {{"tap", "a-name-far-too-long-for-ifnamsiz"}};
+  auto h = JsonFields::Of(long_name, "devices[0]");
+  EXPECT_EQ(FieldOf(NetDeviceKind().FromJson(*h).status()), "devices[0].tap");
+}
+
+TEST(NetSpecTest, FlagsParseTapAndMac) {
+  auto specs = NetDeviceKind().FromFlags({{"net", {"tap0,mac=02:00:00:aa:bb:cc", "tap1"}}});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 2u);
+  EXPECT_EQ((*specs)[0]->ToJson()["tap"], "tap0");
+  EXPECT_FALSE((*specs)[1]->ToJson().contains("mac"));
+  EXPECT_FALSE(NetDeviceKind().FromFlags({{"net", {"tap0,mac=02:00:00:aa:bb"}}}).ok());
+  EXPECT_FALSE(NetDeviceKind().FromFlags({{"net", {"tap0,speed=10"}}}).ok());
+}
+
+TEST(NetSpecTest, BuildingOnAMissingTapNamesIt) {
+  NetSpec spec;
+  spec.tap = "dsecnotap0";
+  auto built = spec.Build(virtio::DeviceEnv{});
+  ASSERT_FALSE(built.ok());
+  EXPECT_NE(built.status().message().find("dsecnotap0"), absl::string_view::npos) << built.status();
+}
+
+}  // namespace
+}  // namespace dsec::devices
