@@ -152,7 +152,7 @@ def kmsg_lines(words):
             except OSError:  # EPIPE: a record was overwritten; go on
                 continue
             msg = rec.split(";", 1)[-1].strip()
-            if any(w in msg.lower() for w in words):
+            if any(w in msg.lower() for w in words) and msg not in out:
                 out.append(msg)
     finally:
         os.close(fd)
