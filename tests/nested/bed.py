@@ -16,6 +16,7 @@ runs; L1's console goes to a log whose tail is printed when something failed.
 import argparse
 import ctypes
 import json
+import marshal
 import os
 import re
 import selectors
@@ -112,12 +113,12 @@ def list_dir(path):
     return out
 
 
-def make_plan(manifest, share_args):
+def make_plan(manifest, share_args, binds=()):
     with open("/proc/self/mountinfo") as f:
         mountinfo = f.read()
     steps = bed_plan.root_plan(list_dir("/"), list_dir("/var") if os.path.isdir("/var") else {},
                                extra_ro=share_args)
-    steps += bed_plan.dev_plan() + bed_plan.sys_plan(mountinfo)
+    steps += bed_plan.bind_plan(binds) + bed_plan.dev_plan() + bed_plan.sys_plan(mountinfo)
     return {"steps": steps, "hostname": HOSTNAME, "cmd": bed_plan.RESULTS_MOUNT + "/cmd.sh",
             "modules": {"tree": manifest["tree"], "extra": manifest["extra_modules"]}}
 
@@ -141,7 +142,7 @@ def command_env(host_env, pairs):
 def qemu_argv(qemu, manifest, tmp, share, cpu, mem, smp):
     a = [qemu, "-accel", "tcg", "-cpu", cpu, "-M", "pc", "-m", str(mem), "-smp", str(smp),
          "-nographic", "-no-reboot", "-nodefaults", "-monitor", "none",
-         "-kernel", manifest["vmlinuz"], "-initrd", manifest["initrd"], "-append", KERNEL_CMDLINE,
+         "-kernel", manifest["kernel"], "-initrd", manifest["initrd"], "-append", KERNEL_CMDLINE,
          "-chardev", "file,id=con,path=%s/console.log" % tmp, "-serial", "chardev:con",
          "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
          "-virtfs", "local,path=%s,mount_tag=results,security_model=none" % share,
@@ -315,9 +316,9 @@ class Run:
 
     def keep_logs(self, where):
         os.makedirs(where, exist_ok=True)
-        for name in ("console.log", "qemu.log"):
+        for name in ("console.log", "qemu.log", "share/plan.json", "share/cmd.sh"):
             if os.path.exists(os.path.join(self.tmp, name)):
-                shutil.copy(os.path.join(self.tmp, name), os.path.join(where, name))
+                shutil.copy(os.path.join(self.tmp, name), os.path.join(where, os.path.basename(name)))
         with open(os.path.join(where, "events.txt"), "w") as f:
             for t, e, up, d in self.events:
                 f.write("%.3f %s %s %s\n" % (t, e, up, d))
@@ -337,6 +338,7 @@ def cmd_run(args):
     try:
         env = command_env(os.environ, args.env)
         script = bed_plan.command_script(args.command, env, cwd)
+        binds = [bed_plan.parse_bind(b, os.path.isdir) for b in args.bind]
     except ValueError as e:
         log("run: %s" % e)
         return USAGE
@@ -353,8 +355,11 @@ def cmd_run(args):
         os.mkdir(run.share)
         with open(os.path.join(run.share, "cmd.sh"), "w") as f:
             f.write(script)
+        plan = make_plan(manifest, args.share, binds)
         with open(os.path.join(run.share, "plan.json"), "w") as f:
-            json.dump(make_plan(manifest, args.share), f, indent=1)
+            json.dump(plan, f, indent=1)
+        with open(os.path.join(run.share, "plan.marshal"), "wb") as f:
+            marshal.dump(plan, f, 4)  # stage 2 reads this: marshal needs no import
         code = run.result(run.boot())
         if args.log_dir:
             run.keep_logs(args.log_dir)
@@ -394,6 +399,8 @@ def main(argv):
                    help="set K in CMD's environment (K alone: this process's value)")
     r.add_argument("--share", action="append", default=[], metavar="NAME",
                    help="also share the host's /NAME read-only")
+    r.add_argument("--bind", action="append", default=[], metavar="SRC:DST",
+                   help="show the host's directory SRC at DST in L1 (writes stay in L1)")
     r.add_argument("--log-dir", help="copy L1's console log, QEMU's log and the events here")
     r.add_argument("--no-svm-probe", action="store_true",
                    help="boot even if the CPU model shows no SVM (tests L1's own /dev/kvm check)")

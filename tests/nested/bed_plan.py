@@ -9,6 +9,7 @@ HOST_MOUNT, puts /run, /dev, /proc, /sys and the usr-ish top-level entries
 (STAGE1_ENTRIES) into the new root and switches to it; stage 2 (l1_init.py)
 then carries out the steps planned here, in order.
 """
+import os
 import re
 import shlex
 
@@ -124,6 +125,27 @@ def _var_steps(var):
             steps.append(step("tmpfs", path="/var/" + name, mode=mode))
     if "run" not in var:
         steps.append(step("symlink", target="/run", path="/var/run"))
+    return steps
+
+
+def parse_bind(text, isdir):
+    """(src, dst) from "SRC:DST" (absolute paths; SRC a host directory)."""
+    src, sep, dst = text.partition(":")
+    src, dst = os.path.normpath(src or "."), os.path.normpath(dst or ".")
+    if not sep or not src.startswith("/") or not dst.startswith("/") or dst == "/":
+        raise ValueError("--bind %s: want SRC:DST, both absolute, DST not /" % text)
+    if not isdir(src):
+        raise ValueError("--bind %s: %s is not a directory here" % (text, src))
+    return src, dst
+
+
+def bind_plan(binds):
+    """Host directories shown elsewhere in L1, each with a tmpfs upper. After
+    root_plan: their mount points may lie in its overlays or tmpfs."""
+    steps = []
+    for src, dst in binds:
+        steps.append(step("mkdir", path=dst, mode=0o755))
+        steps.append(step("overlay", src=src, path=dst))
     return steps
 
 

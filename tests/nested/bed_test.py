@@ -271,6 +271,18 @@ class PlanTest(unittest.TestCase):
                                ("/sys/fs/bpf", "bpf", "mode=700")])
         self.assertTrue(all(s["optional"] for s in mounts))
 
+    def test_binds_parse_and_plan(self):
+        self.assertEqual(bed_plan.parse_bind("/h/layers/:/var/lib/dsec-vmm/layers", lambda p: True),
+                         ("/h/layers", "/var/lib/dsec-vmm/layers"))
+        for bad in ("/a", "a:/b", "/a:b", "/a:/"):
+            with self.assertRaises(ValueError):
+                bed_plan.parse_bind(bad, lambda p: True)
+        with self.assertRaises(ValueError):
+            bed_plan.parse_bind("/a:/b", lambda p: False)
+        self.assertEqual(bed_plan.bind_plan([("/a", "/x/y")]),
+                         [{"op": "mkdir", "path": "/x/y", "mode": 0o755},
+                          {"op": "overlay", "src": "/a", "path": "/x/y"}])
+
     def test_cwd_must_be_shared(self):
         self.assertEqual(bed_plan.unshared_reason("/work/main/build"), "")
         self.assertEqual(bed_plan.unshared_reason("/var/lib/dsec-vmm"), "")
@@ -287,7 +299,7 @@ class QemuArgsTest(unittest.TestCase):
                          {"name": "qemu64", "props": {"svm": True, "x2apic": False, "npt": True, "model-id": "x"}})
 
     def test_qemu_gets_the_host_root_read_only_and_no_network(self):
-        m = {"vmlinuz": "/c/vmlinuz", "initrd": "/c/initrd.gz"}
+        m = {"kernel": "/c/kernel", "initrd": "/c/initrd.gz"}
         a = bed.qemu_argv("qemu", m, "/t", "/t/share", "EPYC", 4096, 2)
         joined = " ".join(a)
         self.assertIn("-no-reboot", a)

@@ -2,10 +2,10 @@
 """Stage 2 of L1's init: PID 1 in L1's tmpfs root, run by the host's python3
 (-I -S: standard library only) after l1_stage1.sh switched root.
 
-It carries out the plan the host wrote to the results share (plan.json, from
-bed_plan.py): the rest of the root (read-only binds and tmpfs-upper overlays
-of the host's directories, fresh tmpfs), /dev extras, the host's cgroup
-hierarchies; loads the extra modules with modprobe from the unpacked kernel
+It carries out the plan the host wrote to the results share (plan.marshal,
+from bed_plan.py; plan.json beside it is the same for people): the rest of
+the root (read-only binds and tmpfs-upper overlays of the host's
+directories, fresh tmpfs), /dev extras, the host's cgroup hierarchies; loads the extra modules with modprobe from the unpacked kernel
 package; checks /dev/kvm; sets the hostname and brings up lo; then runs
 cmd.sh with its stdout and stderr relayed to the virtio-serial ports
 dsec.stdout and dsec.stderr (through pipes: a virtio port can be opened only
@@ -16,15 +16,17 @@ Progress goes to the port dsec.ctl as lines "<event> <uptime> [detail]", for
 the host's timings and its timeout message. Any failure is written to
 results/error (the host reports it), a missing /dev/kvm to results/skip.
 """
+# Imports are few and cheap on purpose: under TCG, python3's start in L1
+# costs ~0.3 s and json/re, socket and traceback would add ~0.5 s more, so
+# the plan comes in marshal format and errors import traceback late.
 import ctypes
-import json
+import fcntl
+import marshal
 import os
 import select
 import signal
-import socket
 import struct
 import sys
-import traceback
 
 BED_DIR = "/run/nested-bed"          # bed_plan.BED_DIR
 HOST = BED_DIR + "/host"             # bed_plan.HOST_MOUNT
@@ -160,14 +162,21 @@ def kmsg_lines(words):
 
 
 def net_up(name):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s = libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM
+    if s < 0:
+        raise OSError(ctypes.get_errno(), "socket")
     try:
-        import fcntl
         req = struct.pack("16sH14x", name.encode(), 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s, 0x8913, req))[1]  # SIOCGIFFLAGS
         fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", name.encode(), flags | 1))  # SIOCSIFFLAGS, IFF_UP
     finally:
-        s.close()
+        os.close(s)
+
+
+def set_hostname(name):
+    b = name.encode()
+    if libc.sethostname(b, len(b)) != 0:
+        raise OSError(ctypes.get_errno(), "sethostname")
 
 
 def port(name):
@@ -253,8 +262,8 @@ def main():
     global ctl
     os.environ.clear()
     os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
-    with open(os.path.join(RESULTS, "plan.json")) as f:
-        plan = json.load(f)
+    with open(os.path.join(RESULTS, "plan.marshal"), "rb") as f:
+        plan = marshal.load(f)
     ctl = os.open(port("dsec.ctl"), os.O_WRONLY)
     event("stage2")
     build_root(plan)
@@ -266,7 +275,7 @@ def main():
         write_result("skip", "L1 has no /dev/kvm after kvm_amd (no SVM?): %s\n" % why)
         event("skip")
         return
-    socket.sethostname(plan["hostname"])
+    set_hostname(plan["hostname"])
     net_up("lo")
     event("cmd-start")
     status = run_command(plan["cmd"])
@@ -278,6 +287,7 @@ if __name__ == "__main__":
     try:
         main()
     except BaseException:
+        import traceback
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
         try:
