@@ -113,14 +113,29 @@ def list_dir(path):
     return out
 
 
-def make_plan(manifest, share_args, binds=()):
-    with open("/proc/self/mountinfo") as f:
-        mountinfo = f.read()
+def make_plan(manifest, mountinfo, share_args, binds=(), copies=(), scratch=True, no_v1=()):
     steps = bed_plan.root_plan(list_dir("/"), list_dir("/var") if os.path.isdir("/var") else {},
-                               extra_ro=share_args)
-    steps += bed_plan.bind_plan(binds) + bed_plan.dev_plan() + bed_plan.sys_plan(mountinfo)
+                               extra_ro=share_args, state_exists=os.path.isdir)
+    steps += bed_plan.bind_plan(binds, copies) + bed_plan.dev_plan() + bed_plan.sys_plan(mountinfo, no_v1)
     return {"steps": steps, "hostname": HOSTNAME, "cmd": bed_plan.RESULTS_MOUNT + "/cmd.sh",
-            "modules": {"tree": manifest["tree"], "extra": manifest["extra_modules"]}}
+            "scratch": scratch, "modules": {"tree": manifest["tree"], "extra": manifest["extra_modules"]}}
+
+
+def make_scratch(path, gib):
+    """A sparse ext4 image for L1's writable places (bed_plan.SCRATCH_MOUNT):
+    made here, natively, in a fraction of a second; no journal (thrown away
+    after the run). False if there is no mkfs.ext4."""
+    mkfs = shutil.which("mkfs.ext4", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if mkfs is None:
+        return False
+    with open(path, "wb") as f:
+        f.truncate(gib << 30)
+    r = subprocess.run([mkfs, "-q", "-F", "-O", "^has_journal", "-m", "0", "-E",
+                        "lazy_itable_init=1,lazy_journal_init=1,nodiscard", "-L", bed_plan.SCRATCH_SERIAL, path],
+                       capture_output=True, text=True, check=False, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("mkfs.ext4 %s: %s" % (path, r.stderr.strip()))
+    return True
 
 
 def command_env(host_env, pairs):
@@ -139,7 +154,7 @@ def command_env(host_env, pairs):
     return env
 
 
-def qemu_argv(qemu, manifest, tmp, share, cpu, mem, smp):
+def qemu_argv(qemu, manifest, tmp, share, cpu, mem, smp, scratch=None):
     a = [qemu, "-accel", "tcg", "-cpu", cpu, "-M", "pc", "-m", str(mem), "-smp", str(smp),
          "-nographic", "-no-reboot", "-nodefaults", "-monitor", "none",
          "-kernel", manifest["kernel"], "-initrd", manifest["initrd"], "-append", KERNEL_CMDLINE,
@@ -147,6 +162,10 @@ def qemu_argv(qemu, manifest, tmp, share, cpu, mem, smp):
          "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
          "-virtfs", "local,path=%s,mount_tag=results,security_model=none" % share,
          "-device", "virtio-serial-pci,id=vser"]
+    if scratch:
+        # cache=unsafe: the disk is thrown away after the run.
+        a += ["-drive", "file=%s,format=raw,if=none,id=scratch,cache=unsafe,discard=unmap" % scratch,
+              "-device", "virtio-blk-pci,drive=scratch,serial=%s" % bed_plan.SCRATCH_SERIAL]
     for i, name in enumerate(PORTS):
         a += ["-chardev", "socket,id=p%d,path=%s/%s.sock" % (i, tmp, name),
               "-device", "virtserialport,bus=vser.0,chardev=p%d,name=%s" % (i, name)]
@@ -190,6 +209,7 @@ class Run:
         self.ctl_buf = b""
         self.qemu = None
         self.start = None
+        self.scratch = None  # the ext4 image, if made
 
     def on_ctl(self, data):
         self.ctl_buf += data
@@ -213,7 +233,7 @@ class Run:
             sel.register(s, selectors.EVENT_READ, ("listen", name))
         sinks = {"dsec.stdout": sys.stdout.buffer, "dsec.stderr": sys.stderr.buffer}
         argv = qemu_argv(self.args.qemu, self.manifest, self.tmp, self.share, self.args.cpu,
-                         self.args.mem, self.args.smp)
+                         self.args.mem, self.args.smp, self.scratch)
         if self.args.verbose:
             log("starting " + " ".join(argv))
         with open(os.path.join(self.tmp, "qemu.log"), "wb") as qlog:
@@ -339,13 +359,14 @@ def cmd_run(args):
         env = command_env(os.environ, args.env)
         script = bed_plan.command_script(args.command, env, cwd)
         binds = [bed_plan.parse_bind(b, os.path.isdir) for b in args.bind]
+        copies = [bed_plan.parse_bind(b, os.path.isdir, "--copy") for b in args.copy]
     except ValueError as e:
         log("run: %s" % e)
         return USAGE
     if not args.no_svm_probe and (why := svm_missing(args.qemu, args.cpu)):
         return skip(why)
     try:
-        manifest = bed_image.prepare(args.flavour, log=log if args.verbose else lambda s: None)
+        manifest = bed_image.prepare(args.flavour, args.series, log=log if args.verbose else lambda s: None)
     except bed_image.Unavailable as e:
         return skip("no L1 image: %s" % e)
     tmp = tempfile.mkdtemp(prefix="dsec-nested.")
@@ -355,7 +376,21 @@ def cmd_run(args):
         os.mkdir(run.share)
         with open(os.path.join(run.share, "cmd.sh"), "w") as f:
             f.write(script)
-        plan = make_plan(manifest, args.share, binds)
+        if args.disk > 0:
+            path = os.path.join(tmp, "scratch.ext4")
+            if make_scratch(path, args.disk):
+                run.scratch = path
+            else:
+                log("no mkfs.ext4 (e2fsprogs): /tmp and the uppers in L1 are tmpfs")
+        with open(os.path.join(manifest["tree"], "boot", "config-" + manifest["kver"])) as f:
+            no_v1 = bed_plan.v1_missing(f.read())
+        with open("/proc/self/mountinfo") as f:
+            mountinfo = f.read()
+        if args.verbose and any(m[1] == "cgroup" and set(m[3].split(",")) & set(no_v1)
+                                for m in bed_plan.parse_mountinfo(mountinfo)):
+            log("L1's kernel (%s) has no cgroup v1 %s: in L1 they are in the v2 hierarchy only"
+                % (manifest["kver"], ", ".join(no_v1)))
+        plan = make_plan(manifest, mountinfo, args.share, binds, copies, run.scratch is not None, no_v1)
         with open(os.path.join(run.share, "plan.json"), "w") as f:
             json.dump(plan, f, indent=1)
         with open(os.path.join(run.share, "plan.marshal"), "wb") as f:
@@ -376,7 +411,7 @@ def cmd_run(args):
 
 def cmd_prepare(args):
     try:
-        m = bed_image.prepare(args.flavour, log=log)
+        m = bed_image.prepare(args.flavour, args.series, log=log)
     except bed_image.Unavailable as e:
         return skip("no L1 image: %s" % e)
     print(m["dir"])
@@ -387,6 +422,9 @@ def main(argv):
     p = argparse.ArgumentParser(prog="bed.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--flavour", default=os.environ.get("DSEC_NESTED_FLAVOUR", bed_image.DEFAULT_FLAVOUR),
                    help="Debian kernel flavour of L1 (linux-image-<flavour>; default %(default)s)")
+    p.add_argument("--series", default=os.environ.get("DSEC_NESTED_SERIES", bed_image.DEFAULT_SERIES),
+                   help="kernel series of L1, newest ABI (default %(default)s; 'meta': the flavour's "
+                        "metapackage, bookworm's 6.1)")
     sub = p.add_subparsers(dest="verb", required=True)
     sub.add_parser("prepare", help="build or find the cached L1 image; print its directory")
     r = sub.add_parser("run", help="run a command in L1")
@@ -401,6 +439,12 @@ def main(argv):
                    help="also share the host's /NAME read-only")
     r.add_argument("--bind", action="append", default=[], metavar="SRC:DST",
                    help="show the host's directory SRC at DST in L1 (writes stay in L1)")
+    r.add_argument("--copy", action="append", default=[], metavar="SRC:DST",
+                   help="copy the host's directory SRC to DST in L1, on the scratch disk (EROFS "
+                        "images in it can be mounted)")
+    r.add_argument("--disk", type=int, default=16, metavar="GiB",
+                   help="size of L1's sparse ext4 scratch disk (/tmp, /var/tmp, overlay uppers; "
+                        "0: tmpfs instead)")
     r.add_argument("--log-dir", help="copy L1's console log, QEMU's log and the events here")
     r.add_argument("--no-svm-probe", action="store_true",
                    help="boot even if the CPU model shows no SVM (tests L1's own /dev/kvm check)")

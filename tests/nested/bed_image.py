@@ -37,8 +37,17 @@ IMAGE_FORMAT = 2
 # ("# CONFIG_NET_9P is not set" in its config), so the bed uses the generic
 # flavour, whose kvm_amd also wants ccp (modules.dep pulls it in).
 DEFAULT_FLAVOUR = "amd64"
+# Bookworm's own kernel (the metapackage's, 6.1) cannot mount EROFS from a
+# file (CONFIG_EROFS_FS_BACKED_BY_FILE is 6.12+), which the jail and the
+# layer code use; bookworm's archive also carries 6.12 (linux-image-6.12.N+
+# deb12-<flavour>), so that is the default, and "meta" selects the
+# metapackage's kernel.
+DEFAULT_SERIES = "6.12"
 # Loaded by stage 1 from the initramfs; it cannot go on without them.
-REQUIRED_MODULES = ("virtio_pci", "virtio_console", "9pnet_virtio", "9p", "overlay")
+# crc32c_generic: ext4's soft dependency (modules.softdep "pre: crc32c", an
+# alias), which modules.dep does not list and stage 1 has no modprobe for.
+REQUIRED_MODULES = ("virtio_pci", "virtio_console", "9pnet_virtio", "9p", "overlay", "virtio_blk",
+                    "crc32c_generic", "ext4")
 # Loaded by stage 1, allowed to fail: without SVM kvm_amd does not load and
 # the run is skipped (stage 2 looks for /dev/kvm).
 KVM_MODULES = ("kvm_amd",)
@@ -48,7 +57,8 @@ KVM_MODULES = ("kvm_amd",)
 EXTRA_MODULES = ("erofs", "loop", "tun", "veth", "bridge", "zram", "fuse")
 # What L1 must have for the bed to work at all.
 REQUIRED_CONFIG = ("CONFIG_NET_9P", "CONFIG_NET_9P_VIRTIO", "CONFIG_9P_FS", "CONFIG_VIRTIO_PCI",
-                   "CONFIG_VIRTIO_CONSOLE", "CONFIG_OVERLAY_FS", "CONFIG_KVM_AMD", "CONFIG_TMPFS")
+                   "CONFIG_VIRTIO_CONSOLE", "CONFIG_VIRTIO_BLK", "CONFIG_EXT4_FS", "CONFIG_OVERLAY_FS",
+                   "CONFIG_KVM_AMD", "CONFIG_TMPFS")
 
 
 class Unavailable(Exception):
@@ -120,11 +130,27 @@ def _apt_lists_key():
         return None
 
 
-def resolve_package(flavour, root=None):
-    """(package, version): the versioned kernel package the metapackage
-    linux-image-<flavour> depends on, at the newest version apt offers.
-    Remembered in root until apt's lists change (apt-cache takes ~2 s)."""
-    memo = os.path.join(root, "resolved-%s.json" % flavour) if root else None
+def parse_series_names(names, series, flavour):
+    """The newest-ABI package of a kernel series among apt-cache pkgnames
+    output: linux-image-<series>.<N>+<suffix>-<flavour>[-unsigned] (same
+    kernel signed or not; the signed name wins a tie), or None."""
+    want = re.compile(r"^linux-image-%s\.(\d+)\+[\w.~]+-%s(-unsigned)?$" % (re.escape(series), re.escape(flavour)))
+    best = None
+    for name in names.split():
+        m = want.match(name)
+        if m:
+            key = (int(m.group(1)), m.group(2) is None)
+            if best is None or key > best[0]:
+                best = (key, name)
+    return best[1] if best else None
+
+
+def resolve_package(flavour, series=DEFAULT_SERIES, root=None):
+    """(package, version): the newest package of the kernel series (or, for
+    series "meta", the package the metapackage linux-image-<flavour> depends
+    on), at the newest version apt offers. Remembered in root until apt's
+    lists change (apt-cache takes ~2 s)."""
+    memo = os.path.join(root, "resolved-%s-%s.json" % (series, flavour)) if root else None
     key = _apt_lists_key()
     if memo and key is not None:
         try:
@@ -134,7 +160,7 @@ def resolve_package(flavour, root=None):
                 return m["package"], m["version"]
         except (OSError, ValueError, KeyError):
             pass
-    pkg, version = _resolve_package(flavour)
+    pkg, version = _resolve_package(flavour, series)
     if memo and key is not None:
         with open(memo + ".tmp", "w") as f:
             json.dump({"key": key, "package": pkg, "version": version}, f)
@@ -142,13 +168,20 @@ def resolve_package(flavour, root=None):
     return pkg, version
 
 
-def _resolve_package(flavour):
-    meta = "linux-image-" + flavour
-    r = _run(["apt-cache", "depends", meta])
-    pkgs = parse_depends(r.stdout, flavour) if r.returncode == 0 else []
-    if not pkgs:
-        raise Unavailable("apt-cache knows no kernel package behind %s (%s)" % (meta, r.stderr.strip()))
-    pkg = max(pkgs, key=_abi_key)
+def _resolve_package(flavour, series):
+    if series == "meta":
+        meta = "linux-image-" + flavour
+        r = _run(["apt-cache", "depends", meta])
+        pkgs = parse_depends(r.stdout, flavour) if r.returncode == 0 else []
+        if not pkgs:
+            raise Unavailable("apt-cache knows no kernel package behind %s (%s)" % (meta, r.stderr.strip()))
+        pkg = max(pkgs, key=_abi_key)
+    else:
+        r = _run(["apt-cache", "pkgnames", "linux-image-%s." % series])
+        pkg = parse_series_names(r.stdout, series, flavour)
+        if pkg is None:
+            raise Unavailable("apt-cache offers no linux-image-%s.N-%s package (try --series meta)"
+                              % (series, flavour))
     r = _run(["apt-cache", "madison", pkg])
     versions = parse_madison(r.stdout)
     if not versions:
@@ -225,25 +258,43 @@ def _has_pvh_note(elf):
     return False
 
 
-def extract_vmlinux(bzimage):
-    """The ELF vmlinux inside a bzImage (xz or gzip payload) if it can boot
-    through PVH, else None. QEMU boots it without SeaBIOS's linuxboot ROM and
-    without decompressing 8 MB under TCG: measured here, L1's kernel starts
-    0.5 s after QEMU instead of 5-6 s."""
-    for magic, codec in ((b"\xfd7zXZ\x00", lzma), (b"\x1f\x8b\x08", zlib)):
-        at = bzimage.find(magic)
-        if at < 0:
-            continue
-        try:
-            if codec is lzma:
-                elf = lzma.LZMADecompressor().decompress(bzimage[at:])
-            else:
-                elf = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(bzimage[at:])
-        except (lzma.LZMAError, zlib.error):
-            continue
-        if _has_pvh_note(elf):
-            return elf
+def decompress(data):
+    """xz, gzip or zstd data (zstd through the zstd tool: Python 3.11 has no
+    zstd module), None if it is none of them or cannot be read."""
+    try:
+        if data.startswith(b"\xfd7zXZ\x00"):
+            return lzma.LZMADecompressor().decompress(data)
+        if data.startswith(b"\x1f\x8b\x08"):
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
+    except (lzma.LZMAError, zlib.error):
+        return None
+    if data.startswith(b"\x28\xb5\x2f\xfd") and shutil.which("zstd"):
+        r = subprocess.run(["zstd", "-dcq"], input=data, capture_output=True, check=False, timeout=120)
+        return r.stdout if r.returncode == 0 else None
     return None
+
+
+def extract_vmlinux(bzimage):
+    """The ELF vmlinux inside a bzImage if it can boot through PVH, else
+    None. QEMU boots it without SeaBIOS's linuxboot ROM and without
+    decompressing it under TCG: measured here, L1's kernel starts 0.5 s after
+    QEMU instead of 5-6 s. The payload's place comes from the setup header
+    (Documentation/arch/x86/boot.rst: setup_sects at 0x1f1, payload_offset
+    and payload_length at 0x248); the kernel build appends the decompressed
+    size as a little-endian u32, which checks the result."""
+    if len(bzimage) < 0x250 or bzimage[0x202:0x206] != b"HdrS":
+        return None
+    setup_sects = bzimage[0x1f1] or 4
+    offset, length = struct.unpack_from("<II", bzimage, 0x248)
+    start = (setup_sects + 1) * 512 + offset
+    payload = bzimage[start:start + length]
+    if len(payload) != length or length < 8:
+        return None
+    size, = struct.unpack_from("<I", payload, length - 4)
+    elf = decompress(payload[:-4])
+    if elf is None or len(elf) != size or not _has_pvh_note(elf):
+        return None
+    return elf
 
 
 def qemu_kernel(tree, kver):
@@ -397,7 +448,14 @@ def build_initramfs(tree, kver, loads, busybox):
     moddir = os.path.join(tree, "lib", "modules", kver)
     lines = []
     for path, need in loads:
-        c.file("lib/modules/" + path, _read(os.path.join(moddir, path), "rb"))
+        data = _read(os.path.join(moddir, path), "rb")
+        if not path.endswith(".ko"):
+            # busybox insmod wants the ELF: decompress .ko.xz/.gz/.zst here.
+            data = decompress(data)
+            if data is None:
+                raise Unavailable("cannot decompress module %s" % path)
+            path = path[:path.rindex(".ko") + 3]
+        c.file("lib/modules/" + path, data)
         lines.append("lib/modules/%s %s\n" % (path, need))
     c.file("modules.load", "".join(lines).encode())
     return gzip.compress(c.finish(), compresslevel=6, mtime=0)
@@ -426,12 +484,12 @@ def find_busybox():
     raise Unavailable("no static busybox (apt-get install busybox-static)")
 
 
-def prepare(flavour=DEFAULT_FLAVOUR, log=lambda s: None):
+def prepare(flavour=DEFAULT_FLAVOUR, series=DEFAULT_SERIES, log=lambda s: None):
     """The image directory's manifest (dict); builds it when needed."""
     root = cache_root()
     os.makedirs(root, exist_ok=True)
     busybox = find_busybox()
-    pkg, version = resolve_package(flavour, root)
+    pkg, version = resolve_package(flavour, series, root)
     with open(os.path.join(root, "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         deb = fetch_deb(root, pkg, version)

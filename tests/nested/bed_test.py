@@ -5,8 +5,10 @@ label unit): the command script's quoting, the L1 root and cgroup plans,
 modules.dep resolution, apt-cache parsing, the cpio writer. No QEMU."""
 import gzip
 import json
+import lzma
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -145,6 +147,19 @@ class AptTest(unittest.TestCase):
                          ["linux-image-6.1.0-57-amd64", "linux-image-6.1.0-58-amd64"])
         self.assertEqual(bed_image.parse_depends(text, "cloud-amd64"), ["linux-image-6.1.0-57-cloud-amd64"])
 
+    def test_series_picks_the_newest_abi_of_the_flavour(self):
+        names = ("linux-image-6.12.9+deb12-amd64\nlinux-image-6.12.117+deb12-amd64\n"
+                 "linux-image-6.12.117+deb12-amd64-unsigned\nlinux-image-6.12.118+deb12-amd64-unsigned\n"
+                 "linux-image-6.12.119+deb12-cloud-amd64\nlinux-image-6.12.120+deb12-amd64-dbg\n"
+                 "linux-image-6.120.1+deb12-amd64\n")
+        self.assertEqual(bed_image.parse_series_names(names, "6.12", "amd64"),
+                         "linux-image-6.12.118+deb12-amd64-unsigned")
+        self.assertEqual(bed_image.parse_series_names(names.replace("118", "117"), "6.12", "amd64"),
+                         "linux-image-6.12.117+deb12-amd64")
+        self.assertEqual(bed_image.parse_series_names(names, "6.12", "cloud-amd64"),
+                         "linux-image-6.12.119+deb12-cloud-amd64")
+        self.assertIsNone(bed_image.parse_series_names(names, "6.13", "amd64"))
+
     def test_madison_lists_versions(self):
         text = (" linux-image-6.1.0-57-amd64 | 6.1.192-3 | http://deb.debian.org/debian-security x Packages\n"
                 " linux-image-6.1.0-57-amd64 | 6.1.176-1 | http://deb.debian.org/debian y Packages\n")
@@ -157,6 +172,50 @@ class AptTest(unittest.TestCase):
     def test_config_check_names_what_is_missing(self):
         have = "\n".join("%s=m" % c for c in bed_image.REQUIRED_CONFIG if c != "CONFIG_NET_9P")
         self.assertEqual(bed_image.check_config(have + "\n# CONFIG_NET_9P is not set\n"), ["CONFIG_NET_9P"])
+
+
+def fake_elf(notes):
+    """A 64-bit ELF with one PT_NOTE segment holding (owner, type) notes."""
+    body = b""
+    for owner, ntype in notes:
+        name = owner + b"\0"
+        body += struct.pack("<III", len(name), 4, ntype) + name + b"\0" * (-len(name) % 4) + b"\1\0\0\0"
+    ehdr = bytearray(64)
+    ehdr[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", ehdr, 0x20, 64)          # e_phoff
+    struct.pack_into("<HH", ehdr, 0x36, 56, 1)      # e_phentsize, e_phnum
+    phdr = struct.pack("<IIQQQQQQ", 4, 0, 64 + 56, 0, 0, len(body), len(body), 4)
+    return bytes(ehdr) + phdr + body
+
+
+def fake_bzimage(payload_plain, compress):
+    setup_sects = 1
+    hdr = bytearray((setup_sects + 1) * 512)
+    hdr[0x1f1] = setup_sects
+    hdr[0x202:0x206] = b"HdrS"
+    payload = compress(payload_plain) + struct.pack("<I", len(payload_plain))
+    struct.pack_into("<II", hdr, 0x248, 16, len(payload))
+    return bytes(hdr) + b"\0" * 16 + payload + b"trailing code"
+
+
+class VmlinuxTest(unittest.TestCase):
+    def test_extracts_a_pvh_elf_from_xz_and_gzip(self):
+        elf = fake_elf([(b"GNU", 3), (b"Xen", 18)])
+        for compress in (lzma.compress, lambda d: gzip.compress(d, mtime=0)):
+            self.assertEqual(bed_image.extract_vmlinux(fake_bzimage(elf, compress)), elf)
+
+    @unittest.skipUnless(shutil.which("zstd"), "no zstd tool")
+    def test_extracts_zstd(self):
+        elf = fake_elf([(b"Xen", 18)])
+        z = lambda d: subprocess.run(["zstd", "-q", "-c"], input=d, capture_output=True, check=True).stdout
+        self.assertEqual(bed_image.extract_vmlinux(fake_bzimage(elf, z)), elf)
+
+    def test_refuses_kernels_without_pvh_or_with_a_bad_size(self):
+        self.assertIsNone(bed_image.extract_vmlinux(fake_bzimage(fake_elf([(b"Xen", 5)]), lzma.compress)))
+        bad = bytearray(fake_bzimage(fake_elf([(b"Xen", 18)]), lzma.compress))
+        bad[-len(b"trailing code") - 4] ^= 1  # the appended size
+        self.assertIsNone(bed_image.extract_vmlinux(bytes(bad)))
+        self.assertIsNone(bed_image.extract_vmlinux(b"not a kernel" * 100))
 
 
 class CpioTest(unittest.TestCase):
@@ -243,22 +302,32 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(ops["/opt"], ["mkdir", "bind"])
         for d in ("/root", "/home", "/work", "/var/lib", "/var/cache"):
             self.assertEqual(ops[d], ["mkdir", "overlay"], d)
-        for d in ("/tmp", "/mnt", "/media", "/var/tmp", "/var/log"):
+        for d in ("/tmp", "/var/tmp"):
+            self.assertEqual(ops[d], ["mkdir", "scratch"], d)  # EROFS images get mounted from there
+        for d in ("/mnt", "/media", "/var/log"):
             self.assertEqual(ops[d], ["mkdir", "tmpfs"], d)
         self.assertEqual(p["/tmp"][1]["mode"], 0o1777)
         self.assertEqual(ops["/var/spool"], ["mkdir", "bind"])
         self.assertEqual(p["/var/run"][0], {"op": "symlink", "target": "/run", "path": "/var/run"})
         self.assertEqual(p["/var/lock"][0]["target"], "/run/lock")
+        self.assertEqual(ops["/var/lib/dsec-vmm"], ["mkdir", "scratch"])
         for d in ("/usr", "/bin", "/proc", "/sys", "/dev", "/run", "/farm", "/lost+found",
                   "/container_info.json"):
             self.assertNotIn(d, p, d)
+
+    def test_state_dirs_come_after_var_lib_and_are_copied_when_the_host_has_them(self):
+        steps = bed_plan.root_plan(HOST_TOP, HOST_VAR, state_exists=lambda d: d == "/var/lib/dsec-vmm")
+        paths = [(s["op"], s["path"]) for s in steps]
+        self.assertLess(paths.index(("overlay", "/var/lib")), paths.index(("copy", "/var/lib/dsec-vmm")))
+        copy = [s for s in steps if s["op"] == "copy"][0]
+        self.assertEqual(copy["src"], "/var/lib/dsec-vmm")
 
     def test_extra_shares_and_a_missing_var(self):
         p = self.by_path(bed_plan.root_plan({"farm": "dir"}, {}, extra_ro=["farm"]))
         self.assertEqual([s["op"] for s in p["/farm"]], ["mkdir", "bind"])
         self.assertEqual(p["/var/run"][0]["op"], "symlink")
-        self.assertEqual(p["/var/tmp"][1]["op"], "tmpfs")
-        self.assertEqual(p["/tmp"][1]["op"], "tmpfs")
+        self.assertEqual(p["/var/tmp"][1]["op"], "scratch")
+        self.assertEqual(p["/tmp"][1]["op"], "scratch")
 
     def test_sys_mirrors_the_hosts_cgroups_and_special_fs(self):
         mounts = [s for s in bed_plan.sys_plan(MOUNTINFO) if s["op"] == "mount"]
@@ -271,6 +340,15 @@ class PlanTest(unittest.TestCase):
                                ("/sys/fs/bpf", "bpf", "mode=700")])
         self.assertTrue(all(s["optional"] for s in mounts))
 
+    def test_v1_hierarchies_the_kernel_lacks_are_left_to_v2(self):
+        config = "CONFIG_MEMCG=y\n# CONFIG_MEMCG_V1 is not set\nCONFIG_CPUSETS_V1=y\n"
+        self.assertEqual(bed_plan.v1_missing(config), ["memory"])
+        self.assertEqual(bed_plan.v1_missing("CONFIG_MEMCG=y\n"), [])  # 6.1: v1 always there
+        text = MOUNTINFO + "50 31 0:50 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        points = [s["path"] for s in bed_plan.sys_plan(text, ["memory"]) if s["op"] == "mount"]
+        self.assertNotIn("/sys/fs/cgroup/memory", points)
+        self.assertIn("/sys/fs/cgroup/cpu", points)
+
     def test_binds_parse_and_plan(self):
         self.assertEqual(bed_plan.parse_bind("/h/layers/:/var/lib/dsec-vmm/layers", lambda p: True),
                          ("/h/layers", "/var/lib/dsec-vmm/layers"))
@@ -279,16 +357,18 @@ class PlanTest(unittest.TestCase):
                 bed_plan.parse_bind(bad, lambda p: True)
         with self.assertRaises(ValueError):
             bed_plan.parse_bind("/a:/b", lambda p: False)
-        self.assertEqual(bed_plan.bind_plan([("/a", "/x/y")]),
+        self.assertEqual(bed_plan.bind_plan([("/a", "/x/y")], [("/b", "/z")]),
                          [{"op": "mkdir", "path": "/x/y", "mode": 0o755},
-                          {"op": "overlay", "src": "/a", "path": "/x/y"}])
+                          {"op": "overlay", "src": "/a", "path": "/x/y"},
+                          {"op": "mkdir", "path": "/z", "mode": 0o755},
+                          {"op": "copy", "src": "/b", "path": "/z"}])
 
     def test_cwd_must_be_shared(self):
         self.assertEqual(bed_plan.unshared_reason("/work/main/build"), "")
         self.assertEqual(bed_plan.unshared_reason("/var/lib/dsec-vmm"), "")
         self.assertEqual(bed_plan.unshared_reason("/"), "")
-        self.assertIn("tmpfs", bed_plan.unshared_reason("/tmp/x"))
-        self.assertIn("tmpfs", bed_plan.unshared_reason("/var/tmp"))
+        self.assertIn("fresh", bed_plan.unshared_reason("/tmp/x"))
+        self.assertIn("fresh", bed_plan.unshared_reason("/var/tmp"))
         self.assertIn("not shared", bed_plan.unshared_reason("/farm/x"))
 
 
@@ -300,7 +380,7 @@ class QemuArgsTest(unittest.TestCase):
 
     def test_qemu_gets_the_host_root_read_only_and_no_network(self):
         m = {"kernel": "/c/kernel", "initrd": "/c/initrd.gz"}
-        a = bed.qemu_argv("qemu", m, "/t", "/t/share", "EPYC", 4096, 2)
+        a = bed.qemu_argv("qemu", m, "/t", "/t/share", "EPYC", 4096, 2, "/t/scratch.ext4")
         joined = " ".join(a)
         self.assertIn("-no-reboot", a)
         self.assertIn("-nodefaults", a)  # no NIC: L1 sends nothing
@@ -308,6 +388,21 @@ class QemuArgsTest(unittest.TestCase):
         self.assertIn("local,path=/t/share,mount_tag=results,security_model=none", joined)
         for port in bed.PORTS:
             self.assertIn("name=%s" % port, joined)
+        self.assertIn("file=/t/scratch.ext4,format=raw", joined)
+        self.assertIn("serial=" + bed_plan.SCRATCH_SERIAL, joined)
+
+    @unittest.skipUnless(shutil.which("mkfs.ext4", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"),
+                         "no mkfs.ext4")
+    def test_scratch_disk_is_a_sparse_ext4_image(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "s.ext4")
+            self.assertTrue(bed.make_scratch(path, 16))
+            st = os.stat(path)
+            self.assertEqual(st.st_size, 16 << 30)
+            self.assertLess(st.st_blocks * 512, 64 << 20, "sparse")
+            with open(path, "rb") as f:
+                f.seek(1024 + 0x38)
+                self.assertEqual(f.read(2), b"\x53\xef")  # ext2/3/4 superblock magic
 
 
 class CliTest(unittest.TestCase):

@@ -2,15 +2,17 @@
 """Stage 2 of L1's init: PID 1 in L1's tmpfs root, run by the host's python3
 (-I -S: standard library only) after l1_stage1.sh switched root.
 
-It carries out the plan the host wrote to the results share (plan.marshal,
-from bed_plan.py; plan.json beside it is the same for people): the rest of
-the root (read-only binds and tmpfs-upper overlays of the host's
-directories, fresh tmpfs), /dev extras, the host's cgroup hierarchies; loads the extra modules with modprobe from the unpacked kernel
-package; checks /dev/kvm; sets the hostname and brings up lo; then runs
-cmd.sh with its stdout and stderr relayed to the virtio-serial ports
-dsec.stdout and dsec.stderr (through pipes: a virtio port can be opened only
-once, so a command opening /dev/stderr itself would fail on the port), writes
-its exit status to the share, syncs and powers off.
+It mounts the run's ext4 scratch disk (or a tmpfs without one), carries out
+the plan the host wrote to the results share (plan.marshal, from
+bed_plan.py; plan.json beside it is the same for people): the rest of the
+root (read-only binds and overlays of the host's directories, fresh
+directories, copies), /dev extras, the host's cgroup hierarchies; loads the
+extra modules with modprobe from the unpacked kernel package; checks
+/dev/kvm; sets the hostname and brings up lo; then runs cmd.sh with its
+stdout and stderr relayed to the virtio-serial ports dsec.stdout and
+dsec.stderr (through pipes: a virtio port can be opened only once, so a
+command opening /dev/stderr itself would fail on the port), writes its exit
+status to the share, syncs and powers off.
 
 Progress goes to the port dsec.ctl as lines "<event> <uptime> [detail]", for
 the host's timings and its timeout message. Any failure is written to
@@ -31,7 +33,9 @@ import sys
 BED_DIR = "/run/nested-bed"          # bed_plan.BED_DIR
 HOST = BED_DIR + "/host"             # bed_plan.HOST_MOUNT
 RESULTS = BED_DIR + "/results"       # bed_plan.RESULTS_MOUNT
-UPPER = BED_DIR + "/upper"           # bed_plan.UPPER_DIR
+SCRATCH = BED_DIR + "/scratch"       # bed_plan.SCRATCH_MOUNT
+SCRATCH_SERIAL = "nested-scratch"    # bed_plan.SCRATCH_SERIAL
+UPPER = SCRATCH + "/upper"           # overlay uppers (on the disk or a tmpfs)
 
 MS = {"rdonly": 1, "nosuid": 2, "nodev": 4, "noexec": 8, "remount": 32, "bind": 4096, "move": 8192,
       "rec": 16384}
@@ -81,6 +85,13 @@ def bind(src, dst, ro):
         mount("", dst, "", MS["remount"] | MS["bind"] | MS["rdonly"])
 
 
+def scratch_dir(name, mode):
+    d = os.path.join(SCRATCH, name)
+    os.makedirs(d)
+    os.chmod(d, mode)
+    return d
+
+
 def run_step(s, index):
     op, path = s["op"], s["path"]
     if op == "mkdir":
@@ -93,6 +104,15 @@ def run_step(s, index):
         mount("tmpfs", path, "tmpfs", MS["nosuid"] | MS["nodev"], "mode=%o" % s["mode"])
     elif op == "bind":
         bind(HOST + s["src"], path, True)
+    elif op == "scratch":
+        bind(scratch_dir("%d" % index, s["mode"]), path, False)
+    elif op == "copy":
+        d = scratch_dir("%d" % index, os.stat(HOST + s["src"]).st_mode & 0o7777)
+        pid = os.spawnv(os.P_NOWAIT, "/bin/cp", ["cp", "-a", "--", HOST + s["src"] + "/.", d])
+        if os.waitpid(pid, 0)[1] != 0:
+            raise OSError(0, "cp -a %s failed" % s["src"])
+        bind(d, path, False)
+        event("copied", s["src"])
     elif op == "overlay":
         d = "%s/%d" % (UPPER, index)
         os.makedirs(d + "/upper")
@@ -111,9 +131,28 @@ def run_step(s, index):
         raise ValueError("unknown step %r" % op)
 
 
+def scratch_disk():
+    """/dev/vdX whose virtio-blk serial is SCRATCH_SERIAL, or None."""
+    for d in sorted(os.listdir("/sys/block")):
+        try:
+            with open("/sys/block/%s/serial" % d) as f:
+                if f.read().strip() == SCRATCH_SERIAL:
+                    return "/dev/" + d
+        except OSError:
+            pass
+    return None
+
+
 def build_root(plan):
+    os.makedirs(SCRATCH)
+    disk = scratch_disk() if plan["scratch"] else None
+    if disk:
+        mount(disk, SCRATCH, "ext4", MS["nodev"], "")
+    else:
+        if plan["scratch"]:
+            event("warn", "no scratch disk; /tmp and the uppers are tmpfs")
+        mount("tmpfs", SCRATCH, "tmpfs", MS["nosuid"] | MS["nodev"], "mode=0755")
     os.makedirs(UPPER)
-    mount("tmpfs", UPPER, "tmpfs", MS["nosuid"] | MS["nodev"], "mode=0755")
     for i, s in enumerate(plan["steps"]):
         try:
             run_step(s, i)
@@ -121,6 +160,12 @@ def build_root(plan):
             if not s.get("optional"):
                 raise
             event("warn", "%s: %s" % (s["path"], e.strerror or e))
+            if s["op"] == "mount":
+                # No empty directory that looks like a hierarchy L1 lacks.
+                try:
+                    os.rmdir(s["path"])
+                except OSError:
+                    pass
     # Nothing below needs the whole host root; the binds keep it alive.
     libc.umount2(HOST.encode(), MNT_DETACH)
     os.rmdir(HOST)
