@@ -484,6 +484,34 @@ def find_busybox():
     raise Unavailable("no static busybox (apt-get install busybox-static)")
 
 
+KEEP_IMAGES = 4
+
+
+def prune(root, keep=KEEP_IMAGES):
+    """Under the lock: drops all but the `keep` most recently used images
+    (prepare touches an image's manifest each time it hands it out), the
+    unpacked kernels none of them uses, and partial builds a killed prepare
+    left. Downloaded .debs stay."""
+    images = []
+    for e in os.scandir(root):
+        m = os.path.join(e.path, "manifest.json")
+        if e.name.startswith(".") and e.is_dir():
+            shutil.rmtree(e.path, ignore_errors=True)  # a partial build (we hold the lock)
+        elif e.is_dir() and os.path.exists(m):
+            images.append((os.stat(m).st_mtime, e.path))
+    images.sort(reverse=True)
+    trees = set()
+    for _, path in images[:keep]:
+        with open(os.path.join(path, "manifest.json")) as f:
+            trees.add(json.load(f)["tree"])
+    for _, path in images[keep:]:
+        shutil.rmtree(path, ignore_errors=True)
+    for e in os.scandir(root):
+        if e.name.startswith("kernel-") and e.is_dir() and e.path not in trees and os.path.exists(
+                e.path + "/.complete"):
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
 def prepare(flavour=DEFAULT_FLAVOUR, series=DEFAULT_SERIES, log=lambda s: None):
     """The image directory's manifest (dict); builds it when needed."""
     root = cache_root()
@@ -524,6 +552,8 @@ def prepare(flavour=DEFAULT_FLAVOUR, series=DEFAULT_SERIES, log=lambda s: None):
             except BaseException:
                 shutil.rmtree(part, ignore_errors=True)
                 raise
+        os.utime(manifest_path)
+        prune(root)
     manifest = json.loads(_read(manifest_path))
     manifest["dir"] = out
     manifest["kernel"] = os.path.join(out, "kernel")

@@ -218,6 +218,24 @@ class VmlinuxTest(unittest.TestCase):
         self.assertIsNone(bed_image.extract_vmlinux(b"not a kernel" * 100))
 
 
+class PruneTest(unittest.TestCase):
+    def test_keeps_the_recent_images_and_their_kernels(self):
+        with tempfile.TemporaryDirectory() as root:
+            for i, tree in enumerate(["kernel-a", "kernel-a", "kernel-b", "kernel-c"]):
+                d = os.path.join(root, "img%d" % i)
+                os.makedirs(d)
+                with open(d + "/manifest.json", "w") as f:
+                    json.dump({"tree": os.path.join(root, tree)}, f)
+                os.utime(d + "/manifest.json", (1000 + i, 1000 + i))
+            for tree in ("kernel-a", "kernel-b", "kernel-c", "kernel-d"):
+                os.makedirs(os.path.join(root, tree))
+                open(os.path.join(root, tree, ".complete"), "w").close()
+            os.makedirs(os.path.join(root, ".img9.partial"))
+            os.makedirs(os.path.join(root, "debs"))
+            bed_image.prune(root, keep=2)
+            self.assertEqual(sorted(os.listdir(root)), ["debs", "img2", "img3", "kernel-b", "kernel-c"])
+
+
 class CpioTest(unittest.TestCase):
     def parse(self, data):
         out, pos = {}, 0
