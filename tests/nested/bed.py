@@ -376,6 +376,8 @@ def cmd_run(args):
         os.mkdir(run.share)
         with open(os.path.join(run.share, "cmd.sh"), "w") as f:
             f.write(script)
+        with open(os.path.join(run.share, "extra-modules"), "w") as f:  # for l1_stage1.sh
+            f.write("%s\n%s\n" % (manifest["tree"], " ".join(manifest["extra_modules"])))
         if args.disk > 0:
             path = os.path.join(tmp, "scratch.ext4")
             if make_scratch(path, args.disk):

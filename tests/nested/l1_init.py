@@ -6,8 +6,8 @@ It mounts the run's ext4 scratch disk (or a tmpfs without one), carries out
 the plan the host wrote to the results share (plan.marshal, from
 bed_plan.py; plan.json beside it is the same for people): the rest of the
 root (read-only binds and overlays of the host's directories, fresh
-directories, copies), /dev extras, the host's cgroup hierarchies; loads the
-extra modules with modprobe from the unpacked kernel package; checks
+directories, copies), /dev extras, the host's cgroup hierarchies; waits for
+the extra modules (stage 1 started their modprobe); checks
 /dev/kvm; sets the hostname and brings up lo; then runs cmd.sh with its
 stdout and stderr relayed to the virtio-serial ports dsec.stdout and
 dsec.stderr (through pipes: a virtio port can be opened only once, so a
@@ -166,25 +166,28 @@ def build_root(plan):
                     os.rmdir(s["path"])
                 except OSError:
                     pass
-    # Nothing below needs the whole host root; the binds keep it alive.
-    libc.umount2(HOST.encode(), MNT_DETACH)
-    os.rmdir(HOST)
-
-
 def load_modules(plan):
+    """Waits for the extra modules stage 1 started loading; points the
+    kernel's module autoloading (fs-*, rtnl-link-*, ...) at the package."""
     m = plan["modules"]
     wrapper = BED_DIR + "/modprobe"
-    # The kernel's module autoloading (fs-*, rtnl-link-*) goes through it too.
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec /sbin/modprobe -d %s \"$@\"\n" % m["tree"])
     os.chmod(wrapper, 0o755)
     with open("/proc/sys/kernel/modprobe", "w") as f:
         f.write(wrapper)
-    if m["extra"]:
-        pid = os.spawnv(os.P_NOWAIT, wrapper, [wrapper, "-a"] + m["extra"])
-        _, st = os.waitpid(pid, 0)
+    try:
+        with open(BED_DIR + "/extra-modules.pid") as f:
+            pid = int(f.read())
+    except FileNotFoundError:
+        pid = None
+    if pid is not None:
+        _, st = os.waitpid(pid, 0)  # stage 1's child, hence PID 1's
         if st != 0:
-            event("warn", "modprobe %s: status %d" % (" ".join(m["extra"]), os.waitstatus_to_exitcode(st)))
+            event("warn", "modprobe -a %s: status %d" % (" ".join(m["extra"]), os.waitstatus_to_exitcode(st)))
+    # Nothing below needs the whole host root; the binds keep it alive.
+    libc.umount2(HOST.encode(), MNT_DETACH)
+    os.rmdir(HOST)
 
 
 def kmsg_lines(words):

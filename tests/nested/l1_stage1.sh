@@ -6,8 +6,8 @@
 # root (9p tag hostroot, read-only; it does not change during a run, so
 # cache=loose) and the run's results share (tag results), builds a tmpfs root
 # with /run, /dev, /proc, /sys and the host's /usr (plus bin, sbin, lib*) in
-# it, and switches to it with stage 2 (l1_init.py, the host's python3) as
-# PID 1. Paths below must match bed_plan.py (BED_DIR, HOST_MOUNT,
+# it, starts loading the extra modules, and switches to it with stage 2
+# (l1_init.py, the host's python3) as PID 1. Paths below must match bed_plan.py (BED_DIR, HOST_MOUNT,
 # RESULTS_MOUNT, STAGE1_ENTRIES).
 # On failure it says why on the console and powers off: the host finds no
 # status and prints the console's tail.
@@ -62,4 +62,14 @@ mount --move /dev /newroot/dev || fail "move /dev"
 mount --move /sys /newroot/sys || fail "move /sys"
 say "switching root at $(uptime_s) s"
 mount --move /proc /newroot/proc || fail "move /proc"
+# The extra modules (results/extra-modules: the unpacked package's path on
+# the host, then the names) load in the background while python3 starts:
+# the host's modprobe, chrooted into the new root, which stays its root
+# after switch_root. Stage 2 waits for it (the pid) before the command.
+if [ -r "$bed/results/extra-modules" ]; then
+  { read -r tree; read -r mods; } < "$bed/results/extra-modules"
+  # shellcheck disable=SC2086 # one word per module
+  chroot /newroot /sbin/modprobe -a -d "/run/nested-bed/host$tree" $mods &
+  echo $! > "$bed/extra-modules.pid"
+fi
 exec switch_root /newroot /usr/bin/python3 -I -S /run/nested-bed/l1_init.py
