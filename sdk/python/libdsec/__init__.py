@@ -8,13 +8,17 @@
         sb.files.write("/work/a.txt", "hello")
         print(sb.files.read("/work/a.txt"), [e.path for e in sb.files.list("/work")])
 
+    async with await libdsec.AsyncSandbox.create(tier="fncall") as sb:
+        print((await sb.commands.run("print(2 + 2)")).stdout)
+
 Sandbox.create/connect, sb.commands, sb.files and sb.kill() follow E2B's
-Python SDK. The earlier API stays:
+Python SDK; AsyncSandbox is the same on asyncio. The earlier API stays:
 Sandbox(...) creating on construction, sb.exec / sb.exec_stream (bytes),
 Task (trajectory resume), and Client, the lower-level API (one method per
 daemon endpoint, returning SandboxHandle objects).
 """
 
+from .aio import AsyncClient, AsyncCommands, AsyncExecStream, AsyncFiles, AsyncSandbox
 from .api import Sandbox, Task
 from .client import Client
 from .commands import Commands, OutputHandler
@@ -29,8 +33,9 @@ from ._transport import DEFAULT_SOCKET, UnixHTTPConnection
 __version__ = "0.1.0"
 
 __all__ = [
-    # E2B's idiom
+    # E2B's idiom, blocking and asyncio
     "Sandbox", "Commands", "Files", "CommandResult", "OutputHandler",
+    "AsyncSandbox", "AsyncCommands", "AsyncFiles", "AsyncClient", "AsyncExecStream",
     # the earlier API and the lower-level one
     "Task", "Client", "SandboxHandle", "ExecResult", "ExecStream", "Divergence", "FileEntry",
     # errors

@@ -75,6 +75,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                       body=body, connection=self.conn_no)
         with fake.lock:
             fake.requests.append(req)
+            fake.arrived.notify_all()
             reply = fake.replies.popleft() if fake.replies else None
         if reply is None:
             reply = Reply(500, json.dumps({"error": {"code": "INTERNAL",
@@ -140,6 +141,7 @@ class FakeDaemon:
 
     def __init__(self, tcp=False):
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
         self.requests = []
         self.replies = deque()
         self.connections = 0
@@ -171,6 +173,11 @@ class FakeDaemon:
         if field is not None:
             err["field"] = field
         self.reply(status, {"error": err})
+
+    def wait_requests(self, n, timeout=10):
+        """Waits until n requests have arrived; returns whether they did."""
+        with self.lock:
+            return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
 
     def last(self):
         with self.lock:
