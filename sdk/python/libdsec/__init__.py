@@ -18,6 +18,7 @@ Task (trajectory resume), and Client, the lower-level API (one method per
 daemon endpoint, returning SandboxHandle objects).
 """
 
+from ._version import __version__
 from .aio import AsyncClient, AsyncCommands, AsyncExecStream, AsyncFiles, AsyncSandbox
 from .api import Sandbox, Task
 from .client import Client
@@ -30,9 +31,8 @@ from .results import CommandResult, Divergence, ExecResult, FileEntry
 from .sandbox import ExecStream, SandboxHandle
 from ._transport import DEFAULT_SOCKET, UnixHTTPConnection
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     # E2B's idiom, blocking and asyncio
     "Sandbox", "Commands", "Files", "CommandResult", "OutputHandler",
     "AsyncSandbox", "AsyncCommands", "AsyncFiles", "AsyncClient", "AsyncExecStream",
