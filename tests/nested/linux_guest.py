@@ -36,7 +36,7 @@ TWO_MIB = 2 << 20
 APPLETS = ("sh", "echo", "cat", "uname", "mount", "grep", "reboot")
 # Marks in the console, in boot order: (label, text the line contains).
 MARKS = (("kernel start", "Linux version"),
-         ("root device", "EROFS: (device pmem0)"),
+         ("root mounted", "VFS: Mounted root"),
          ("agent (/sbin/init)", "dsec-agent:"),
          ("root ready", "dsec-agent: root ready"),
          ("command output", "dsec-test: hello"),
