@@ -344,6 +344,31 @@ class Run:
                 f.write("%.3f %s %s %s\n" % (t, e, up, d))
 
 
+def plan_for(args, manifest, binds, copies, scratch):
+    with open(os.path.join(manifest["tree"], "boot", "config-" + manifest["kver"])) as f:
+        no_v1 = bed_plan.v1_missing(f.read())
+    with open("/proc/self/mountinfo") as f:
+        mountinfo = f.read()
+    if args.verbose and any(m[1] == "cgroup" and set(m[3].split(",")) & set(no_v1)
+                            for m in bed_plan.parse_mountinfo(mountinfo)):
+        log("L1's kernel (%s) has no cgroup v1 %s: in L1 they are in the v2 hierarchy only"
+            % (manifest["kver"], ", ".join(no_v1)))
+    return make_plan(manifest, mountinfo, args.share, binds, copies, scratch is not None, no_v1)
+
+
+def write_share(share, manifest, script, plan):
+    """What L1 reads from the results share."""
+    os.mkdir(share)
+    with open(os.path.join(share, "cmd.sh"), "w") as f:
+        f.write(script)
+    with open(os.path.join(share, "extra-modules"), "w") as f:  # for l1_stage1.sh
+        f.write("%s\n%s\n" % (manifest["tree"], " ".join(manifest["extra_modules"])))
+    with open(os.path.join(share, "plan.json"), "w") as f:
+        json.dump(plan, f, indent=1)
+    with open(os.path.join(share, "plan.marshal"), "wb") as f:
+        marshal.dump(plan, f, 4)  # stage 2 reads this: marshal needs no import
+
+
 def cmd_run(args):
     if not args.command:
         log("run: no command (bed.py run [options] -- CMD ARGS...)")
@@ -373,30 +398,13 @@ def cmd_run(args):
     run = Run(args, manifest, tmp)
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        os.mkdir(run.share)
-        with open(os.path.join(run.share, "cmd.sh"), "w") as f:
-            f.write(script)
-        with open(os.path.join(run.share, "extra-modules"), "w") as f:  # for l1_stage1.sh
-            f.write("%s\n%s\n" % (manifest["tree"], " ".join(manifest["extra_modules"])))
         if args.disk > 0:
             path = os.path.join(tmp, "scratch.ext4")
             if make_scratch(path, args.disk):
                 run.scratch = path
             else:
                 log("no mkfs.ext4 (e2fsprogs): /tmp and the uppers in L1 are tmpfs")
-        with open(os.path.join(manifest["tree"], "boot", "config-" + manifest["kver"])) as f:
-            no_v1 = bed_plan.v1_missing(f.read())
-        with open("/proc/self/mountinfo") as f:
-            mountinfo = f.read()
-        if args.verbose and any(m[1] == "cgroup" and set(m[3].split(",")) & set(no_v1)
-                                for m in bed_plan.parse_mountinfo(mountinfo)):
-            log("L1's kernel (%s) has no cgroup v1 %s: in L1 they are in the v2 hierarchy only"
-                % (manifest["kver"], ", ".join(no_v1)))
-        plan = make_plan(manifest, mountinfo, args.share, binds, copies, run.scratch is not None, no_v1)
-        with open(os.path.join(run.share, "plan.json"), "w") as f:
-            json.dump(plan, f, indent=1)
-        with open(os.path.join(run.share, "plan.marshal"), "wb") as f:
-            marshal.dump(plan, f, 4)  # stage 2 reads this: marshal needs no import
+        write_share(run.share, manifest, script, plan_for(args, manifest, binds, copies, run.scratch))
         code = run.result(run.boot())
         if args.log_dir:
             run.keep_logs(args.log_dir)
