@@ -97,11 +97,18 @@ class Body:
         self.done = self._left == 0
         return data
 
+    async def _crlf_line(self) -> bytes:
+        try:
+            return await self._reader.readuntil(b"\r\n")
+        except asyncio.LimitOverrunError:
+            raise errors.ProtocolError("chunk-size or trailer line over %d bytes"
+                                       % MAX_HEAD_BYTES) from None
+
     async def _read_chunked(self) -> bytes:
         if self._chunk_left == 0:
-            size = parse_chunk_size(await self._reader.readuntil(b"\r\n"))
+            size = parse_chunk_size(await self._crlf_line())
             if size == 0:
-                while await self._reader.readuntil(b"\r\n") != b"\r\n":
+                while await self._crlf_line() != b"\r\n":
                     pass  # trailer fields: none of them matter here
                 self.done = True
                 return b""

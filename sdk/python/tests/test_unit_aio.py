@@ -477,6 +477,10 @@ async def test_broken_answers_are_protocol_or_transport_errors(fake):
                                     b"zz\r\n"), drop_after=True)
         with pytest.raises(libdsec.ProtocolError, match="chunk size"):
             await client.health()
+        fake.reply(raw=raw_response(b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n",
+                                    b"1;" + b"x" * (128 << 10) + b"\r\n"), drop_after=True)
+        with pytest.raises(libdsec.ProtocolError, match="chunk-size or trailer line"):
+            await client.health()
 
 
 def test_framing_functions():
