@@ -38,7 +38,7 @@ def test_pyproject_reads_the_version_module_and_ships_the_marker():
 
 
 # Debian 12's setuptools (66) still calls [tool.setuptools] beta; it works.
-@pytest.mark.filterwarnings("ignore:Support for .tool.setuptools.")
+@pytest.mark.filterwarnings("ignore:Support for .*tool.setuptools.* is still .beta")
 def test_setuptools_resolves_the_same_version():
     pyprojecttoml = pytest.importorskip("setuptools.config.pyprojecttoml",
                                         reason="setuptools is not installed")
