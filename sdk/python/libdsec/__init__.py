@@ -2,30 +2,45 @@
 """libdsec: the Python client of the dsec-vmm node daemon (standard library only).
 
     import libdsec
-    with libdsec.Sandbox(tier="container", layers=["base:bookworm"], qos="ls") as sb:
-        r = sb.exec(["sh", "-c", "uname -a"])
-        print(r.exit_code, r.duration_s, r.stdout)
-    with libdsec.Sandbox(tier="fncall") as sb:       # code strings, python by default
-        print(sb.exec("print(2 + 2)").stdout)
+    with libdsec.Sandbox.create(tier="container", layers=["base:bookworm"]) as sb:
+        r = sb.commands.run("uname -a", on_stdout=print)
+        print(r.exit_code, r.stdout)
+        sb.files.write("/work/a.txt", "hello")
+        print(sb.files.read("/work/a.txt"), [e.path for e in sb.files.list("/work")])
 
-Sandbox and Task are the trainer-facing API; Client is the lower-level one
-(one method per daemon endpoint, returning SandboxHandle objects).
+    async with await libdsec.AsyncSandbox.create(tier="fncall") as sb:
+        print((await sb.commands.run("print(2 + 2)")).stdout)
+
+Sandbox.create/connect, sb.commands, sb.files and sb.kill() follow E2B's
+Python SDK; AsyncSandbox is the same on asyncio. The earlier API stays:
+Sandbox(...) creating on construction, sb.exec / sb.exec_stream (bytes),
+Task (trajectory resume), and Client, the lower-level API (one method per
+daemon endpoint, returning SandboxHandle objects).
 """
 
-from .api import Files, Sandbox, Task
+from ._version import __version__
+from .aio import AsyncClient, AsyncCommands, AsyncExecStream, AsyncFiles, AsyncSandbox
+from .api import Sandbox, Task
 from .client import Client
+from .commands import Commands, OutputHandler
 from .errors import (Conflict, DeadlineExceeded, DsecError, ExecFailed, InternalError,
                      InvalidArgument, NotFound, ProtocolError, ResourceExhausted,
                      TransportError, Unauthenticated, Unavailable)
-from .results import Divergence, ExecResult, FileEntry
+from .files import Files
+from .results import CommandResult, Divergence, ExecResult, FileEntry
 from .sandbox import ExecStream, SandboxHandle
 from ._transport import DEFAULT_SOCKET, UnixHTTPConnection
 
-__version__ = "0.1.0"
-
 __all__ = [
-    "Sandbox", "Task", "Files", "Client", "SandboxHandle", "ExecResult", "ExecStream",
-    "Divergence", "FileEntry", "DsecError", "InvalidArgument", "NotFound", "Conflict",
-    "ResourceExhausted", "Unavailable", "Unauthenticated", "DeadlineExceeded", "InternalError",
-    "ProtocolError", "ExecFailed", "TransportError", "DEFAULT_SOCKET", "UnixHTTPConnection",
+    "__version__",
+    # E2B's idiom, blocking and asyncio
+    "Sandbox", "Commands", "Files", "CommandResult", "OutputHandler",
+    "AsyncSandbox", "AsyncCommands", "AsyncFiles", "AsyncClient", "AsyncExecStream",
+    # the earlier API and the lower-level one
+    "Task", "Client", "SandboxHandle", "ExecResult", "ExecStream", "Divergence", "FileEntry",
+    # errors
+    "DsecError", "InvalidArgument", "NotFound", "Conflict", "ResourceExhausted", "Unavailable",
+    "Unauthenticated", "DeadlineExceeded", "InternalError", "ProtocolError", "ExecFailed",
+    "TransportError",
+    "DEFAULT_SOCKET", "UnixHTTPConnection",
 ]

@@ -4,8 +4,11 @@
 http.client connections are not thread-safe, so each thread that uses a
 Client gets its own keep-alive connection (threading.local). A connection
 made before os.fork() is never used by the child: it notices the pid change
-and reconnects.
+and reconnects. What is sent and how answers are read is _protocol's; this
+module only moves it.
 """
+
+from __future__ import annotations
 
 import http.client
 import json
@@ -13,12 +16,15 @@ import os
 import socket
 import threading
 import time
-import urllib.parse
 import weakref
+from typing import Any, Optional, Tuple
 
 from . import errors
+from ._protocol import DEFAULT_SOCKET, Call, Endpoint, Response, decode_json, raise_for_status
+from ._protocol import query, quote_segment  # noqa: F401  (kept importable from here)
 
-DEFAULT_SOCKET = "/run/dsec-vmm/api.sock"
+__all__ = ["DEFAULT_SOCKET", "Response", "Transport", "UnixHTTPConnection", "query",
+           "quote_segment"]
 
 # A reused keep-alive connection the daemon already closed fails at once with
 # one of these before the daemon has read the request, so the request is sent
@@ -30,11 +36,11 @@ _STALE_CONNECTION = (http.client.RemoteDisconnected, BrokenPipeError,
 class UnixHTTPConnection(http.client.HTTPConnection):
     """An HTTPConnection whose transport is an AF_UNIX stream socket."""
 
-    def __init__(self, socket_path, timeout=None):
+    def __init__(self, socket_path: str, timeout: Optional[float] = None) -> None:
         super().__init__("localhost", timeout=timeout)
         self.socket_path = socket_path
 
-    def connect(self):
+    def connect(self) -> None:
         # connect(2) on AF_UNIX fails at once with EAGAIN while the daemon's
         # listen backlog is full (TCP would queue the SYN instead). No byte
         # of the request has been sent, so trying again is safe even for a
@@ -61,61 +67,39 @@ class UnixHTTPConnection(http.client.HTTPConnection):
             return
 
 
-class Response:
-    """A fully read answer: status, headers and body bytes."""
-
-    def __init__(self, status, reason, headers, body):
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self.body = body
-
-    def json(self):
-        try:
-            return json.loads(self.body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise errors.ProtocolError(
-                "answer is not JSON (%s): %r" % (e, self.body[:200]), status=self.status)
+def _headers_of(resp: http.client.HTTPResponse) -> dict[str, str]:
+    return {k.lower(): v for k, v in resp.getheaders()}
 
 
 class Transport:
     """Sends requests; owns one connection per (thread, process)."""
 
-    def __init__(self, socket_path=None, url=None, token=None, timeout=60.0):
-        if url is not None and socket_path is not None:
-            raise ValueError("give socket_path or url, not both")
+    def __init__(self, socket_path: Optional[str] = None, url: Optional[str] = None,
+                 token: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
+        ep = Endpoint.resolve(socket_path, url)
         self.token = token
         self.timeout = timeout
-        if url is not None:
-            parsed = urllib.parse.urlsplit(url)
-            if parsed.scheme != "http" or not parsed.hostname:
-                raise ValueError("url must look like http://host:port, got %r" % url)
-            if parsed.path not in ("", "/") or parsed.query:
-                raise ValueError("url must not have a path or query: %r" % url)
-            self.host = parsed.hostname
-            self.port = parsed.port or 80
-            self.socket_path = None
-            self.endpoint = "http://%s:%d" % (self.host, self.port)
-        else:
-            self.socket_path = (socket_path or os.environ.get("DSEC_SOCKET")
-                                or DEFAULT_SOCKET)
-            self.endpoint = "unix:" + self.socket_path
+        self.socket_path = ep.socket_path
+        self.host = ep.host
+        self.port = ep.port
+        self.endpoint = ep.name
         self._local = threading.local()
         self._lock = threading.Lock()
         # Every live connection, so close() reaches all threads' ones; weak so
         # that a connection dropped without release() (an abandoned stream) goes.
-        self._all = weakref.WeakSet()
+        self._all: "weakref.WeakSet[http.client.HTTPConnection]" = weakref.WeakSet()
 
     # -- connections ------------------------------------------------------
 
-    def _new_connection(self, timeout):
+    def _new_connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
         if self.socket_path is not None:
             return UnixHTTPConnection(self.socket_path, timeout=timeout)
+        assert self.host is not None
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def acquire(self, timeout):
+    def acquire(self, timeout: Optional[float]) -> Tuple[http.client.HTTPConnection, bool]:
         """Returns (connection, reused). The caller owns it until release()."""
-        conn = getattr(self._local, "conn", None)
+        conn: Optional[http.client.HTTPConnection] = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             self._local.conn = None
             conn.timeout = timeout
@@ -131,7 +115,7 @@ class Transport:
             self._all.add(conn)
         return conn, False
 
-    def release(self, conn, reusable):
+    def release(self, conn: http.client.HTTPConnection, reusable: bool) -> None:
         """Gives a connection back to this thread, or closes it."""
         if reusable and getattr(self._local, "conn", None) is None:
             self._local.conn = conn
@@ -139,12 +123,12 @@ class Transport:
             return
         self.discard(conn)
 
-    def discard(self, conn):
+    def discard(self, conn: http.client.HTTPConnection) -> None:
         conn.close()
         with self._lock:
             self._all.discard(conn)
 
-    def close(self):
+    def close(self) -> None:
         """Closes every connection of every thread (use after all requests end)."""
         with self._lock:
             conns, self._all = list(self._all), weakref.WeakSet()
@@ -154,35 +138,20 @@ class Transport:
 
     # -- requests ---------------------------------------------------------
 
-    def _headers(self, body, content_type, accept):
-        h = {"Accept": accept}
-        if body is not None:
-            h["Content-Type"] = content_type
-        if self.token is not None:
-            h["Authorization"] = "Bearer " + self.token
-        return h
+    def _fail(self, method: str, path: str, exc: BaseException) -> errors.TransportError:
+        return errors.transport_error(self.endpoint, method, path, exc)
 
-    def _fail(self, method, path, exc):
-        if isinstance(exc, socket.timeout):
-            what = "timed out"
-        else:
-            what = "%s: %s" % (type(exc).__name__, exc)
-        hint = ""
-        if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
-            hint = " (is the daemon running? start it with `dsec-vmm serve`)"
-        return errors.TransportError(
-            "dsec-vmm daemon at %s: %s %s failed: %s%s" % (self.endpoint, method, path, what, hint),
-            endpoint=self.endpoint)
-
-    def open(self, method, path, body=None, content_type="application/json",
-             accept="application/json", timeout=None):
+    def open(self, method: str, path: str, body: Optional[bytes] = None,
+             content_type: str = "application/json", accept: str = "application/json",
+             timeout: Optional[float] = None
+             ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Sends a request and returns (connection, HTTPResponse) with the body unread.
 
         The caller must read the response and call release() or discard().
         """
         if timeout is None:
             timeout = self.timeout
-        headers = self._headers(body, content_type, accept)
+        headers = Call(method, path, body, content_type, accept).headers(self.token)
         for attempt in (0, 1):
             conn, reused = self.acquire(timeout)
             try:
@@ -199,8 +168,9 @@ class Transport:
                 raise self._fail(method, path, e) from e
         raise AssertionError("unreachable")
 
-    def request(self, method, path, body=None, content_type="application/json",
-                accept="application/json", timeout=None):
+    def request(self, method: str, path: str, body: Optional[bytes] = None,
+                content_type: str = "application/json", accept: str = "application/json",
+                timeout: Optional[float] = None) -> Response:
         """Sends a request, reads the whole answer; raises DsecError on 4xx/5xx."""
         conn, resp = self.open(method, path, body, content_type, accept, timeout)
         try:
@@ -209,29 +179,37 @@ class Transport:
             self.discard(conn)
             raise self._fail(method, path, e) from e
         self.release(conn, not resp.will_close)
-        if resp.status >= 400:
-            raise errors.error_from_response(resp.status, data, resp.reason)
-        return Response(resp.status, resp.reason, resp.headers, data)
+        raise_for_status(resp.status, resp.reason, data)
+        return Response(resp.status, resp.reason, _headers_of(resp), data)
 
-    def request_json(self, method, path, obj=None, timeout=None, expect=(200, 201)):
+    def request_json(self, method: str, path: str, obj: Any = None,
+                     timeout: Optional[float] = None,
+                     expect: Tuple[int, ...] = (200, 201)) -> Any:
+        """Compatibility: sends obj as JSON and returns the decoded answer."""
         body = None if obj is None else json.dumps(obj).encode("utf-8")
-        resp = self.request(method, path, body=body, timeout=timeout)
-        if resp.status == 204:
-            return None
-        if resp.status not in expect:
-            raise errors.ProtocolError("unexpected HTTP %d for %s %s" % (resp.status, method, path),
-                                       status=resp.status)
-        return resp.json()
+        call = Call(method, path, body, expect=expect)
+        return decode_json(call, self.request(method, path, body=body, timeout=timeout))
 
+    # -- calls (_protocol) ------------------------------------------------
 
-def quote_segment(value):
-    """Percent-encodes one path segment (ids, task ids, layer refs)."""
-    if not isinstance(value, str) or not value:
-        raise errors.InvalidArgument("expected a non-empty string, got %r" % (value,))
-    return urllib.parse.quote(value, safe=":")
+    def send(self, call: Call) -> Response:
+        return self.request(call.method, call.target, call.body, call.content_type,
+                            call.accept, call.timeout(self.timeout))
 
+    def send_json(self, call: Call) -> Any:
+        return decode_json(call, self.send(call))
 
-def query(**params):
-    """Encodes query parameters (spaces as %20, '/' kept), skipping None."""
-    items = [(k, v) for k, v in params.items() if v is not None]
-    return urllib.parse.urlencode(items, quote_via=urllib.parse.quote, safe="/")
+    def open_stream(self, call: Call
+                    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Sends call and returns the 200 response with its body unread; an
+        error answer (read whole, the connection kept) raises."""
+        conn, resp = self.open(call.method, call.target, call.body, call.content_type,
+                               call.accept, call.timeout(self.timeout))
+        if resp.status >= 400:
+            try:
+                data = resp.read()
+            except (OSError, http.client.HTTPException):
+                data = b""
+            self.release(conn, not resp.will_close)
+            raise errors.error_from_response(resp.status, data, resp.reason)
+        return conn, resp

@@ -1,22 +1,39 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The trainer-facing API: Sandbox(...) creates a sandbox, Task(...) resumes one.
+"""The trainer-facing API (blocking): Sandbox and Task.
 
-    with libdsec.Sandbox(tier="container", layers=["base:bookworm"], qos="ls") as sb:
-        r = sb.exec(["make", "test"])
-        print(r.exit_code, r.duration_s, r.stdout)
+    sb = libdsec.Sandbox.create(tier="container", layers=["base:bookworm"])
+    r = sb.commands.run("make test", on_stdout=print, timeout=300)
+    print(r.exit_code, r.stdout)
+    sb.kill()
 
-Both sit on Client (the lower-level API, one method per endpoint). The
+Sandbox.create() / Sandbox.connect() follow E2B's Python SDK;
+Sandbox(...) (creates on construction), sb.exec and sb.exec_stream are the
+earlier API and stay. Both sit on Client (one method per endpoint). The
 daemon is found through socket=, else url= (TCP, with token=), else
 $DSEC_SOCKET, else the daemon's default socket (libdsec.DEFAULT_SOCKET).
 """
 
+from __future__ import annotations
+
 import secrets
+from types import TracebackType
+from typing import (Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Type,
+                    TypeVar)
 
-from .client import Client
+from . import _protocol as P
 from . import errors
+from ._protocol import Command, JSONObject, Stdin
+from .client import Client
+from .commands import Commands
+from .files import Files
+from .results import ExecResult
+from .sandbox import ExecStream, SandboxHandle
+
+_S = TypeVar("_S", bound="Sandbox")
 
 
-def _client(client, socket, url, token, timeout):
+def _client(client: Optional[Client], socket: Optional[str], url: Optional[str],
+            token: Optional[str], timeout: Optional[float]) -> Tuple[Client, bool]:
     """Returns (client, owned): a given client is shared, else one is made."""
     if client is not None:
         if socket is not None or url is not None or token is not None:
@@ -25,32 +42,15 @@ def _client(client, socket, url, token, timeout):
     return Client(socket_path=socket, url=url, token=token, timeout=timeout), True
 
 
-class Files:
-    """sb.files: read, write and list files in the sandbox (container tier)."""
-
-    def __init__(self, handle):
-        self._h = handle
-
-    def read(self, path):
-        """Returns the file's bytes (NotFound if it does not exist)."""
-        return self._h.read_file(path)
-
-    def read_text(self, path, encoding="utf-8"):
-        return self._h.read_file(path).decode(encoding)
-
-    def write(self, path, data, mode=0o644):
-        """Writes bytes (or str as UTF-8), creating parent directories."""
-        self._h.write_file(path, data, mode=mode)
-
-    def list(self, path):
-        """Returns the directory's entries as FileEntry values."""
-        return self._h.list_files(path)
-
-
 class Sandbox:
-    """One sandbox, created when constructed and deleted by close() or at the
-    end of a `with` block. The tier is one parameter: "container" runs argv
-    lists, "fncall" runs code strings (lang="python" by default, or "bash").
+    """One sandbox. The tier is one parameter: "container" runs argv lists
+    (and shell command strings in commands.run), "fncall" runs code strings
+    (lang="python" by default, or "bash").
+
+    Sandbox.create(...) makes one and Sandbox.connect(id) attaches to one
+    (E2B's idiom); kill() deletes it, as does the end of a `with` block.
+    Sandbox(...) also creates one: that constructor is kept for
+    compatibility (its files.read() returns bytes by default; see Files).
 
     Arguments left None are not sent; the daemon applies its defaults (e.g.
     the default layers of the tier). task_id records every exec in that
@@ -59,96 +59,192 @@ class Sandbox:
     unprivileged host id range of its own.
     """
 
-    def __init__(self, tier="container", layers=None, qos=None, socket=None, *, lang=None,
-                 cpus=None, memory_mib=None, pids=None, ttl_s=None, task_id=None, url=None,
-                 token=None, client=None, timeout=60.0, user_namespace=None, _handle=None):
-        self._client, self._owns_client = _client(client, socket, url, token, timeout)
-        self._closed = False
+    handle: SandboxHandle
+    files: Files
+    commands: Commands
+
+    def __init__(self, tier: str = "container", layers: Optional[Sequence[str]] = None,
+                 qos: Optional[str] = None, socket: Optional[str] = None, *,
+                 lang: Optional[str] = None, cpus: Optional[float] = None,
+                 memory_mib: Optional[int] = None, pids: Optional[int] = None,
+                 ttl_s: Optional[int] = None, task_id: Optional[str] = None,
+                 url: Optional[str] = None, token: Optional[str] = None,
+                 client: Optional[Client] = None, timeout: Optional[float] = 60.0,
+                 user_namespace: Optional[bool] = None,
+                 _handle: Optional[SandboxHandle] = None) -> None:
+        """Compatibility: creates the sandbox (prefer Sandbox.create()).
+        timeout here is the socket timeout of each request (create()'s
+        request_timeout), ttl_s the sandbox's lifetime (create()'s timeout)."""
+        client_, owns = _client(client, socket, url, token, timeout)
         try:
             if _handle is None:
-                _handle = self._client.create(tier=tier, layers=layers, lang=lang, cpus=cpus,
-                                              memory_mib=memory_mib, pids=pids, qos=qos,
-                                              ttl_s=ttl_s, task_id=task_id,
-                                              user_namespace=user_namespace)
+                _handle = client_.create(tier=tier, layers=layers, lang=lang, cpus=cpus,
+                                         memory_mib=memory_mib, pids=pids, qos=qos,
+                                         ttl_s=ttl_s, task_id=task_id,
+                                         user_namespace=user_namespace)
         except BaseException:
-            if self._owns_client:
-                self._client.close()
+            if owns:
+                client_.close()
             raise
-        self.handle = _handle
-        self.files = Files(_handle)
+        self._attach(_handle, client_, owns, "bytes")
+
+    def _attach(self, handle: SandboxHandle, client: Client, owns_client: bool,
+                files_format: P.FileFormat) -> None:
+        self._client, self._owns_client, self._closed = client, owns_client, False
+        self.handle = handle
+        self.files = Files(handle, files_format)
+        self.commands = Commands(handle)
 
     @classmethod
-    def _adopt(cls, handle, client, owns_client):
+    def _adopt(cls: Type[_S], handle: SandboxHandle, client: Client, owns_client: bool,
+               files_format: P.FileFormat = "bytes") -> _S:
         sb = cls.__new__(cls)
-        sb._client, sb._owns_client, sb._closed = client, owns_client, False
-        sb.handle = handle
-        sb.files = Files(handle)
+        sb._attach(handle, client, owns_client, files_format)
         return sb
+
+    # -- E2B's idiom --------------------------------------------------------
+
+    @classmethod
+    def create(cls: Type[_S], tier: str = "container", layers: Optional[Sequence[str]] = None,
+               *, timeout: Optional[float] = None, qos: Optional[str] = None,
+               lang: Optional[str] = None, cpus: Optional[float] = None,
+               memory_mib: Optional[int] = None, pids: Optional[int] = None,
+               task_id: Optional[str] = None, user_namespace: Optional[bool] = None,
+               socket: Optional[str] = None, url: Optional[str] = None,
+               token: Optional[str] = None, client: Optional[Client] = None,
+               request_timeout: Optional[float] = 60.0) -> _S:
+        """Creates a sandbox and returns it (E2B: Sandbox.create()).
+
+        timeout: the sandbox's lifetime in seconds, as in E2B (the daemon
+        deletes it then; sent as ttl_s, rounded up); None: no limit.
+        request_timeout: the socket timeout of each request. The daemon is
+        found through client=, socket=, url= and token= as for Client.
+        """
+        client_, owns = _client(client, socket, url, token, request_timeout)
+        try:
+            handle = client_.create(tier=tier, layers=layers, lang=lang, cpus=cpus,
+                                    memory_mib=memory_mib, pids=pids, qos=qos,
+                                    ttl_s=P.whole_seconds(timeout, "timeout"), task_id=task_id,
+                                    user_namespace=user_namespace)
+        except BaseException:
+            if owns:
+                client_.close()
+            raise
+        return cls._adopt(handle, client_, owns, "text")
+
+    @classmethod
+    def connect(cls: Type[_S], sandbox_id: str, *, socket: Optional[str] = None,
+                url: Optional[str] = None, token: Optional[str] = None,
+                client: Optional[Client] = None,
+                request_timeout: Optional[float] = 60.0) -> _S:
+        """Attaches to an existing sandbox (E2B: Sandbox.connect(id)).
+
+        Raises NotFound if the daemon has no sandbox of that id. A paused
+        sandbox stays paused (call resume()). kill() or the end of a `with`
+        block deletes it, as for one this process created.
+        """
+        client_, owns = _client(client, socket, url, token, request_timeout)
+        try:
+            handle = client_.get(sandbox_id)
+        except BaseException:
+            if owns:
+                client_.close()
+            raise
+        return cls._adopt(handle, client_, owns, "text")
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.handle.id
+
+    def kill(self) -> bool:
+        """Deletes the sandbox. True if this call deleted it, False if it was
+        already gone (E2B's kill()). Closes a Client this object made."""
+        if self._closed:
+            return False
+        self._closed = True
+        try:
+            self.handle.delete()
+            return True
+        except errors.NotFound:
+            return False
+        finally:
+            if self._owns_client:
+                self._client.close()
+
+    def is_running(self) -> bool:
+        """True if the daemon has the sandbox and it is not paused."""
+        try:
+            return self.handle.refresh().state == "running"
+        except errors.NotFound:
+            return False
 
     # -- what the sandbox is ------------------------------------------------
 
     @property
-    def client(self):
+    def client(self) -> Client:
         return self._client
 
     @property
-    def id(self):
+    def id(self) -> str:
         return self.handle.id
 
     @property
-    def tier(self):
+    def tier(self) -> Optional[str]:
         return self.handle.tier
 
     @property
-    def state(self):
+    def state(self) -> Optional[str]:
         return self.handle.state
 
     @property
-    def task_id(self):
+    def task_id(self) -> Optional[str]:
         return self.handle.task_id
 
     @property
-    def qos_applied(self):
+    def qos_applied(self) -> bool:
         """True if the daemon placed the sandbox by its qos (sched/ cpuset)."""
         return self.handle.qos_applied
 
     @property
-    def qos_reason(self):
+    def qos_reason(self) -> Optional[str]:
         """Why the qos was not applied (None when it was, or none was asked)."""
         return self.handle.qos_reason
 
     @property
-    def placement(self):
+    def placement(self) -> Optional[JSONObject]:
         """{"qos", "cpus", "mems", "mechanism", "cgroup"} when placed, else None."""
         return self.handle.placement
 
     @property
-    def recorded(self):
+    def recorded(self) -> Optional[int]:
         """On a resumed sandbox: how many execs the task's log holds (else None)."""
         return self.handle.recorded
 
     @property
-    def info(self):
+    def info(self) -> JSONObject:
         return self.handle.info
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Sandbox(id=%r, tier=%r, state=%r)" % (self.id, self.tier, self.state)
 
     # -- operations -------------------------------------------------------------
 
-    def exec(self, argv_or_code, stdin=None, env=None, cwd=None, timeout_s=None,
-             idempotent=False, args=None):
-        """Runs a command to completion; returns an ExecResult (.stdout, .stderr,
-        .exit_code, .duration_s, ...). container: an argv list; fncall: a code
-        string (args= are its arguments)."""
+    def exec(self, argv_or_code: Command, stdin: Optional[Stdin] = None,
+             env: Optional[Mapping[str, Any]] = None, cwd: Optional[str] = None,
+             timeout_s: Optional[int] = None, idempotent: bool = False,
+             args: Optional[Sequence[Any]] = None) -> ExecResult:
+        """Runs a command to completion; returns an ExecResult (.stdout, .stderr
+        as bytes, .exit_code, .duration_s, ...). container: an argv list;
+        fncall: a code string (args= are its arguments). The earlier API,
+        kept; commands.run() is the E2B-shaped one."""
         return self.handle.exec(argv_or_code, stdin=stdin, env=env, cwd=cwd, timeout_s=timeout_s,
                                 idempotent=idempotent, args=args)
 
-    def exec_stream(self, argv_or_code, **kw):
+    def exec_stream(self, argv_or_code: Command, **kw: Any) -> ExecStream:
         """Like exec, but yields (stream, bytes) as output arrives (ExecStream)."""
         return self.handle.exec_stream(argv_or_code, **kw)
 
-    def pack_diff(self, name=None, version="1"):
+    def pack_diff(self, name: Optional[str] = None, version: str = "1") -> JSONObject:
         """Captures the sandbox's changes as a new layer; returns {"layer",
         "digest", "size_bytes"}. name defaults to "diff-<sandbox id>-<random>".
         With a task_id, it is also the task's checkpoint for resume."""
@@ -156,37 +252,33 @@ class Sandbox:
             name = "diff-%s-%s" % (self.id, secrets.token_hex(3))
         return self.handle.pack_diff(name, version)
 
-    def pause(self):
+    def pause(self: _S) -> _S:
+        """Freezes the sandbox (cgroup freezer); exec on it is a Conflict."""
         self.handle.pause()
         return self
 
-    def resume(self):
+    def resume(self: _S) -> _S:
         self.handle.resume()
         return self
 
-    def refresh(self):
+    def refresh(self: _S) -> _S:
         self.handle.refresh()
         return self
 
-    def close(self):
-        """Deletes the sandbox (once; a sandbox already gone is fine)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.handle.delete()
-        except errors.NotFound:
-            pass
-        finally:
-            if self._owns_client:
-                self._client.close()
+    def close(self) -> None:
+        """Deletes the sandbox (once; a sandbox already gone is fine).
+
+        Compatibility: the earlier name of kill(), which also says whether
+        this call deleted it."""
+        self.kill()
 
     delete = close
 
-    def __enter__(self):
+    def __enter__(self: _S) -> _S:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         try:
             self.close()
         except errors.DsecError:
@@ -199,23 +291,28 @@ class Task:
     """A trajectory-log task: Task("job42-ep7").resume(tier=..., layers=...)
     returns a Sandbox in replay mode; .log() the recorded execs."""
 
-    def __init__(self, task_id, socket=None, *, url=None, token=None, client=None, timeout=60.0):
+    def __init__(self, task_id: str, socket: Optional[str] = None, *, url: Optional[str] = None,
+                 token: Optional[str] = None, client: Optional[Client] = None,
+                 timeout: Optional[float] = 60.0) -> None:
         if not isinstance(task_id, str) or not task_id:
             raise errors.InvalidArgument("task_id must be a non-empty string", field="task_id")
         self.task_id = task_id
         self._client, self._owns_client = _client(client, socket, url, token, timeout)
 
     @property
-    def client(self):
+    def client(self) -> Client:
         return self._client
 
-    def sandbox(self, tier="container", layers=None, qos=None, **kw):
+    def sandbox(self, tier: str = "container", layers: Optional[Sequence[str]] = None,
+                qos: Optional[str] = None, **kw: Any) -> Sandbox:
         """A new sandbox recording into this task (Conflict if one is live)."""
         return Sandbox(tier=tier, layers=layers, qos=qos, task_id=self.task_id,
                        client=self._client, **kw)
 
-    def resume(self, tier="container", layers=None, qos=None, *, lang=None, cpus=None,
-               memory_mib=None, pids=None, ttl_s=None):
+    def resume(self, tier: str = "container", layers: Optional[Sequence[str]] = None,
+               qos: Optional[str] = None, *, lang: Optional[str] = None,
+               cpus: Optional[float] = None, memory_mib: Optional[int] = None,
+               pids: Optional[int] = None, ttl_s: Optional[int] = None) -> Sandbox:
         """Resumes the task in a fresh sandbox. Send its commands again in
         order: matching ones return the recorded result without running
         (result.replayed); the first that differs or is new runs live, with
@@ -224,27 +321,27 @@ class Task:
                                 memory_mib=memory_mib, pids=pids, qos=qos, ttl_s=ttl_s)
         return Sandbox._adopt(h, self._client, False)
 
-    def log(self):
+    def log(self) -> JSONObject:
         """Returns {"records": [...], "checkpoints": [...]} (outputs as *_b64)."""
         return self._client.task_log(self.task_id)
 
     @property
-    def records(self):
-        return self.log().get("records", [])
+    def records(self) -> List[Dict[str, Any]]:
+        return list(self.log().get("records", []))
 
-    def delete(self):
+    def delete(self) -> None:
         self._client.delete_task(self.task_id)
 
-    def close(self):
+    def close(self) -> None:
         if self._owns_client:
             self._client.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Task":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Task(%r)" % self.task_id

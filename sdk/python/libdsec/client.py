@@ -1,25 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The daemon client."""
+"""The daemon client (blocking): one method per endpoint."""
 
-from . import errors
-from ._transport import Transport, quote_segment
+from __future__ import annotations
+
+from typing import Any, List, Literal, Optional, Sequence
+
+from . import _protocol as P
+from ._protocol import JSONObject
+from ._transport import Transport
 from .sandbox import SandboxHandle
 
 
-def _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s, user_namespace=None):
-    if not isinstance(tier, str) or not tier:
-        raise errors.InvalidArgument("tier must be a string such as 'container' or 'fncall'",
-                                     field="tier")
-    if isinstance(layers, str):
-        raise errors.InvalidArgument("layers must be a list of refs, e.g. ['base:bookworm']",
-                                     field="layers")
-    body = {"tier": tier}
-    for key, value in (("layers", None if layers is None else list(layers)), ("lang", lang),
-                       ("cpus", cpus), ("memory_mib", memory_mib), ("pids", pids),
-                       ("qos", qos), ("ttl_s", ttl_s), ("user_namespace", user_namespace)):
-        if value is not None:
-            body[key] = value
-    return body
+def _sandbox_body(tier: str, layers: Optional[Sequence[str]], lang: Optional[str],
+                  cpus: Optional[float], memory_mib: Optional[int], pids: Optional[int],
+                  qos: Optional[str], ttl_s: Optional[int],
+                  user_namespace: Optional[bool] = None) -> JSONObject:
+    """Compatibility name of _protocol.sandbox_body."""
+    return P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s, user_namespace)
 
 
 class Client:
@@ -34,85 +31,86 @@ class Client:
     own keep-alive connection.
     """
 
-    def __init__(self, socket_path=None, url=None, token=None, timeout=60.0):
+    def __init__(self, socket_path: Optional[str] = None, url: Optional[str] = None,
+                 token: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
         self._transport = Transport(socket_path=socket_path, url=url, token=token,
                                     timeout=timeout)
 
     @property
-    def endpoint(self):
+    def endpoint(self) -> str:
         return self._transport.endpoint
 
-    def close(self):
+    def close(self) -> None:
         self._transport.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Client(%s)" % self.endpoint
 
     # -- node ---------------------------------------------------------------
 
-    def health(self):
+    def health(self) -> JSONObject:
         """Returns {"status", "version", "tiers": {tier: bool}, "sandboxes": N}."""
-        return self._transport.request_json("GET", "/v1/health")
+        return P.json_object(self._transport.send_json(P.health()), "health")
 
-    def metrics(self):
+    def metrics(self) -> str:
         """Returns the Prometheus text exposition."""
-        resp = self._transport.request("GET", "/metrics", accept="text/plain")
-        return resp.body.decode("utf-8", "replace")
+        return P.parse_metrics(self._transport.send(P.metrics()))
 
     # -- sandboxes ------------------------------------------------------------
 
-    def create(self, tier="container", layers=None, lang=None, cpus=None, memory_mib=None,
-               pids=None, qos=None, ttl_s=None, task_id=None, user_namespace=None):
+    def create(self, tier: str = "container", layers: Optional[Sequence[str]] = None,
+               lang: Optional[str] = None, cpus: Optional[float] = None,
+               memory_mib: Optional[int] = None, pids: Optional[int] = None,
+               qos: Optional[str] = None, ttl_s: Optional[int] = None,
+               task_id: Optional[str] = None,
+               user_namespace: Optional[bool] = None) -> SandboxHandle:
         """Creates a sandbox. Only the arguments given are sent; the daemon
         applies its defaults to the rest. With task_id every exec is recorded
         in that task's trajectory log. user_namespace=True (container tier):
         root inside is an unprivileged host id range of the sandbox's own."""
-        body = _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s, user_namespace)
-        if task_id is not None:
-            body["task_id"] = task_id
-        return SandboxHandle(self, self._transport.request_json("POST", "/v1/sandboxes", body,
-                                                          expect=(201, 200)))
+        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
+                              user_namespace, task_id)
+        return SandboxHandle(self, self._transport.send_json(P.create_sandbox(body)))
 
-    def get(self, sandbox_id):
-        return SandboxHandle(self, self._transport.request_json(
-            "GET", "/v1/sandboxes/" + quote_segment(sandbox_id)))
+    def get(self, sandbox_id: str) -> SandboxHandle:
+        return SandboxHandle(self, self._transport.send_json(P.get_sandbox(sandbox_id)))
 
-    def list(self):
-        obj = self._transport.request_json("GET", "/v1/sandboxes")
-        return [SandboxHandle(self, s) for s in obj.get("sandboxes", [])]
+    def list(self) -> List[SandboxHandle]:
+        obj = self._transport.send_json(P.list_sandboxes())
+        return [SandboxHandle(self, s) for s in P.parse_sandbox_list(obj)]
 
-    def delete(self, sandbox_id):
-        self._transport.request("DELETE", "/v1/sandboxes/" + quote_segment(sandbox_id))
+    def delete(self, sandbox_id: str) -> None:
+        self._transport.send(P.delete_sandbox(sandbox_id))
 
     # -- layers -----------------------------------------------------------------
 
-    def layers(self):
+    def layers(self) -> List[JSONObject]:
         """Returns the node's layers: [{"name", "version", "digest", "parents", ...}]."""
-        return self._transport.request_json("GET", "/v1/layers").get("layers", [])
+        return P.parse_layer_list(self._transport.send_json(P.layers()))
 
-    def build_layer(self, name, version, path, parent=None):
+    def build_layer(self, name: str, version: str, path: str,
+                    parent: Optional[str] = None) -> Any:
         """Builds layer name:version from a directory on the daemon's host."""
-        body = {"name": name, "version": version, "path": path}
-        if parent is not None:
-            body["parent"] = parent
-        return self._transport.request_json("POST", "/v1/layers", body, timeout=max(
-            self._transport.timeout or 0, 600.0))
+        return self._transport.send_json(P.build_layer(name, version, path, parent))
 
-    def remove_layer(self, ref):
+    def remove_layer(self, ref: str) -> None:
         """Removes layer "name:version" (Conflict while a sandbox uses it)."""
-        self._transport.request("DELETE", "/v1/layers/" + quote_segment(ref))
+        self._transport.send(P.remove_layer(ref))
 
     # -- trajectory -------------------------------------------------------------
 
-    def resume(self, task_id, tier="container", layers=None, lang=None, cpus=None,
-               memory_mib=None, pids=None, qos=None, ttl_s=None):
+    def resume(self, task_id: str, tier: str = "container",
+               layers: Optional[Sequence[str]] = None, lang: Optional[str] = None,
+               cpus: Optional[float] = None, memory_mib: Optional[int] = None,
+               pids: Optional[int] = None, qos: Optional[str] = None,
+               ttl_s: Optional[int] = None) -> SandboxHandle:
         """Resumes a preempted task in a fresh sandbox.
 
         Send the task's commands again in order: those matching the recording
@@ -121,13 +119,12 @@ class Client:
         and everything after is live and recorded. The returned Sandbox's
         .recorded is the number of recorded execs.
         """
-        body = _sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s)
-        return SandboxHandle(self, self._transport.request_json(
-            "POST", "/v1/tasks/%s/resume" % quote_segment(task_id), body, expect=(201, 200)))
+        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s)
+        return SandboxHandle(self, self._transport.send_json(P.resume_task(task_id, body)))
 
-    def task_log(self, task_id):
+    def task_log(self, task_id: str) -> JSONObject:
         """Returns {"records": [...], "checkpoints": [...]} (outputs as *_b64)."""
-        return self._transport.request_json("GET", "/v1/tasks/%s/log" % quote_segment(task_id))
+        return P.json_object(self._transport.send_json(P.task_log(task_id)), "task log")
 
-    def delete_task(self, task_id):
-        self._transport.request("DELETE", "/v1/tasks/" + quote_segment(task_id))
+    def delete_task(self, task_id: str) -> None:
+        self._transport.send(P.delete_task(task_id))

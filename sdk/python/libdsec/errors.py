@@ -20,20 +20,29 @@ code), so callers can catch what they can act on:
     TransportError        (also a ConnectionError) the daemon cannot be reached
 """
 
+from __future__ import annotations
+
+import asyncio
 import json
+import socket
+from typing import TYPE_CHECKING, Any, Dict, Optional, Type
+
+if TYPE_CHECKING:
+    from .results import ExecResult
 
 
 class DsecError(Exception):
     """An error reported by the daemon (or found in its answer)."""
 
-    def __init__(self, message, code=None, field=None, status=None):
+    def __init__(self, message: str, code: Optional[str] = None, field: Optional[str] = None,
+                 status: Optional[int] = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.field = field
         self.status = status
 
-    def __str__(self):
+    def __str__(self) -> str:
         parts = []
         if self.code:
             parts.append(self.code)
@@ -83,7 +92,7 @@ class ProtocolError(DsecError):
 class ExecFailed(DsecError):
     """Raised by ExecResult.check(): the command did not exit with status 0."""
 
-    def __init__(self, message, result):
+    def __init__(self, message: str, result: "ExecResult") -> None:
         super().__init__(message, code="EXEC_FAILED")
         self.result = result
 
@@ -91,15 +100,15 @@ class ExecFailed(DsecError):
 class TransportError(DsecError, ConnectionError):
     """The daemon could not be reached, or the connection broke mid-request."""
 
-    def __init__(self, message, endpoint=None):
+    def __init__(self, message: str, endpoint: Optional[str] = None) -> None:
         DsecError.__init__(self, message, code="TRANSPORT")
         self.endpoint = endpoint
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.message
 
 
-_BY_CODE = {
+_BY_CODE: Dict[str, Type[DsecError]] = {
     "INVALID_ARGUMENT": InvalidArgument,
     "NOT_FOUND": NotFound,
     "ALREADY_EXISTS": Conflict,
@@ -111,7 +120,7 @@ _BY_CODE = {
     "INTERNAL": InternalError,
 }
 
-_BY_STATUS = {
+_BY_STATUS: Dict[int, Type[DsecError]] = {
     400: InvalidArgument,
     401: Unauthenticated,
     404: NotFound,
@@ -123,15 +132,19 @@ _BY_STATUS = {
 }
 
 
-def error_from_response(status, body, reason=""):
+def _str_or_none(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) else None
+
+
+def error_from_response(status: int, body: bytes, reason: str = "") -> DsecError:
     """Builds the exception for an HTTP error answer (status >= 400)."""
     code = message = field = None
     try:
         err = json.loads(body.decode("utf-8")).get("error")
         if isinstance(err, dict):
-            code = err.get("code") if isinstance(err.get("code"), str) else None
+            code = _str_or_none(err.get("code"))
             message = err.get("message")
-            field = err.get("field")
+            field = _str_or_none(err.get("field"))
     except (ValueError, AttributeError, UnicodeDecodeError):
         pass
     if not isinstance(message, str) or not message:
@@ -143,12 +156,26 @@ def error_from_response(status, body, reason=""):
     return cls(message, code=code, field=field, status=status)
 
 
-def error_from_object(obj, status=None):
+def error_from_object(obj: Any, status: Optional[int] = None) -> DsecError:
     """Builds the exception for an {"error": {...}} object met mid-stream."""
     err = obj.get("error") if isinstance(obj, dict) else None
     if not isinstance(err, dict):
         return ProtocolError("malformed error object: %r" % (obj,), status=status)
-    code = err.get("code")
-    cls = _BY_CODE.get(code, DsecError)
+    code = _str_or_none(err.get("code"))
+    cls: Type[DsecError] = _BY_CODE.get(code, DsecError) if code else DsecError
     return cls(str(err.get("message") or code or "error"), code=code,
-               field=err.get("field"), status=status)
+               field=_str_or_none(err.get("field")), status=status)
+
+
+def transport_error(endpoint: str, method: str, path: str, exc: BaseException) -> TransportError:
+    """The TransportError for a request that failed on the wire (both clients)."""
+    if isinstance(exc, (socket.timeout, asyncio.TimeoutError)):
+        what = "timed out"
+    else:
+        what = "%s: %s" % (type(exc).__name__, exc)
+    hint = ""
+    if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+        hint = " (is the daemon running? start it with `dsec-vmm serve`)"
+    return TransportError(
+        "dsec-vmm daemon at %s: %s %s failed: %s%s" % (endpoint, method, path, what, hint),
+        endpoint=endpoint)

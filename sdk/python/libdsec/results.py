@@ -1,15 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Value types returned by the client: ExecResult, Divergence, FileEntry."""
+"""Value types returned by the client: ExecResult, CommandResult, Divergence, FileEntry."""
+
+from __future__ import annotations
 
 import base64
 import binascii
 import dataclasses
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from . import errors
 
+JSONObject = Dict[str, Any]
 
-def _b64(obj, key, fallback_key=None):
+
+def _b64(obj: JSONObject, key: str, fallback_key: Optional[str] = None) -> bytes:
     value = obj.get(key)
     if value is None:
         text = obj.get(fallback_key) if fallback_key else None
@@ -18,6 +22,10 @@ def _b64(obj, key, fallback_key=None):
         return base64.b64decode(value, validate=True)
     except (binascii.Error, TypeError) as e:
         raise errors.ProtocolError("%s is not base64: %s" % (key, e))
+
+
+def _opt_int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +38,8 @@ class Divergence:
     not_reapplied: List[int]
 
     @classmethod
-    def from_json(cls, obj):
-        return cls(seq=obj.get("seq"), reason=obj.get("reason"),
+    def from_json(cls, obj: JSONObject) -> "Divergence":
+        return cls(seq=int(obj.get("seq") or 0), reason=str(obj.get("reason") or ""),
                    fields=list(obj.get("fields") or []),
                    not_reapplied=list(obj.get("not_reapplied") or []))
 
@@ -52,16 +60,17 @@ class ExecResult:
     seq: Optional[int]
     replayed: bool
     divergence: Optional[Divergence]
-    raw: dict = dataclasses.field(repr=False, compare=False)
+    raw: JSONObject = dataclasses.field(repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, obj, stdout=None, stderr=None):
+    def from_json(cls, obj: Any, stdout: Optional[bytes] = None,
+                  stderr: Optional[bytes] = None) -> "ExecResult":
         if not isinstance(obj, dict):
             raise errors.ProtocolError("exec result is not an object: %r" % (obj,))
         div = obj.get("divergence")
         return cls(
-            exit_code=obj.get("exit_code"),
-            signal=obj.get("signal"),
+            exit_code=_opt_int(obj.get("exit_code")),
+            signal=_opt_int(obj.get("signal")),
             timed_out=bool(obj.get("timed_out", False)),
             killed_by=obj.get("killed_by"),
             stdout=stdout if stdout is not None else _b64(obj, "stdout_b64", "stdout"),
@@ -69,37 +78,37 @@ class ExecResult:
             stdout_dropped=int(obj.get("stdout_dropped") or 0),
             stderr_dropped=int(obj.get("stderr_dropped") or 0),
             duration_ms=float(obj.get("duration_ms") or 0.0),
-            seq=obj.get("seq"),
+            seq=_opt_int(obj.get("seq")),
             replayed=bool(obj.get("replayed", False)),
             divergence=Divergence.from_json(div) if isinstance(div, dict) else None,
             raw=obj,
         )
 
     @property
-    def stdout_text(self):
+    def stdout_text(self) -> str:
         """stdout decoded as UTF-8, invalid bytes replaced."""
         return self.stdout.decode("utf-8", "replace")
 
     @property
-    def stderr_text(self):
+    def stderr_text(self) -> str:
         return self.stderr.decode("utf-8", "replace")
 
     @property
-    def text(self):
+    def text(self) -> str:
         """Short for stdout_text."""
         return self.stdout_text
 
     @property
-    def duration_s(self):
+    def duration_s(self) -> float:
         return self.duration_ms / 1000.0
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         """True when the command exited with status 0 and nothing killed it."""
         return (self.exit_code == 0 and self.signal is None and not self.timed_out
                 and self.killed_by is None)
 
-    def describe(self):
+    def describe(self) -> str:
         if self.timed_out or self.killed_by == "timeout":
             how = "timed out"
         elif self.killed_by:
@@ -110,7 +119,7 @@ class ExecResult:
             how = "exited with status %s" % self.exit_code
         return how
 
-    def check(self):
+    def check(self) -> "ExecResult":
         """Returns self if ok, else raises ExecFailed carrying this result."""
         if self.ok:
             return self
@@ -122,16 +131,75 @@ class ExecResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class CommandResult:
+    """The result of sandbox.commands.run(), shaped like E2B's CommandResult.
+
+    stdout/stderr are str: the output decoded as UTF-8 with invalid bytes
+    replaced (U+FFFD), so they never raise; stdout_bytes/stderr_bytes are
+    the exact bytes. exit_code is None when the command did not exit by
+    itself (a signal, the timeout or a limit killed it); error then says
+    how, and is None when the command exited (with any status). A non-zero
+    exit is not an exception (E2B raises one): test .ok or call .check().
+    exec_result is the full ExecResult (signal, killed_by, dropped bytes,
+    duration, trajectory seq, replay).
+    """
+
+    exit_code: Optional[int]
+    stdout: str
+    stderr: str
+    error: Optional[str]
+    exec_result: ExecResult = dataclasses.field(repr=False)
+
+    @classmethod
+    def from_exec(cls, r: ExecResult) -> "CommandResult":
+        exited = r.exit_code is not None and r.signal is None and not r.timed_out \
+            and r.killed_by is None
+        return cls(exit_code=r.exit_code, stdout=r.stdout_text, stderr=r.stderr_text,
+                   error=None if exited else "command " + r.describe(), exec_result=r)
+
+    @property
+    def stdout_bytes(self) -> bytes:
+        return self.exec_result.stdout
+
+    @property
+    def stderr_bytes(self) -> bytes:
+        return self.exec_result.stderr
+
+    @property
+    def ok(self) -> bool:
+        return self.exec_result.ok
+
+    @property
+    def duration_s(self) -> float:
+        return self.exec_result.duration_s
+
+    def check(self) -> "CommandResult":
+        """Returns self if ok, else raises ExecFailed (e.result is the ExecResult)."""
+        self.exec_result.check()
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
 class FileEntry:
+    """One directory entry. path (the listed directory joined with name) is
+    filled by files.list() and not part of equality."""
+
     name: str
     type: str  # "file" | "dir" | "symlink" | "other"
     size: int
     mode: int
+    path: str = dataclasses.field(default="", compare=False)
 
     @classmethod
-    def from_json(cls, obj):
+    def from_json(cls, obj: JSONObject, directory: Optional[str] = None) -> "FileEntry":
         mode = obj.get("mode", 0)
         if isinstance(mode, str):  # tolerate "0644"
             mode = int(mode, 8)
-        return cls(name=obj.get("name"), type=obj.get("type"),
-                   size=int(obj.get("size") or 0), mode=int(mode))
+        name = obj.get("name")
+        if not isinstance(name, str):
+            raise errors.ProtocolError("file entry without a name: %r" % (obj,))
+        path = ""
+        if directory is not None:
+            path = directory.rstrip("/") + "/" + name if directory != "/" else "/" + name
+        return cls(name=name, type=str(obj.get("type") or "other"),
+                   size=int(obj.get("size") or 0), mode=int(mode), path=path)

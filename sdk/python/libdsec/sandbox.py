@@ -1,56 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Sandbox handles and streamed exec."""
+"""Sandbox handles and streamed exec (the blocking client)."""
 
-import base64
-import binascii
+from __future__ import annotations
+
 import http.client
-import json
+from types import TracebackType
+from typing import (TYPE_CHECKING, Any, Iterator, List, Literal, Mapping, Optional, Sequence,
+                    Tuple, Type)
 
+from . import _protocol as P
 from . import errors
-from ._transport import query, quote_segment
+from ._protocol import Command, JSONObject, Stdin, WriteData
+from ._protocol import exec_body  # noqa: F401  (kept importable from here)
 from .results import ExecResult, FileEntry
 
-_DEFAULT_EXEC_SLACK_S = 600.0  # socket timeout for an exec without timeout_s
-
-
-def exec_body(tier, argv_or_code, args=None, stdin=None, env=None, cwd=None,
-              timeout_s=None, idempotent=False):
-    """Builds the exec request body. A str is fncall code, a list an argv."""
-    body = {}
-    if isinstance(argv_or_code, str):
-        if tier == "container":
-            raise errors.InvalidArgument(
-                "a container sandbox runs an argv list, not a code string; "
-                "use ['sh', '-c', script] to run a shell script", field="code")
-        body["code"] = argv_or_code
-        if args is not None:
-            body["argv"] = [str(a) for a in args]
-    elif isinstance(argv_or_code, (list, tuple)):
-        if args is not None:
-            raise errors.InvalidArgument("args= goes with a code string, not an argv list",
-                                         field="argv")
-        if not argv_or_code or not all(isinstance(a, str) for a in argv_or_code):
-            raise errors.InvalidArgument("argv must be a non-empty list of strings", field="argv")
-        body["argv"] = list(argv_or_code)
-    else:
-        raise TypeError("exec takes a code str or an argv list, got %s"
-                        % type(argv_or_code).__name__)
-    if stdin is not None:
-        if isinstance(stdin, str):
-            body["stdin"] = stdin
-        elif isinstance(stdin, (bytes, bytearray, memoryview)):
-            body["stdin_b64"] = base64.b64encode(bytes(stdin)).decode("ascii")
-        else:
-            raise TypeError("stdin must be str or bytes, got %s" % type(stdin).__name__)
-    if env is not None:
-        body["env"] = {str(k): str(v) for k, v in env.items()}
-    if cwd is not None:
-        body["cwd"] = cwd
-    if timeout_s is not None:
-        body["timeout_s"] = timeout_s
-    if idempotent:
-        body["idempotent"] = True
-    return body
+if TYPE_CHECKING:
+    from ._transport import Transport
+    from .client import Client
 
 
 class ExecStream:
@@ -65,64 +31,50 @@ class ExecStream:
     stream and drops the connection (the command runs on to its end).
     """
 
-    def __init__(self, transport, conn, resp, method, path):
+    def __init__(self, transport: "Transport", conn: http.client.HTTPConnection,
+                 resp: http.client.HTTPResponse, method: str, path: str) -> None:
         self._transport = transport
         self._conn = conn
-        self._resp = resp
-        self._where = "%s %s" % (method, path)
-        self._out = []
-        self._err = []
-        self.result = None
-        self.deferred_bytes = None
+        self._resp: Optional[http.client.HTTPResponse] = resp
+        self._method = method
+        self._path = path
+        self._decoder = P.StreamDecoder("%s %s" % (method, path))
 
-    def __iter__(self):
+    @property
+    def result(self) -> Optional[ExecResult]:
+        return self._decoder.result
+
+    @property
+    def deferred_bytes(self) -> Optional[int]:
+        return self._decoder.deferred_bytes
+
+    def __iter__(self) -> Iterator[Tuple[str, bytes]]:
         return self
 
-    def __next__(self):
-        if self._resp is None:
-            raise StopIteration
-        while True:
+    def __next__(self) -> Tuple[str, bytes]:
+        while self._resp is not None:
             try:
                 line = self._resp.readline()
             except (OSError, http.client.HTTPException) as e:
                 self._abandon()
-                raise self._transport._fail("POST", self._where, e) from e
+                raise self._transport._fail(self._method, self._path, e) from e
             if not line:
                 self._abandon()
-                raise errors.ProtocolError("%s: stream ended without an exit record" % self._where)
-            line = line.strip()
-            if not line:
-                continue
+                raise self._decoder.ended_early()
             try:
-                obj = json.loads(line.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError) as e:
+                chunk = self._decoder.feed(line)
+            except BaseException:
                 self._abandon()
-                raise errors.ProtocolError("%s: bad stream line %r: %s" % (self._where, line[:200], e))
-            if not isinstance(obj, dict):
-                self._abandon()
-                raise errors.ProtocolError("%s: stream line is not an object" % self._where)
-            if "stream" in obj:
-                try:
-                    data = base64.b64decode(obj.get("data_b64") or "", validate=True)
-                except (binascii.Error, TypeError) as e:
-                    self._abandon()
-                    raise errors.ProtocolError("%s: data_b64 is not base64: %s" % (self._where, e))
-                stream = obj["stream"]
-                (self._err if stream == "stderr" else self._out).append(data)
-                return stream, data
-            if "exit" in obj:
-                self.result = ExecResult.from_json(obj["exit"], stdout=b"".join(self._out),
-                                                   stderr=b"".join(self._err))
-                self.deferred_bytes = int(obj.get("deferred_bytes") or 0)
+                raise
+            if chunk is not None:
+                return chunk
+            if self._decoder.result is not None:
                 self._finish()
-                raise StopIteration
-            if "error" in obj:
-                self._abandon()
-                raise errors.error_from_object(obj, status=200)
-            # Unknown line kinds are skipped: the daemon may add some later.
+        raise StopIteration
 
-    def _finish(self):
+    def _finish(self) -> None:
         resp, self._resp = self._resp, None
+        assert resp is not None
         try:
             rest = resp.read()  # the terminating chunk
         except (OSError, http.client.HTTPException):
@@ -130,28 +82,28 @@ class ExecStream:
             return
         self._transport.release(self._conn, not rest and not resp.will_close)
 
-    def _abandon(self):
+    def _abandon(self) -> None:
         if self._resp is not None:
             self._resp = None
             self._transport.discard(self._conn)
 
-    def wait(self):
+    def wait(self) -> Optional[ExecResult]:
         """Consumes the rest of the stream and returns the ExecResult."""
         for _ in self:
             pass
         return self.result
 
-    def close(self):
+    def close(self) -> None:
         self._abandon()
 
-    def __enter__(self):
+    def __enter__(self) -> "ExecStream":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __del__(self):
+    def __del__(self) -> None:
         if getattr(self, "_resp", None) is not None:
             try:
                 self._conn.close()
@@ -159,142 +111,97 @@ class ExecStream:
                 pass
 
 
-class SandboxHandle:
+class SandboxHandle(P.SandboxFields):
     """A handle on one sandbox. Thread-safe as far as the daemon is: the
     handle holds no connection, only the id and the last known state."""
 
-    def __init__(self, client, info):
+    def __init__(self, client: "Client", info: Any) -> None:
         self._client = client
         self._update(info)
 
-    def _update(self, info):
-        if not isinstance(info, dict) or not isinstance(info.get("id"), str):
-            raise errors.ProtocolError("sandbox object without an id: %r" % (info,))
-        self.info = info
-        self.id = info["id"]
-        self.tier = info.get("tier")
-        self.state = info.get("state")
-        self.layers = info.get("layers")
-        self.cpus = info.get("cpus")
-        self.memory_mib = info.get("memory_mib")
-        self.pids = info.get("pids")
-        self.qos = info.get("qos")
-        # Whether sched/ placed the sandbox by its qos, why not, and where:
-        # {"qos", "cpus", "mems", "mechanism", "cgroup"} or None.
-        self.qos_applied = bool(info.get("qos_applied", False))
-        self.qos_reason = info.get("qos_reason")
-        self.placement = info.get("placement")
-        self.task_id = info.get("task_id")
-        self.created_unix_ms = info.get("created_unix_ms")
-        self.expires_unix_ms = info.get("expires_unix_ms")
-        self.execs = info.get("execs")
-        if "recorded" in info:
-            self.recorded = info.get("recorded")
-        elif not hasattr(self, "recorded"):
-            self.recorded = None
-
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "SandboxHandle(id=%r, tier=%r, state=%r)" % (self.id, self.tier, self.state)
 
     @property
-    def _path(self):
-        return "/v1/sandboxes/" + quote_segment(self.id)
-
-    @property
-    def _t(self):
+    def _t(self) -> "Transport":
         return self._client._transport
-
-    def _exec_timeout(self, timeout_s):
-        base = self._t.timeout or 60.0
-        return base + (timeout_s if timeout_s is not None else _DEFAULT_EXEC_SLACK_S)
 
     # -- exec ---------------------------------------------------------------
 
-    def exec(self, argv_or_code, stdin=None, env=None, cwd=None, timeout_s=None,
-             idempotent=False, args=None):
+    def exec(self, argv_or_code: Command, stdin: Optional[Stdin] = None,
+             env: Optional[Mapping[str, Any]] = None, cwd: Optional[str] = None,
+             timeout_s: Optional[int] = None, idempotent: bool = False,
+             args: Optional[Sequence[Any]] = None) -> ExecResult:
         """Runs a command to completion and returns its ExecResult.
 
         A list is an argv (container tier); a str is code for the fncall tier
         (args= gives it extra arguments). stdin may be str or bytes.
         """
-        body = exec_body(self.tier, argv_or_code, args, stdin, env, cwd, timeout_s, idempotent)
-        obj = self._t.request_json("POST", self._path + "/exec", body,
-                                   timeout=self._exec_timeout(timeout_s), expect=(200,))
-        return ExecResult.from_json(obj)
+        body = P.exec_body(self.tier, argv_or_code, args, stdin, env, cwd, timeout_s, idempotent)
+        return self.exec_body(body)
 
-    def exec_stream(self, argv_or_code, stdin=None, env=None, cwd=None, timeout_s=None,
-                    idempotent=False, args=None):
+    def exec_body(self, body: JSONObject) -> ExecResult:
+        """Runs a prepared exec request body (see _protocol.exec_body)."""
+        return ExecResult.from_json(self._t.send_json(P.exec_command(self.id, body)))
+
+    def exec_stream(self, argv_or_code: Command, stdin: Optional[Stdin] = None,
+                    env: Optional[Mapping[str, Any]] = None, cwd: Optional[str] = None,
+                    timeout_s: Optional[int] = None, idempotent: bool = False,
+                    args: Optional[Sequence[Any]] = None) -> ExecStream:
         """Like exec, but returns an ExecStream yielding (stream, bytes) chunks
         while the command runs, then holding the ExecResult in .result."""
-        body = exec_body(self.tier, argv_or_code, args, stdin, env, cwd, timeout_s, idempotent)
-        path = self._path + "/exec/stream"
-        conn, resp = self._t.open("POST", path, json.dumps(body).encode("utf-8"),
-                                  accept="application/x-ndjson",
-                                  timeout=self._exec_timeout(timeout_s))
-        if resp.status >= 400:
-            try:
-                data = resp.read()
-            except (OSError, http.client.HTTPException):
-                data = b""
-            self._t.release(conn, not resp.will_close)
-            raise errors.error_from_response(resp.status, data, resp.reason)
-        return ExecStream(self._t, conn, resp, "POST", path)
+        body = P.exec_body(self.tier, argv_or_code, args, stdin, env, cwd, timeout_s, idempotent)
+        return self.exec_stream_body(body)
+
+    def exec_stream_body(self, body: JSONObject) -> ExecStream:
+        call = P.exec_command(self.id, body, stream=True)
+        conn, resp = self._t.open_stream(call)
+        return ExecStream(self._t, conn, resp, call.method, call.target)
 
     # -- files ----------------------------------------------------------------
 
-    def read_file(self, path):
+    def read_file(self, path: str) -> bytes:
         """Returns the file's bytes (NotFound if it does not exist)."""
-        resp = self._t.request("GET", "%s/files?%s" % (self._path, query(path=path)),
-                               accept="application/octet-stream")
-        return resp.body
+        return self._t.send(P.read_file(self.id, path)).body
 
-    def write_file(self, path, data, mode=0o644):
+    def write_file(self, path: str, data: WriteData, mode: int = 0o644) -> None:
         """Writes data (bytes, or str as UTF-8) to path, creating parent directories."""
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        elif not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError("data must be bytes or str, got %s" % type(data).__name__)
-        if not isinstance(mode, int) or not 0 <= mode <= 0o7777:
-            raise errors.InvalidArgument("mode must be an int in 0..0o7777, got %r" % (mode,),
-                                         field="mode")
-        self._t.request("PUT", "%s/files?%s" % (self._path, query(path=path, mode="%04o" % mode)),
-                        body=bytes(data), content_type="application/octet-stream")
+        self._t.send(P.write_file(self.id, path, data, mode))
 
-    def list_files(self, path):
+    def list_files(self, path: str) -> List[FileEntry]:
         """Returns the directory's entries as FileEntry values."""
-        obj = self._t.request_json("GET", "%s/files/list?%s" % (self._path, query(path=path)))
-        return [FileEntry.from_json(e) for e in obj.get("entries", [])]
+        return P.parse_file_list(self._t.send_json(P.list_files(self.id, path)), path)
 
     # -- lifecycle --------------------------------------------------------------
 
-    def pack_diff(self, name, version):
+    def pack_diff(self, name: str, version: str) -> JSONObject:
         """Captures the sandbox's changes as layer name:version.
 
         Returns {"layer": "name:version", "digest": "sha256:...", "size_bytes": N}.
         """
-        return self._t.request_json("POST", self._path + "/pack_diff",
-                                    {"name": name, "version": version})
+        return P.json_object(self._t.send_json(P.pack_diff(self.id, name, version)), "pack_diff")
 
-    def pause(self):
-        self._update(self._t.request_json("POST", self._path + "/pause"))
+    def pause(self) -> "SandboxHandle":
+        self._update(self._t.send_json(P.pause(self.id)))
         return self
 
-    def resume(self):
-        self._update(self._t.request_json("POST", self._path + "/resume"))
+    def resume(self) -> "SandboxHandle":
+        self._update(self._t.send_json(P.resume(self.id)))
         return self
 
-    def refresh(self):
-        self._update(self._t.request_json("GET", self._path))
+    def refresh(self) -> "SandboxHandle":
+        self._update(self._t.send_json(P.get_sandbox(self.id)))
         return self
 
-    def delete(self):
-        self._t.request("DELETE", self._path)
+    def delete(self) -> None:
+        self._t.send(P.delete_sandbox(self.id))
         self.state = "deleted"
 
-    def __enter__(self):
+    def __enter__(self) -> "SandboxHandle":
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         try:
             self.delete()
         except errors.NotFound:

@@ -4,7 +4,9 @@
 It serves HTTP/1.1 (keep-alive) on a unix socket in a temp dir, or on TCP
 loopback, records every request exactly as received, and answers each with
 the next scripted reply. It knows nothing of the API: tests assert the
-requests and script the answers.
+requests and script the answers. A reply may also be raw bytes (for the
+asyncio client's HTTP framing: chunk extensions, trailers, a body that
+ends with the connection, a broken answer).
 """
 
 import dataclasses
@@ -45,6 +47,8 @@ class Reply:
     content_type: str = "application/json"
     chunks: list = None        # bytes, or threading.Event to wait on before the next chunk
     drop_after: bool = False   # close the connection after replying, without saying so
+    raw: bytes = None          # sent verbatim instead of a response built from the above
+    headers: dict = None       # extra response headers
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -71,11 +75,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                       body=body, connection=self.conn_no)
         with fake.lock:
             fake.requests.append(req)
+            fake.arrived.notify_all()
             reply = fake.replies.popleft() if fake.replies else None
         if reply is None:
             reply = Reply(500, json.dumps({"error": {"code": "INTERNAL",
                                                      "message": "fake: no reply scripted"}}).encode())
+        if reply.raw is not None:
+            self.wfile.write(reply.raw)
+            self.wfile.flush()
+            self.close_connection = reply.drop_after
+            return
         self.send_response(reply.status)
+        for k, v in (reply.headers or {}).items():
+            self.send_header(k, v)
         if reply.status != 204:
             self.send_header("Content-Type", reply.content_type)
         if reply.chunks is not None:
@@ -84,7 +96,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             for c in reply.chunks:
                 if isinstance(c, threading.Event):
                     self.wfile.flush()
-                    c.wait(10)
+                    if not c.wait(10):
+                        with fake.lock:
+                            fake.gate_timeouts += 1
                     continue
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
                 self.wfile.flush()
@@ -127,9 +141,11 @@ class FakeDaemon:
 
     def __init__(self, tcp=False):
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
         self.requests = []
         self.replies = deque()
         self.connections = 0
+        self.gate_timeouts = 0   # chunk gates (threading.Event) that were never set
         self.tmpdir = tempfile.mkdtemp(prefix="dsec-sdk-fake-")
         if tcp:
             self.server = _TcpServer(("127.0.0.1", 0), _Handler)
@@ -145,17 +161,23 @@ class FakeDaemon:
         self.thread.start()
 
     def reply(self, status=200, obj=None, body=b"", content_type="application/json",
-              chunks=None, drop_after=False):
+              chunks=None, drop_after=False, raw=None, headers=None):
         if obj is not None:
             body = json.dumps(obj).encode("utf-8")
         with self.lock:
-            self.replies.append(Reply(status, body, content_type, chunks, drop_after))
+            self.replies.append(Reply(status, body, content_type, chunks, drop_after, raw,
+                                      headers))
 
     def error(self, status, code, message="fake error", field=None):
         err = {"code": code, "message": message}
         if field is not None:
             err["field"] = field
         self.reply(status, {"error": err})
+
+    def wait_requests(self, n, timeout=10):
+        """Waits until n requests have arrived; returns whether they did."""
+        with self.lock:
+            return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
 
     def last(self):
         with self.lock:
