@@ -33,6 +33,22 @@ class MonotonicClock : public Clock {
   }
 };
 
+// CLOCK_REALTIME: wall time (nanoseconds since the epoch), for deadlines a
+// client sees as dates (a sandbox's TTL). Stateless; Get() returns a
+// process-wide instance.
+class WallClock : public Clock {
+ public:
+  static const WallClock& Get() {
+    static const WallClock clock;
+    return clock;
+  }
+  int64_t NowNs() const override {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+};
+
 // A clock that only moves when told to, for tests. Thread-safe.
 class FakeClock : public Clock {
  public:

@@ -26,8 +26,12 @@ packages=(
   # the Linux guest kernel (tools/build-guest-kernel.sh): Debian's kernel
   # source and what its build needs (objtool needs libelf)
   linux-source-6.1 flex bison bc libelf-dev cpio xz-utils
-  # tests and tools
-  python3 python3-pytest procps util-linux iproute2 kmod
+  # tests and tools (python3-mypy: the SDK's type check)
+  python3 python3-pytest python3-mypy procps util-linux iproute2 kmod
+  # the nested test bed (tests/nested): QEMU TCG with SVM runs L1, whose
+  # kernel comes from Debian's archive (zstd unpacks it) and whose scratch
+  # disk is ext4 (e2fsprogs)
+  zstd e2fsprogs
 )
 
 if [ "$(id -u)" -ne 0 ]; then

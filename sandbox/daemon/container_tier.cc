@@ -272,6 +272,20 @@ std::string FreezerCgroupName(const std::string& sandbox_id) {
   return absl::StrCat("dsec-frz-", sandbox_id);
 }
 
+const TierTraits& ContainerTier::traits() const {
+  static const TierTraits kTraits = [] {
+    TierTraits t;
+    t.name = "container";
+    t.exec_form = TierTraits::ExecForm::kArgv;
+    t.default_cwd = "/";
+    t.user_namespace = true;
+    t.persistent_files = true;
+    t.default_layers = [](const std::string&) { return std::vector<std::string>{"base:bookworm"}; };
+    return t;
+  }();
+  return kTraits;
+}
+
 ContainerTier::ContainerTier(ContainerTierOptions options) : options_(std::move(options)) {
   if (options_.init_pool == 0) return;
   auto pool = container::InitPool::Create(options_.state_root, options_.init_pool);

@@ -33,7 +33,7 @@ class ContainerTier : public Tier {
  public:
   explicit ContainerTier(ContainerTierOptions options);
   ~ContainerTier() override;
-  std::string name() const override { return "container"; }
+  const TierTraits& traits() const override;
   absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override;
   // Thaws freezer cgroups of orphans (a frozen process cannot die), then
   // container::CleanupOrphans.

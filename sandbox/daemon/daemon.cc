@@ -18,6 +18,14 @@ namespace dsec::daemon {
 using nlohmann::json;
 
 namespace {
+FncallTierOptions FncallOptions(const DaemonOptions& o) {
+  FncallTierOptions fo;
+  fo.state_root = o.fncall_state_root;
+  fo.max_workers_per_pool = o.fncall_max_workers;
+  fo.max_unused_pools = o.fncall_max_unused_pools;
+  return fo;
+}
+
 MicrovmTierOptions MicrovmOptions(const DaemonOptions& o) {
   MicrovmTierOptions m;
   if (!o.microvm_state_root.empty()) m.state_root = o.microvm_state_root;
@@ -27,19 +35,24 @@ MicrovmTierOptions MicrovmOptions(const DaemonOptions& o) {
 }
 }  // namespace
 
-json CleanupPreviousRun(const DaemonOptions& o) {
+std::vector<std::unique_ptr<Tier>> MakeTiers(const DaemonOptions& o) {
+  // The tiers this node offers: one registration line each.
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::make_unique<ContainerTier>(
+      ContainerTierOptions{o.container_state_root, o.upper_size_bytes, o.container_init_pool}));
+  tiers.push_back(std::make_unique<FncallTier>(FncallOptions(o)));
+  tiers.push_back(std::make_unique<MicrovmTier>(MicrovmOptions(o)));
+  return tiers;
+}
+
+json CleanupPreviousRun(const std::vector<std::unique_ptr<Tier>>& tiers) {
   json found = json::object();
-  ContainerTier ct({o.container_state_root, o.upper_size_bytes});
-  auto c = ct.CleanupOrphans();
-  found["container_sandboxes"] = c.ok() ? *c : 0;
-  if (!c.ok()) found["container_error"] = c.status().ToString();
-  FncallTier ft({o.fncall_state_root});
-  auto f = ft.CleanupOrphans();
-  found["fncall_pools"] = f.ok() ? *f : 0;
-  if (!f.ok()) found["fncall_error"] = f.status().ToString();
-  auto m = MicrovmTier(MicrovmOptions(o)).CleanupOrphans();
-  found["microvm_sandboxes"] = m.ok() ? *m : 0;
-  if (!m.ok()) found["microvm_error"] = m.status().ToString();
+  for (const auto& t : tiers) {
+    const TierTraits& traits = t->traits();
+    auto n = t->CleanupOrphans();
+    found[absl::StrCat(traits.name, "_", traits.orphans)] = n.ok() ? *n : 0;
+    if (!n.ok()) found[absl::StrCat(traits.name, "_error")] = n.status().ToString();
+  }
   return found;
 }
 
@@ -61,7 +74,8 @@ int RunDaemon(DaemonOptions o) {
       DSEC_LOG(warn, "daemon: state root on tmpfs: {}", m.status().ToString());
     }
   }
-  json recovered = CleanupPreviousRun(o);
+  std::vector<std::unique_ptr<Tier>> tiers = MakeTiers(o);
+  json recovered = CleanupPreviousRun(tiers);
 
   std::unique_ptr<trajectory::TrajectoryStore> store;
   if (!o.trajectory_dir.empty()) {
@@ -86,15 +100,7 @@ int RunDaemon(DaemonOptions o) {
   // previous run's QoS cgroups went with its sandboxes' records above.
   if (o.qos_placement && o.service.qos == nullptr) o.service.qos = QosPlacer::ForHost();
 
-  std::map<std::string, std::unique_ptr<Tier>> tiers;
-  tiers["container"] = std::make_unique<ContainerTier>(
-      ContainerTierOptions{o.container_state_root, o.upper_size_bytes, o.container_init_pool});
-  FncallTierOptions fo;
-  fo.state_root = o.fncall_state_root;
-  fo.max_workers_per_pool = o.fncall_max_workers;
-  fo.max_unused_pools = o.fncall_max_unused_pools;
-  tiers["fncall"] = std::make_unique<FncallTier>(fo);
-  tiers["microvm"] = std::make_unique<MicrovmTier>(MicrovmOptions(o));
+  o.service.unavailable_tiers.emplace("fullvm", "the full-VM tier (libvirt/QEMU) is not built yet");
   Service service(o.service, std::move(tiers), std::move(store));
   service.SetRecovered(recovered);
 

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 #include "sandbox/daemon/http_server.h"
@@ -35,9 +37,12 @@ struct DaemonOptions {
   std::string microvm_rootfs;
 };
 
-// Removes container sandboxes and fncall pools of dead owners under the
-// state roots (processes, mounts, cgroups) and reports what it found.
-nlohmann::json CleanupPreviousRun(const DaemonOptions& options);
+// The tiers this node offers, configured from the options.
+std::vector<std::unique_ptr<Tier>> MakeTiers(const DaemonOptions& options);
+// Each tier's orphan cleanup (sandboxes and pools of dead owners under its
+// state root: processes, mounts, cgroups), and what it found:
+// {"<tier>_<orphans>": N, "<tier>_error": "..." when it failed}.
+nlohmann::json CleanupPreviousRun(const std::vector<std::unique_ptr<Tier>>& tiers);
 
 // Runs the daemon until SIGTERM or SIGINT; returns the exit status.
 // Blocks those signals in the calling thread first (call it before

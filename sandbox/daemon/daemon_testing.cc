@@ -21,19 +21,25 @@ absl::Status BuildBusyboxLayer(const std::string& store_root, const std::string&
 }
 
 LayerResolver StoreResolver(const std::string& store_root, const std::string& fncall_image) {
-  return [store_root, fncall_image](const std::string& tier, const std::string&,
-                                    const std::vector<std::string>& refs)
+  return [store_root, fncall_image](const std::string& tier, const std::vector<std::string>& refs)
              -> absl::StatusOr<std::vector<std::string>> {
-    if (refs.empty() && tier == "fncall") return std::vector<std::string>{fncall_image};
     DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(store_root));
     std::vector<std::string> images;
-    std::vector<std::string> want = refs;
-    if (want.empty()) want.emplace_back("bb:1");
-    for (const std::string& ref : want) {
-      DSEC_ASSIGN_OR_RETURN(std::vector<layers::LayerInfo> chain, store.Chain(ref));
-      for (const layers::LayerInfo& l : chain) {
-        if (std::find(images.begin(), images.end(), l.image_path) == images.end()) images.push_back(l.image_path);
+    auto add = [&images](const std::string& image) {
+      if (std::find(images.begin(), images.end(), image) == images.end()) images.push_back(image);
+    };
+    for (const std::string& ref : refs) {
+      // The tiers' default layers stand for what the test built: the
+      // busybox layer for base:bookworm (the fncall image brings its own
+      // root), the fncall image for python:1.
+      if (ref == "base:bookworm" && tier == "fncall") continue;
+      if (ref == "python:1") {
+        add(fncall_image);
+        continue;
       }
+      const std::string want = ref == "base:bookworm" ? "bb:1" : ref;
+      DSEC_ASSIGN_OR_RETURN(std::vector<layers::LayerInfo> chain, store.Chain(want));
+      for (const layers::LayerInfo& l : chain) add(l.image_path);
     }
     return images;
   };

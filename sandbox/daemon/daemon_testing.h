@@ -17,8 +17,9 @@ namespace dsec::daemon::testing {
 
 // Builds a busybox tree and stores it as bb:1 in `store_root`.
 absl::Status BuildBusyboxLayer(const std::string& store_root, const std::string& work_dir);
-// refs -> store chains (bottom first); no refs: bb:1 (container) or
-// `fncall_image` (fncall).
+// refs -> store chains (bottom first); the tiers' default layers map to
+// what tests build: base:bookworm -> bb:1 (none for fncall, whose image is
+// a whole root), python:1 -> `fncall_image`.
 LayerResolver StoreResolver(const std::string& store_root, const std::string& fncall_image);
 
 std::unique_ptr<httplib::Client> UnixClient(const std::string& socket_path);

@@ -1,25 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/daemon/errors.h"
 
-#include "absl/strings/cord.h"
 
 namespace dsec::daemon {
-
-namespace {
-constexpr char kFieldPayload[] = "dsec.dev/field";
-}
-
-absl::Status InvalidField(const std::string& field, const std::string& message) {
-  absl::Status s = absl::InvalidArgumentError(message);
-  s.SetPayload(kFieldPayload, absl::Cord(field));
-  return s;
-}
-
-std::optional<std::string> ErrorField(const absl::Status& status) {
-  auto p = status.GetPayload(kFieldPayload);
-  if (!p) return std::nullopt;
-  return std::string(*p);
-}
 
 std::string ErrorCodeName(absl::StatusCode code) {
   switch (code) {

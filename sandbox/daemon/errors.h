@@ -8,13 +8,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "base/json_fields.h"
 
 namespace dsec::daemon {
 
-// InvalidArgument naming the request field at fault.
-absl::Status InvalidField(const std::string& field, const std::string& message);
-// The field an error names, if any.
-std::optional<std::string> ErrorField(const absl::Status& status);
+// InvalidArgument naming the request field at fault, and the field an error
+// names: base/json_fields.h (InvalidField, FieldOf).
 // INVALID_ARGUMENT, NOT_FOUND, ... (the contract's names).
 std::string ErrorCodeName(absl::StatusCode code);
 int HttpStatusFor(absl::StatusCode code);

@@ -110,7 +110,7 @@ void StreamedExec::Finish() {
   const absl::StatusOr<json>& r = *result_;
   if (!r.ok()) {
     json err = {{"code", ErrorCodeName(r.status().code())}, {"message", std::string(r.status().message())}};
-    if (auto f = ErrorField(r.status())) err["field"] = *f;
+    if (auto f = FieldOf(r.status())) err["field"] = *f;
     tail_.push_back(json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     return;
   }

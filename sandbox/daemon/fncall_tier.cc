@@ -86,6 +86,25 @@ class FncallTierSandbox : public TierSandbox {
 
 }  // namespace
 
+const TierTraits& FncallTier::traits() const {
+  static const TierTraits kTraits = [] {
+    TierTraits t;
+    t.name = "fncall";
+    t.langs = {"python", "bash"};
+    t.exec_form = TierTraits::ExecForm::kCode;
+    t.default_cwd = "/tmp";
+    // Each call starts from a fresh scratch directory: nothing is left.
+    t.persistent_files = false;
+    t.orphans = "pools";
+    t.default_layers = [](const std::string& lang) {
+      return lang == "python" ? std::vector<std::string>{"base:bookworm", "python:1"}
+                              : std::vector<std::string>{"base:bookworm"};
+    };
+    return t;
+  }();
+  return kTraits;
+}
+
 FncallTier::~FncallTier() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, shared] : pools_) {

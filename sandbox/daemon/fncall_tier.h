@@ -34,7 +34,7 @@ class FncallTier : public Tier {
  public:
   explicit FncallTier(FncallTierOptions options) : options_(std::move(options)) {}
   ~FncallTier() override;
-  std::string name() const override { return "fncall"; }
+  const TierTraits& traits() const override;
   absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override;
   absl::StatusOr<int> CleanupOrphans() override;
   int pools() const;

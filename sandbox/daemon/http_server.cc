@@ -27,7 +27,7 @@ constexpr char kJson[] = "application/json";
 
 void SendError(httplib::Response& res, const absl::Status& s, int http_status = 0) {
   json err = {{"code", ErrorCodeName(s.code())}, {"message", std::string(s.message())}};
-  if (auto f = ErrorField(s)) err["field"] = *f;
+  if (auto f = FieldOf(s)) err["field"] = *f;
   res.status = http_status != 0 ? http_status : HttpStatusFor(s.code());
   res.set_content(json{{"error", err}}.dump(), kJson);
 }

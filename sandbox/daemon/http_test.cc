@@ -72,12 +72,12 @@ class DaemonHttpTest : public ::testing::Test {
     so.resolve_layers = testing::StoreResolver(Store(), fncall_image);
     so.layer_store = Store();
     so.start_reaper = true;
-    std::map<std::string, std::unique_ptr<Tier>> tiers;
-    tiers["container"] = std::make_unique<ContainerTier>(ContainerTierOptions{run + "/ctr", 16 << 20});
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<ContainerTier>(ContainerTierOptions{run + "/ctr", 16 << 20}));
     FncallTierOptions fo;
     fo.state_root = run + "/fn";
     fo.max_workers_per_pool = 2;
-    tiers["fncall"] = std::make_unique<FncallTier>(fo);
+    tiers.push_back(std::make_unique<FncallTier>(fo));
     ::mkdir((run + "/ctr").c_str(), 0700);
     ::mkdir((run + "/fn").c_str(), 0700);
     auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});

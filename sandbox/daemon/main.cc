@@ -120,17 +120,17 @@ int main(int argc, char** argv) {
   lo.store_root = store;
   lo.dsec_vmm = dir + "/dsec-vmm";
   lo.build_script = dsec::layers::FindBaseLayerScript(lo.dsec_vmm);
-  o.service.resolve_layers = [lo](const std::string& tier, const std::string& lang,
-                                  const std::vector<std::string>& refs)
+  o.service.resolve_layers = [lo](const std::string&, const std::vector<std::string>& refs)
       -> absl::StatusOr<std::vector<std::string>> {
-    if (!refs.empty() || tier != "fncall" || lang != "python") return dsec::layers::ResolveLayerRefs(refs, lo);
-    auto python = dsec::layers::ResolveLayerRefs({kPythonToolkit}, lo);
-    if (absl::IsNotFound(python.status())) {
-      return absl::FailedPreconditionError(
-          "the python:1 layer is missing: run `dsec-vmm sandbox run --tier fncall -- 'print(1)'` once "
-          "(it builds it) or name layers explicitly");
+    auto images = dsec::layers::ResolveLayerRefs(refs, lo);
+    if (absl::IsNotFound(images.status()) &&
+        std::find(refs.begin(), refs.end(), kPythonToolkit) != refs.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the ", kPythonToolkit, " layer is missing: run `dsec-vmm sandbox run --tier fncall -- "
+          "'print(1)'` once (it builds it) or name layers explicitly (",
+          images.status().message(), ")"));
     }
-    return python;
+    return images;
   };
   return dsec::daemon::RunDaemon(std::move(o));
 }

@@ -45,8 +45,8 @@ std::vector<double> LatencyBounds() {
 }
 }  // namespace
 
-Metrics::Metrics() {
-  for (const char* tier : {"container", "fncall", "microvm"}) {
+Metrics::Metrics(const std::vector<std::string>& tiers) {
+  for (const std::string& tier : tiers) {
     create_ms.emplace(std::piecewise_construct, std::forward_as_tuple(tier),
                       std::forward_as_tuple(LatencyBounds()));
     exec_ms.emplace(std::piecewise_construct, std::forward_as_tuple(tier),

@@ -28,7 +28,8 @@ class Histogram {
 };
 
 struct Metrics {
-  Metrics();
+  // One histogram and counter per tier the node offers.
+  explicit Metrics(const std::vector<std::string>& tiers);
   std::map<std::string, Histogram> create_ms;  // per tier
   std::map<std::string, Histogram> exec_ms;    // per tier
   std::map<std::string, std::atomic<uint64_t>> execs_total;  // per tier

@@ -93,6 +93,19 @@ class MicrovmTierSandbox : public TierSandbox {
 
 }  // namespace
 
+const TierTraits& MicrovmTier::traits() const {
+  static const TierTraits kTraits = [] {
+    TierTraits t;
+    t.name = "microvm";
+    t.exec_form = TierTraits::ExecForm::kArgv;
+    t.default_cwd = "/";
+    t.persistent_files = true;
+    t.default_layers = [](const std::string&) { return std::vector<std::string>{"base:bookworm"}; };
+    return t;
+  }();
+  return kTraits;
+}
+
 MicrovmTier::MicrovmTier(MicrovmTierOptions options) : options_(std::move(options)) {
   options_.sandbox.state_root = options_.state_root;
   launcher_ = options_.launcher != nullptr ? options_.launcher

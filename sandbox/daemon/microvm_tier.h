@@ -31,7 +31,7 @@ struct MicrovmTierOptions {
 class MicrovmTier : public Tier {
  public:
   explicit MicrovmTier(MicrovmTierOptions options);
-  std::string name() const override { return "microvm"; }
+  const TierTraits& traits() const override;
   absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override;
   absl::StatusOr<int> CleanupOrphans() override;
   // OK when creates can succeed on this host, else the Unavailable status

@@ -112,8 +112,8 @@ class MicrovmDaemonTest : public ::testing::Test {
   void Start(MicrovmTierOptions o, LayerResolver resolver, const std::string& store,
              std::shared_ptr<QosPlacer> qos = nullptr) {
     o.state_root = state_root_;
-    std::map<std::string, std::unique_ptr<Tier>> tiers;
-    tiers["microvm"] = std::make_unique<MicrovmTier>(std::move(o));
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<MicrovmTier>(std::move(o)));
     ServiceOptions so;
     so.resolve_layers = std::move(resolver);
     so.layer_store = store;
@@ -151,7 +151,7 @@ TEST_F(MicrovmDaemonTest, OnAHostWithEmulatedCpl0CreateFailsFastWith503) {
   // Resolving the default layers may build base:bookworm (minutes): a tier
   // the host cannot run must fail before that.
   auto resolved = std::make_shared<int>(0);
-  Start(o, [resolved](const std::string&, const std::string&, const std::vector<std::string>&) {
+  Start(o, [resolved](const std::string&, const std::vector<std::string>&) {
     ++*resolved;
     return absl::StatusOr<std::vector<std::string>>(std::vector<std::string>{});
   }, "");

@@ -12,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "sandbox/daemon/errors.h"
+#include "sandbox/daemon/requests.h"
 #include "sandbox/daemon/service_internal.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -21,18 +23,12 @@ namespace dsec::daemon {
 
 using nlohmann::json;
 
-int64_t NowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 namespace {
 
 std::string NewId() {
   uint8_t b[8];
   if (::getrandom(b, sizeof(b), 0) != sizeof(b)) {
-    uint64_t x = static_cast<uint64_t>(NowMs()) ^ (static_cast<uint64_t>(::getpid()) << 40);
+    uint64_t x = static_cast<uint64_t>(WallClock::Get().NowNs()) ^ (static_cast<uint64_t>(::getpid()) << 40);
     memcpy(b, &x, sizeof(b));
   }
   std::string id = "sb-";
@@ -40,25 +36,39 @@ std::string NewId() {
   return id;
 }
 
-std::vector<std::string> DefaultLayerNames(const std::string& tier, const std::string& lang) {
-  if (tier == "fncall" && lang == "python") return {"base:bookworm", "python:1"};
-  return {"base:bookworm"};
-}
-
-bool ValidTaskId(const std::string& t) {
-  if (t.empty() || t.size() > 128 || t[0] == '.') return false;
-  for (char c : t) {
-    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
-Service::Service(ServiceOptions options, std::map<std::string, std::unique_ptr<Tier>> tiers,
+namespace {
+std::vector<std::string> TierNames(const std::vector<std::unique_ptr<Tier>>& tiers) {
+  std::vector<std::string> names;
+  for (const auto& t : tiers) names.push_back(t->name());
+  return names;
+}
+}  // namespace
+
+Service::Service(ServiceOptions options, std::vector<std::unique_ptr<Tier>> tiers,
                  std::unique_ptr<trajectory::TrajectoryStore> trajectories)
-    : options_(std::move(options)), tiers_(std::move(tiers)), trajectories_(std::move(trajectories)) {
+    : options_(std::move(options)), trajectories_(std::move(trajectories)), metrics_(TierNames(tiers)) {
+  for (auto& t : tiers) {
+    const std::string name = t->name();
+    DSEC_CHECK(tiers_.emplace(name, std::move(t)).second);  // one registration per tier
+  }
   if (options_.start_reaper) reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+int64_t Service::NowMs() const {
+  const Clock& clock = options_.wall_clock != nullptr ? *options_.wall_clock : WallClock::Get();
+  return clock.NowNs() / 1'000'000;
+}
+
+absl::StatusOr<Tier*> Service::FindTier(const std::string& name) const {
+  if (auto it = tiers_.find(name); it != tiers_.end()) return it->second.get();
+  if (auto it = options_.unavailable_tiers.find(name); it != options_.unavailable_tiers.end()) {
+    return absl::UnavailableError(absl::StrCat("the ", name, " tier is not available on this node: ", it->second));
+  }
+  std::vector<std::string> names;
+  for (const auto& [n, t] : tiers_) names.push_back(n);
+  return InvalidField("tier", absl::StrCat("tier must be one of ", absl::StrJoin(names, ", ")));
 }
 
 Service::~Service() {
@@ -116,7 +126,11 @@ json Service::Health() const {
   json h;
   h["status"] = "ok";
   h["version"] = kVersion;
-  h["tiers"] = {{"container", false}, {"fncall", false}, {"microvm", false}, {"fullvm", false}};
+  h["tiers"] = json::object();
+  for (const auto& [name, why] : options_.unavailable_tiers) {
+    h["tiers"][name] = false;
+    h["tiers_unavailable"][name] = why;
+  }
   // A tier present but unusable on this host (microvm where guest kernel
   // code is emulated) is false, with the reason.
   for (const auto& [name, tier] : tiers_) {
@@ -135,7 +149,7 @@ json Service::Health() const {
 std::string Service::MetricsText() const {
   std::string out;
   std::map<std::pair<std::string, std::string>, int> counts;
-  for (const char* t : {"container", "fncall", "microvm"}) {
+  for (const auto& [t, tier] : tiers_) {
     counts[{t, "running"}] = 0;
     counts[{t, "paused"}] = 0;
   }
@@ -253,110 +267,45 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::Find(const std::string&
   return it->second;
 }
 
-namespace {
-
-// Field accessors that name the field on a type error.
-absl::Status CheckObject(const json& body) {
-  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::optional<int64_t>> OptInt(const json& body, const char* field, int64_t lo, int64_t hi) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
-  if (!it->is_number_integer()) return InvalidField(field, absl::StrCat(field, " must be an integer"));
-  int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                  ? INT64_MAX
-                  : it->get<int64_t>();
-  if (v < lo || v > hi) {
-    return InvalidField(field, absl::StrCat(field, " must be between ", lo, " and ", hi));
-  }
-  return std::optional<int64_t>(v);
-}
-
-absl::StatusOr<std::optional<std::string>> OptString(const json& body, const char* field) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::optional<std::string>();
-  if (!it->is_string()) return InvalidField(field, absl::StrCat(field, " must be a string"));
-  return std::optional<std::string>(it->get<std::string>());
-}
-
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json& body,
                                                                     std::optional<std::string> forced_task) {
-  DSEC_RETURN_IF_ERROR(CheckObject(body));
-  static const std::set<std::string> kKnown = {"tier", "layers", "lang", "cpus", "memory_mib", "pids",
-                                               "qos", "ttl_s", "task_id", "user_namespace"};
-  for (auto it = body.begin(); it != body.end(); ++it) {
-    if (kKnown.count(it.key()) == 0) return InvalidField(it.key(), absl::StrCat("unknown field ", it.key()));
-  }
+  DSEC_ASSIGN_OR_RETURN(CreateRequest req, ParseCreateRequest(body, RequestLimits{options_.max_ttl_s,
+                                                                                  options_.max_timeout_s}));
+  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(req.tier));
+  const TierTraits& traits = tier->traits();
   auto e = std::make_shared<Entry>();
-  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> tier, OptString(body, "tier"));
-  if (!tier) return InvalidField("tier", "tier is required (container, fncall or microvm)");
-  if (*tier == "fullvm") {
-    return absl::UnavailableError(absl::StrCat("the ", *tier, " tier is not available on this node"));
-  }
-  if (*tier != "container" && *tier != "fncall" && *tier != "microvm") {
-    return InvalidField("tier", "tier must be container, fncall or microvm");
-  }
-  if (tiers_.count(*tier) == 0) {
-    return absl::UnavailableError(absl::StrCat("the ", *tier, " tier is not available on this node"));
-  }
-  e->tier = *tier;
-  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> lang, OptString(body, "lang"));
-  if (lang) {
-    if (e->tier != "fncall") return InvalidField("lang", "lang applies to the fncall tier only");
-    if (*lang != "python" && *lang != "bash") return InvalidField("lang", "lang must be python or bash");
-    e->lang = *lang;
-  } else if (e->tier == "fncall") {
-    e->lang = "python";
-  }
-  if (auto it = body.find("layers"); it != body.end() && !it->is_null()) {
-    if (!it->is_array() || it->size() > 64) return InvalidField("layers", "layers must be a list of at most 64 references");
-    for (const json& l : *it) {
-      if (!l.is_string() || l.get<std::string>().empty() || l.get<std::string>().size() > 512) {
-        return InvalidField("layers", "each layer must be a non-empty string");
-      }
-      e->refs.push_back(l.get<std::string>());
+  e->tier = traits.name;
+  if (req.lang) {
+    if (traits.langs.empty()) return InvalidField("lang", absl::StrCat("the ", traits.name, " tier takes no lang"));
+    if (std::find(traits.langs.begin(), traits.langs.end(), *req.lang) == traits.langs.end()) {
+      return InvalidField("lang", absl::StrCat("lang must be one of ", absl::StrJoin(traits.langs, ", ")));
     }
+    e->lang = *req.lang;
+  } else if (!traits.langs.empty()) {
+    e->lang = traits.langs.front();
   }
-  e->layers = e->refs.empty() ? DefaultLayerNames(e->tier, e->lang) : e->refs;
-  if (auto it = body.find("cpus"); it != body.end() && !it->is_null()) {
-    if (!it->is_number() || it->get<double>() <= 0 || it->get<double>() > 1024) {
-      return InvalidField("cpus", "cpus must be a number in (0, 1024]");
+  e->refs = req.layers;
+  e->layers = e->refs.empty() ? traits.default_layers(e->lang) : e->refs;
+  if (req.cpus) e->cpus = *req.cpus;
+  if (req.memory_mib) e->memory_mib = *req.memory_mib;
+  if (req.pids) e->pids = *req.pids;
+  if (req.qos) e->qos = *req.qos;
+  if (req.user_namespace.value_or(false)) {
+    if (!traits.user_namespace) {
+      return InvalidField("user_namespace", absl::StrCat("the ", traits.name, " tier takes no user_namespace"));
     }
-    e->cpus = it->get<double>();
+    e->user_namespace = true;
   }
-  DSEC_ASSIGN_OR_RETURN(auto mem, OptInt(body, "memory_mib", 16, 1 << 20));
-  if (mem) e->memory_mib = static_cast<uint64_t>(*mem);
-  DSEC_ASSIGN_OR_RETURN(auto pids, OptInt(body, "pids", 8, 1 << 20));
-  if (pids) e->pids = static_cast<uint64_t>(*pids);
-  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> qos, OptString(body, "qos"));
-  if (qos) {
-    if (*qos != "ls" && *qos != "be") return InvalidField("qos", "qos must be ls or be");
-    e->qos = *qos;
-  }
-  if (auto it = body.find("user_namespace"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return InvalidField("user_namespace", "user_namespace must be true or false");
-    if (it->get<bool>() && e->tier != "container") {
-      return InvalidField("user_namespace", "user_namespace applies to the container tier only");
-    }
-    e->user_namespace = it->get<bool>();
-  }
-  DSEC_ASSIGN_OR_RETURN(auto ttl, OptInt(body, "ttl_s", 1, options_.max_ttl_s));
-  DSEC_ASSIGN_OR_RETURN(std::optional<std::string> task, OptString(body, "task_id"));
+  std::optional<std::string> task = req.task_id;
   if (forced_task) {
     if (task) return InvalidField("task_id", "task_id comes from the URL on resume");
     task = forced_task;
   }
   if (task) {
-    if (!ValidTaskId(*task)) {
-      return InvalidField("task_id", "task_id must be 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
-    }
     if (!trajectories_) return absl::UnavailableError("this daemon has no trajectory store");
     e->task_id = task;
   }
+  const std::optional<int64_t> ttl = req.ttl_s;
   e->id = NewId();
   e->created_ms = NowMs();
   if (ttl) e->expires_ms = e->created_ms + *ttl * 1000;
@@ -410,12 +359,13 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> Service::MakeTierSandbox(
   if (!options_.resolve_layers) return absl::InternalError("no layer resolver configured");
   // A tier this host cannot run fails before its layers are resolved (a
   // default layer may be built first, which takes minutes).
-  DSEC_RETURN_IF_ERROR(tiers_.at(e.tier)->Availability());
-  // A checkpoint layer (extra_refs) brings its parents, so on top of the
-  // tier default it stands alone.
-  std::vector<std::string> refs = e.refs;
+  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(e.tier));
+  DSEC_RETURN_IF_ERROR(tier->Availability());
+  // The requested layers or the tier's defaults, a checkpoint layer
+  // (extra_refs, which brings its parents) on top.
+  std::vector<std::string> refs = e.refs.empty() ? tier->traits().default_layers(e.lang) : e.refs;
   refs.insert(refs.end(), extra_refs.begin(), extra_refs.end());
-  auto images = options_.resolve_layers(e.tier, e.lang, refs);
+  auto images = options_.resolve_layers(e.tier, refs);
   if (!images.ok()) {
     if (absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())) {
       return InvalidField("layers", std::string(images.status().message()));
@@ -435,7 +385,7 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> Service::MakeTierSandbox(
     std::lock_guard<std::mutex> lock(e.qos_mu);
     if (e.qos_lease) spec.isolation = e.qos_lease->isolation();
   }
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<TierSandbox> sb, tiers_.at(e.tier)->Create(spec));
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<TierSandbox> sb, tier->Create(spec));
   e.images = *images;
   return sb;
 }

@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "base/clock.h"
 #include "sandbox/daemon/metrics.h"
 #include "sandbox/daemon/qos_placer.h"
 #include "sandbox/daemon/tier.h"
@@ -34,10 +35,11 @@ namespace dsec::daemon {
 inline constexpr char kVersion[] = "0.1.0";
 inline constexpr char kDefaultTrajectoryDir[] = "/var/lib/dsec-vmm/trajectories";
 
-// Turns a create request's layer references into image files, lowest
-// first. `refs` empty = the tier's default layers.
+// Turns a sandbox's layer references (the request's, or the tier's
+// defaults from its TierTraits, a checkpoint layer possibly on top) into
+// image files, lowest first.
 using LayerResolver = std::function<absl::StatusOr<std::vector<std::string>>(
-    const std::string& tier, const std::string& lang, const std::vector<std::string>& refs)>;
+    const std::string& tier, const std::vector<std::string>& refs)>;
 
 struct ServiceOptions {
   int max_sandboxes = 256;
@@ -53,6 +55,12 @@ struct ServiceOptions {
   // Places sandboxes created with a qos (null: none is placed, each says
   // why in qos_reason).
   std::shared_ptr<QosPlacer> qos;
+  // Tiers the API names that this node does not offer, with why: a create
+  // asking for one is answered 503 with the reason, and health lists them.
+  std::map<std::string, std::string> unavailable_tiers;
+  // For TTLs (wall time, as expires_unix_ms shows them); null: the real
+  // wall clock. Tests drive the reaper with a FakeClock.
+  const Clock* wall_clock = nullptr;
 };
 
 // What a streamed exec sees besides its result. Both run on the thread
@@ -71,9 +79,9 @@ struct ExecObserver {
 // held while a tier works.
 class Service {
  public:
-  // Takes the tiers present on this host (name -> tier) and the trajectory
-  // store (may be null: no task support).
-  Service(ServiceOptions options, std::map<std::string, std::unique_ptr<Tier>> tiers,
+  // Takes the tiers this node offers (each registered once, by its traits'
+  // name) and the trajectory store (may be null: no task support).
+  Service(ServiceOptions options, std::vector<std::unique_ptr<Tier>> tiers,
           std::unique_ptr<trajectory::TrajectoryStore> trajectories);
   ~Service();
   Service(const Service&) = delete;
@@ -116,6 +124,10 @@ class Service {
   struct Entry;
   struct Parsed;
   absl::StatusOr<std::shared_ptr<Entry>> Find(const std::string& id) const;
+  // The tier a request names: InvalidArgument (field "tier") for a name
+  // the node does not know, Unavailable for one it lists as unavailable.
+  absl::StatusOr<Tier*> FindTier(const std::string& name) const;
+  int64_t NowMs() const;
   absl::StatusOr<std::shared_ptr<Entry>> CreateEntry(const nlohmann::json& body,
                                                      std::optional<std::string> forced_task);
   // Resolves e's layers (plus extra_refs on top) and creates the tier
@@ -134,7 +146,7 @@ class Service {
   void ReaperLoop();
 
   const ServiceOptions options_;
-  std::map<std::string, std::unique_ptr<Tier>> tiers_;
+  std::map<std::string, std::unique_ptr<Tier>> tiers_;  // by traits().name
   std::unique_ptr<trajectory::TrajectoryStore> trajectories_;
   mutable Metrics metrics_;
   std::atomic<int> running_execs_{0};

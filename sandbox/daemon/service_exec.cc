@@ -9,6 +9,7 @@
 #include "sandbox/container/layer_mounts.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/service.h"
+#include "sandbox/daemon/requests.h"
 #include "sandbox/daemon/service_internal.h"
 #include "sandbox/layers/layer_metadata.h"
 #include "sandbox/layers/layer_store.h"
@@ -86,94 +87,37 @@ struct ParsedExec {
   trajectory::ExecRequest request;
 };
 
-absl::StatusOr<ParsedExec> ParseExec(const json& body, const std::string& tier, const std::string& lang,
+absl::StatusOr<ParsedExec> ParseExec(const json& body, const TierTraits& traits, const std::string& lang,
                                      const ServiceOptions& options) {
-  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  static const std::set<std::string> kKnown = {"argv", "code", "stdin", "stdin_b64", "env",
-                                               "cwd", "timeout_s", "idempotent"};
-  for (auto it = body.begin(); it != body.end(); ++it) {
-    if (kKnown.count(it.key()) == 0) return InvalidField(it.key(), absl::StrCat("unknown field ", it.key()));
-  }
+  DSEC_ASSIGN_OR_RETURN(ExecRequestBody b, ParseExecRequest(body, RequestLimits{options.max_ttl_s,
+                                                                                options.max_timeout_s}));
   ParsedExec p;
-  if (auto it = body.find("argv"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) return InvalidField("argv", "argv must be a list of strings");
-    size_t total = 0;
-    for (const json& a : *it) {
-      if (!a.is_string()) return InvalidField("argv", "argv must be a list of strings");
-      std::string s = a.get<std::string>();
-      if (s.find('\0') != std::string::npos) return InvalidField("argv", "argv holds a NUL byte");
-      total += s.size();
-      p.spec.argv.push_back(std::move(s));
-    }
-    if (p.spec.argv.size() > trajectory::kMaxArgv || total > trajectory::kMaxArgBytes / 2) {
-      return InvalidField("argv", "argv is too long");
-    }
+  p.spec.argv = std::move(b.argv);
+  const bool script = traits.exec_form == TierTraits::ExecForm::kCode;
+  if (b.code) {
+    if (!script) return InvalidField("code", absl::StrCat("the ", traits.name, " tier runs argv, not code"));
+    p.spec.code = std::move(*b.code);
+  } else if (script) {
+    return InvalidField("code", absl::StrCat("code is required for the ", traits.name, " tier"));
   }
-  if (auto it = body.find("code"); it != body.end() && !it->is_null()) {
-    if (tier != "fncall") return InvalidField("code", "code applies to the fncall tier (use argv)");
-    if (!it->is_string()) return InvalidField("code", "code must be a string");
-    p.spec.code = it->get<std::string>();
-    if (p.spec.code.empty()) return InvalidField("code", "code must not be empty");
-    if (p.spec.code.size() > trajectory::kMaxArgBytes / 2) return InvalidField("code", "code is too long");
-  } else if (tier == "fncall") {
-    return InvalidField("code", "code is required for the fncall tier");
-  }
-  if (tier == "container" && p.spec.argv.empty()) {
+  if (!script && p.spec.argv.empty()) {
     return InvalidField("argv", "argv is required (a non-empty list of strings)");
   }
-  bool has_stdin = body.contains("stdin") && !body["stdin"].is_null();
-  bool has_b64 = body.contains("stdin_b64") && !body["stdin_b64"].is_null();
-  if (has_stdin && has_b64) return InvalidField("stdin_b64", "give stdin or stdin_b64, not both");
-  if (has_stdin) {
-    if (!body["stdin"].is_string()) return InvalidField("stdin", "stdin must be a string");
-    p.spec.stdin_data = body["stdin"].get<std::string>();
-  } else if (has_b64) {
-    if (!body["stdin_b64"].is_string()) return InvalidField("stdin_b64", "stdin_b64 must be a string");
-    auto d = Base64Decode(body["stdin_b64"].get<std::string>());
-    if (!d.ok()) return InvalidField("stdin_b64", "stdin_b64 is not valid base64");
-    p.spec.stdin_data = std::move(*d);
-  }
-  if (auto it = body.find("env"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) return InvalidField("env", "env must be an object of strings");
-    for (auto kv = it->begin(); kv != it->end(); ++kv) {
-      const std::string& k = kv.key();
-      if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
-        return InvalidField("env", absl::StrCat("invalid variable name \"", k, "\""));
-      }
-      if (!kv->is_string() || kv->get<std::string>().find('\0') != std::string::npos) {
-        return InvalidField("env", absl::StrCat("env.", k, " must be a string without NUL"));
-      }
-      p.spec.env[k] = kv->get<std::string>();
-    }
-  }
-  if (auto it = body.find("cwd"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return InvalidField("cwd", "cwd must be a string");
-    p.spec.cwd = it->get<std::string>();
-    if (p.spec.cwd.empty() || p.spec.cwd[0] != '/' || p.spec.cwd.size() > 4096 ||
-        p.spec.cwd.find('\0') != std::string::npos) {
-      return InvalidField("cwd", "cwd must be an absolute path");
-    }
-  }
-  p.spec.timeout_ms = options.default_timeout_s * 1000;
-  if (auto it = body.find("timeout_s"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > options.max_timeout_s) {
-      return InvalidField("timeout_s", absl::StrCat("timeout_s must be an integer in [1, ", options.max_timeout_s, "]"));
-    }
-    p.spec.timeout_ms = it->get<int64_t>() * 1000;
-  }
-  if (auto it = body.find("idempotent"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return InvalidField("idempotent", "idempotent must be true or false");
-    p.request.idempotent = it->get<bool>();
-  }
+  p.spec.stdin_data = std::move(b.stdin_data);
+  p.spec.env = std::move(b.env);
+  p.spec.cwd = std::move(b.cwd);
+  p.spec.timeout_ms = b.timeout_s.value_or(options.default_timeout_s) * 1000;
+  p.request.idempotent = b.idempotent;
   p.spec.output_cap_bytes = options.output_cap_bytes;
-  // What identifies the command in the trajectory.
-  if (tier == "fncall") {
+  // What identifies the command in the trajectory: a script by its
+  // language and text, then its arguments.
+  if (script) {
     p.request.argv = {lang, "-c", p.spec.code};
     p.request.argv.insert(p.request.argv.end(), p.spec.argv.begin(), p.spec.argv.end());
   } else {
     p.request.argv = p.spec.argv;
   }
-  p.request.cwd = p.spec.cwd.empty() ? (tier == "fncall" ? "/tmp" : "/") : p.spec.cwd;
+  p.request.cwd = p.spec.cwd.empty() ? traits.default_cwd : p.spec.cwd;
   std::vector<std::string> env;
   for (const auto& [k, v] : p.spec.env) env.push_back(absl::StrCat(k, "=", v));
   p.request.env_digest = trajectory::DigestEnv(env);
@@ -202,7 +146,8 @@ ExecOutcome FromRecord(const trajectory::Record& r) {
 
 absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, const ExecObserver* observer) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  DSEC_ASSIGN_OR_RETURN(ParsedExec p, ParseExec(body, e->tier, e->lang, options_));
+  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(e->tier));
+  DSEC_ASSIGN_OR_RETURN(ParsedExec p, ParseExec(body, tier->traits(), e->lang, options_));
   if (observer != nullptr) p.spec.on_output = observer->on_output;
   if (running_execs_.fetch_add(1) >= options_.max_concurrent_execs) {
     running_execs_.fetch_sub(1);
@@ -253,8 +198,9 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
     e.sandbox = std::move(fresh);
     e.layers.push_back(*plan.checkpoint_layer);
   }
+  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(e.tier));
   for (const trajectory::Record& r : plan.rerun) {
-    if (e.tier != "container") break;  // fncall calls leave no files behind
+    if (!tier->traits().persistent_files) break;  // such calls leave no files behind
     ExecSpec again;
     again.argv = r.request.argv;
     again.cwd = r.request.cwd;
@@ -278,7 +224,7 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
 }
 
 absl::StatusOr<json> Service::RunLive(Entry& e, const trajectory::ExecRequest& req, const ExecSpec& spec) {
-  const int64_t start_ns = NowMs() * 1000000;
+  const int64_t start_ns = NowMs() * 1'000'000;
   DSEC_ASSIGN_OR_RETURN(ExecOutcome out, e.sandbox->Exec(spec));
   metrics_.exec_ms.at(e.tier).Observe(out.duration_ms);
   metrics_.execs_total[e.tier]++;
@@ -311,15 +257,9 @@ absl::StatusOr<json> Service::RunLive(Entry& e, const trajectory::ExecRequest& r
 }
 
 absl::StatusOr<json> Service::PackDiff(const std::string& id, const json& body) {
-  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  std::string name, version;
-  for (const char* f : {"name", "version"}) {
-    auto it = body.find(f);
-    if (it == body.end() || !it->is_string() || !layers::IsValidNameComponent(it->get<std::string>())) {
-      return InvalidField(f, absl::StrCat(f, " is required: letters, digits, . _ - (no ':' or '/')"));
-    }
-    (std::string(f) == "name" ? name : version) = it->get<std::string>();
-  }
+  DSEC_ASSIGN_OR_RETURN(PackDiffRequest pack, ParsePackDiffRequest(body));
+  const std::string& name = pack.name;
+  const std::string& version = pack.version;
   if (options_.layer_store.empty()) return absl::UnavailableError("this daemon has no layer store");
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(options_.layer_store));
@@ -389,27 +329,14 @@ absl::StatusOr<json> Service::ListLayers() const {
 }
 
 absl::StatusOr<json> Service::AddLayer(const json& body) {
-  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  DSEC_ASSIGN_OR_RETURN(AddLayerRequest add, ParseAddLayerRequest(body));
   if (options_.layer_store.empty()) return absl::UnavailableError("this daemon has no layer store");
   layers::BuildRequest req;
-  for (const char* f : {"name", "version"}) {
-    auto it = body.find(f);
-    if (it == body.end() || !it->is_string() || !layers::IsValidNameComponent(it->get<std::string>())) {
-      return InvalidField(f, absl::StrCat(f, " is required: letters, digits, . _ -"));
-    }
-    (std::string(f) == "name" ? req.name : req.version) = it->get<std::string>();
-  }
-  auto path = body.find("path");
-  if (path == body.end() || !path->is_string() || path->get<std::string>().empty() ||
-      path->get<std::string>()[0] != '/') {
-    return InvalidField("path", "path must be an absolute directory on the host");
-  }
-  if (auto it = body.find("parent"); it != body.end() && !it->is_null()) {
-    if (!it->is_string() || it->get<std::string>().empty()) return InvalidField("parent", "parent must be a layer reference");
-    req.parents.push_back(it->get<std::string>());
-  }
+  req.name = add.name;
+  req.version = add.version;
+  if (add.parent) req.parents.push_back(*add.parent);
   DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(options_.layer_store));
-  auto built = store.Build(path->get<std::string>(), req);
+  auto built = store.Build(add.path, req);
   if (!built.ok()) {
     if (absl::IsNotFound(built.status())) {
       return absl::Status(built.status().code(), built.status().message());

@@ -43,6 +43,6 @@ struct Service::Entry {
   std::unique_ptr<trajectory::Replayer> replayer;
 };
 
-int64_t NowMs();
+
 
 }  // namespace dsec::daemon

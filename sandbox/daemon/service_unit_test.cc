@@ -69,7 +69,15 @@ class FakeSandbox : public TierSandbox {
 class FakeTier : public Tier {
  public:
   explicit FakeTier(FakeState* s) : s_(s) {}
-  std::string name() const override { return "container"; }
+  const TierTraits& traits() const override {
+    static const TierTraits kTraits = [] {
+      TierTraits t;
+      t.name = "container";
+      t.default_layers = [](const std::string&) { return std::vector<std::string>{"base:bookworm"}; };
+      return t;
+    }();
+    return kTraits;
+  }
   absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override {
     if (spec.isolation) s_->isolated++;
     return std::unique_ptr<TierSandbox>(new FakeSandbox(s_));
@@ -88,20 +96,23 @@ class ServiceUnitTest : public ::testing::Test {
     dir_.emplace(std::move(*dir));
   }
   std::unique_ptr<Service> Make(int max_sandboxes = 8, bool reaper = false,
-                                std::shared_ptr<QosPlacer> qos = nullptr) {
+                                std::shared_ptr<QosPlacer> qos = nullptr,
+                                const Clock* wall_clock = nullptr) {
     ServiceOptions o;
+    o.wall_clock = wall_clock;
     o.qos = std::move(qos);
     o.max_sandboxes = max_sandboxes;
     o.start_reaper = reaper;
-    o.resolve_layers = [](const std::string&, const std::string&, const std::vector<std::string>& refs)
+    o.unavailable_tiers.emplace("fullvm", "not built here");
+    o.resolve_layers = [](const std::string&, const std::vector<std::string>& refs)
         -> absl::StatusOr<std::vector<std::string>> {
       for (const auto& r : refs) {
         if (r == "missing:1") return absl::NotFoundError("no layer missing:1");
       }
       return std::vector<std::string>{"/fake.erofs"};
     };
-    std::map<std::string, std::unique_ptr<Tier>> tiers;
-    tiers["container"] = std::make_unique<FakeTier>(&state_);
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<FakeTier>(&state_));
     auto store = trajectory::TrajectoryStore::Open(dir_->path() + "/trj", {});
     EXPECT_TRUE(store.ok());
     return std::make_unique<Service>(o, std::move(tiers), std::move(*store));
@@ -110,27 +121,35 @@ class ServiceUnitTest : public ::testing::Test {
   std::optional<container::testing::TempDir> dir_;
 };
 
-std::string FieldOf(const absl::StatusOr<json>& r) { return ErrorField(r.status()).value_or(""); }
+std::string FieldName(const absl::StatusOr<json>& r) { return dsec::FieldOf(r.status()).value_or(""); }
 
 TEST_F(ServiceUnitTest, ValidationErrorsNameTheField) {
   auto svc = Make();
-  EXPECT_EQ(FieldOf(svc->Create(json::object())), "tier");
-  EXPECT_EQ(FieldOf(svc->Create({{"tier", "container"}, {"memory_mib", "big"}})), "memory_mib");
-  EXPECT_EQ(FieldOf(svc->Create({{"tier", "container"}, {"memory_mib", 1}})), "memory_mib");
-  EXPECT_EQ(FieldOf(svc->Create({{"tier", "container"}, {"qos", "fast"}})), "qos");
-  EXPECT_EQ(FieldOf(svc->Create({{"tier", "container"}, {"task_id", "../x"}})), "task_id");
-  EXPECT_EQ(FieldOf(svc->Create({{"tier", "container"}, {"bogus", 1}})), "bogus");
-  EXPECT_EQ(FieldOf(svc->Create({{"tier", "container"}, {"layers", {"missing:1"}}})), "layers");
-  EXPECT_EQ(svc->Create({{"tier", "microvm"}}).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(svc->Create({{"tier", "fncall"}}).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(FieldName(svc->Create(json::object())), "tier");
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"memory_mib", "big"}})), "memory_mib");
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"memory_mib", 1}})), "memory_mib");
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"qos", "fast"}})), "qos");
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"task_id", "../x"}})), "task_id");
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"bogus", 1}})), "bogus");
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"layers", {"missing:1"}}})), "layers");
+  // A tier the node lists as unavailable is 503 with the reason; one it does
+  // not know is bad input naming the tiers it offers.
+  auto fullvm = svc->Create({{"tier", "fullvm"}});
+  EXPECT_EQ(fullvm.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(fullvm.status().message().find("not built here"), absl::string_view::npos);
+  auto fncall = svc->Create({{"tier", "fncall"}});
+  EXPECT_EQ(FieldName(fncall), "tier");
+  EXPECT_NE(fncall.status().message().find("one of container"), absl::string_view::npos) << fncall.status();
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"lang", "python"}})), "lang");
+  EXPECT_EQ(FieldName(svc->Create({{"tier", "container"}, {"user_namespace", "yes"}})), "user_namespace");
   auto sb = svc->Create({{"tier", "container"}});
   ASSERT_TRUE(sb.ok()) << sb.status();
   const std::string id = (*sb)["id"];
-  EXPECT_EQ(FieldOf(svc->Exec(id, json::object())), "argv");
-  EXPECT_EQ(FieldOf(svc->Exec(id, {{"argv", {"true"}}, {"timeout_s", 0}})), "timeout_s");
-  EXPECT_EQ(FieldOf(svc->Exec(id, {{"argv", {"true"}}, {"cwd", "rel"}})), "cwd");
-  EXPECT_EQ(FieldOf(svc->Exec(id, {{"argv", {"true"}}, {"stdin_b64", "!!"}})), "stdin_b64");
-  EXPECT_EQ(FieldOf(svc->Exec(id, {{"argv", {"true"}}, {"env", {{"A=B", "x"}}}})), "env");
+  EXPECT_EQ(FieldName(svc->Exec(id, json::object())), "argv");
+  EXPECT_EQ(FieldName(svc->Exec(id, {{"argv", {"true"}}, {"timeout_s", 0}})), "timeout_s");
+  EXPECT_EQ(FieldName(svc->Exec(id, {{"argv", {"true"}}, {"cwd", "rel"}})), "cwd");
+  EXPECT_EQ(FieldName(svc->Exec(id, {{"argv", {"true"}}, {"stdin_b64", "!!"}})), "stdin_b64");
+  EXPECT_EQ(FieldName(svc->Exec(id, {{"argv", {"true"}}, {"env", {{"A=B", "x"}}}})), "env");
   EXPECT_EQ(svc->Exec("sb-nope", {{"argv", {"true"}}}).status().code(), absl::StatusCode::kNotFound);
   // Nothing was left behind by the refused requests.
   EXPECT_EQ(svc->sandbox_count(), 1);
@@ -222,22 +241,28 @@ TEST_F(ServiceUnitTest, MetricsAndHealth) {
   EXPECT_NE(m.find("dsec_create_seconds_count{tier=\"container\"} 1"), std::string::npos);
   json h = svc->Health();
   EXPECT_EQ(h["sandboxes"], 1);
-  EXPECT_EQ(h["tiers"]["microvm"], false);
+  EXPECT_EQ(h["tiers"]["container"], true);
+  EXPECT_EQ(h["tiers"]["fullvm"], false);
+  EXPECT_EQ(h["tiers_unavailable"]["fullvm"], "not built here");
+  EXPECT_FALSE(h["tiers"].contains("microvm")) << "only the tiers this node registers";
 }
 
 TEST_F(ServiceUnitTest, TtlReaperDestroysExpiredSandboxes) {
-  auto svc = Make(8, /*reaper=*/true);
+  // Wall time from a fake clock; the reaper's pass is called directly.
+  FakeClock clock(1'700'000'000'000'000'000);
+  auto svc = Make(8, /*reaper=*/false, nullptr, &clock);
   auto sb = svc->Create({{"tier", "container"}, {"ttl_s", 1}});
   ASSERT_TRUE(sb.ok());
   auto keep = svc->Create({{"tier", "container"}});
   ASSERT_TRUE(keep.ok());
   const int64_t expires = (*sb)["expires_unix_ms"];
+  EXPECT_EQ((*sb)["created_unix_ms"].get<int64_t>(), 1'700'000'000'000);
   EXPECT_EQ(expires, (*sb)["created_unix_ms"].get<int64_t>() + 1000);
-  // The reaper runs every second: the sandbox is gone within ~2 s.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (svc->sandbox_count() > 1 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  clock.AdvanceNs(999'000'000);
+  EXPECT_EQ(svc->ReapExpired(), 0) << "not before its TTL";
+  EXPECT_EQ(svc->sandbox_count(), 2);
+  clock.AdvanceNs(1'000'000);
+  EXPECT_EQ(svc->ReapExpired(), 1);
   EXPECT_EQ(svc->sandbox_count(), 1);
   EXPECT_EQ(svc->Get((*sb)["id"]).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(svc->Get((*keep)["id"]).ok());

@@ -76,12 +76,12 @@ class StreamQosTest : public ::testing::Test {
     so.start_reaper = false;
     placer_ = QosPlacer::ForHost();
     so.qos = placer_;
-    std::map<std::string, std::unique_ptr<Tier>> tiers;
-    tiers["container"] = std::make_unique<ContainerTier>(ContainerTierOptions{run + "/ctr", 16 << 20});
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::make_unique<ContainerTier>(ContainerTierOptions{run + "/ctr", 16 << 20}));
     FncallTierOptions fo;
     fo.state_root = run + "/fn";
     fo.max_workers_per_pool = 2;
-    tiers["fncall"] = std::make_unique<FncallTier>(fo);
+    tiers.push_back(std::make_unique<FncallTier>(fo));
     auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});
     ASSERT_TRUE(store.ok());
     service_ = std::make_unique<Service>(so, std::move(tiers), std::move(*store));

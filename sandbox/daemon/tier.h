@@ -96,12 +96,35 @@ class TierSandbox {
   virtual absl::Status Destroy() = 0;
 };
 
+// What a tier accepts and defaults, supplied by the tier itself: the
+// Service checks requests against these and never compares tier names.
+struct TierTraits {
+  std::string name;  // the API's "tier" value
+  // The "lang" values it takes, its default first; empty: it takes none.
+  std::vector<std::string> langs;
+  // Exec: a command (argv), or a script (code, with argv as its arguments).
+  enum class ExecForm { kArgv, kCode };
+  ExecForm exec_form = ExecForm::kArgv;
+  std::string default_cwd = "/";
+  bool user_namespace = false;  // takes user_namespace
+  // Files written by an exec stay for the next one (files API results,
+  // pack_diff, trajectory checkpoints); false for tiers whose calls leave
+  // nothing behind.
+  bool persistent_files = true;
+  // The layer references a sandbox gets when its request names none.
+  std::function<std::vector<std::string>(const std::string& lang)> default_layers;
+  // What CleanupOrphans counts ("sandboxes", "pools"): health reports it as
+  // recovered.<name>_<orphans>.
+  std::string orphans = "sandboxes";
+};
+
 // A tier: creates sandboxes, cleans up what a killed daemon left.
 // Threads: Create from any thread.
 class Tier {
  public:
   virtual ~Tier() = default;
-  virtual std::string name() const = 0;
+  virtual const TierTraits& traits() const = 0;
+  std::string name() const { return traits().name; }
   virtual absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) = 0;
   // Removes sandboxes/pools of dead owners under the tier's state root;
   // returns how many.

@@ -112,6 +112,8 @@ def main():
     ap.add_argument("--mem-mib", type=int, default=512)
     ap.add_argument("--vcpus", type=int, default=1)
     ap.add_argument("--end", choices=("oneshot", "reboot"), default="oneshot")
+    ap.add_argument("--vmm-arg", action="append", default=[],
+                    help="an extra argument for vm run (repeatable)")
     a = ap.parse_args()
     for path, why in ((a.kernel, "guest kernel (tools/build-guest-kernel.sh)"), (a.agent, "dsec-agent"),
                       ("/bin/busybox", "busybox (busybox-static)"), ("/dev/kvm", "/dev/kvm")):
@@ -138,6 +140,7 @@ def main():
                 "--vcpus", str(a.vcpus), "--pmem", root + ",ro", "--pmem", layer + ",ro",
                 "--console", "stdio", "--console-rate-bytes", "0", "--log-level", "info",
                 "--timeout-ms", str(a.timeout_ms), "--stats-json", os.path.join(tmp, "stats.json")]
+        argv += a.vmm_arg
         print("$ " + " ".join(argv), flush=True)
         lines, status = boot(argv, a.timeout_ms / 1000 + 30)
         for secs, line in lines:

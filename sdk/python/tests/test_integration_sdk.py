@@ -137,7 +137,7 @@ def test_bad_requests_get_4xx_and_leave_no_state(node):
             ("POST", "/v1/sandboxes", {"tier": 5}, 400, "tier"),
             ("POST", "/v1/sandboxes", {"tier": "container", "bogus": 1}, 400, "bogus"),
             ("POST", "/v1/sandboxes", {"tier": "container", "layers": "x"}, 400, "layers"),
-            ("POST", "/v1/sandboxes", {"tier": "container", "layers": [""]}, 400, "layers"),
+            ("POST", "/v1/sandboxes", {"tier": "container", "layers": [""]}, 400, "layers[0]"),
             ("POST", "/v1/sandboxes", {"tier": "container", "layers": ["sdkpy-none:9"]}, 400, "layers"),
             ("POST", "/v1/sandboxes", {"tier": "container", "layers": [node.base], "memory_mib": -5}, 400, "memory_mib"),
             ("POST", "/v1/sandboxes", {"tier": "container", "layers": [node.base], "cpus": 0}, 400, "cpus"),

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/daemon/requests.h"
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "base/json_fields.h"
+#include "base/status.h"
+#include "sandbox/layers/layer_metadata.h"
+#include "sandbox/trajectory/log.h"
+#include "sandbox/trajectory/record.h"
+
+namespace dsec::daemon {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxLayers = 64;
+constexpr size_t kMaxLayerRef = 512;
+constexpr size_t kMaxPath = 4096;
+// A JSON body is at most 1 MiB (the HTTP layer's limit); strings inside it
+// are bounded by that, the trajectory's own limits are tighter.
+constexpr size_t kMaxStdinText = 1u << 20;
+
+bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
+
+absl::StatusOr<std::string> LayerNamePart(JsonFields& f, std::string_view key) {
+  absl::StatusOr<std::optional<std::string>> v = f.OptString(key, 128);
+  const std::string path = f.Path(key);
+  if (!v.ok() || !v->has_value() || !layers::IsValidNameComponent(**v)) {
+    return InvalidField(path, absl::StrCat(path, " is required: letters, digits, . _ - (no ':' or '/')"));
+  }
+  return **v;
+}
+
+}  // namespace
+
+absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, const RequestLimits& limits) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(body));
+  CreateRequest r;
+  DSEC_ASSIGN_OR_RETURN(auto tier, f.OptString("tier", 64));
+  if (!tier || tier->empty()) return InvalidField("tier", "tier is required");
+  r.tier = *tier;
+  DSEC_ASSIGN_OR_RETURN(r.lang, f.OptString("lang", 64));
+  DSEC_ASSIGN_OR_RETURN(auto layers, f.OptStringList("layers", kMaxLayers, kMaxLayerRef));
+  if (layers) r.layers = std::move(*layers);
+  DSEC_ASSIGN_OR_RETURN(r.cpus, f.OptNumber("cpus", 0, 1024));
+  if (r.cpus && *r.cpus <= 0) return InvalidField("cpus", "cpus must be a number in (0, 1024]");
+  DSEC_ASSIGN_OR_RETURN(r.memory_mib, f.OptUint("memory_mib", 16, uint64_t{1} << 20));
+  DSEC_ASSIGN_OR_RETURN(r.pids, f.OptUint("pids", 8, uint64_t{1} << 20));
+  DSEC_ASSIGN_OR_RETURN(r.qos, f.OptEnum("qos", {"ls", "be"}));
+  DSEC_ASSIGN_OR_RETURN(r.ttl_s, f.OptInt("ttl_s", 1, limits.max_ttl_s));
+  DSEC_ASSIGN_OR_RETURN(r.task_id, f.OptString("task_id", 256));
+  if (r.task_id && !trajectory::ValidateTaskId(*r.task_id).ok()) {
+    return InvalidField("task_id",
+                        "task_id must be 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
+  }
+  DSEC_ASSIGN_OR_RETURN(r.user_namespace, f.OptBool("user_namespace"));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  return r;
+}
+
+absl::StatusOr<ExecRequestBody> ParseExecRequest(const json& body, const RequestLimits& limits) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(body));
+  ExecRequestBody r;
+  if (const json* argv = f.Raw("argv")) {
+    if (!argv->is_array()) return InvalidField("argv", "argv must be a list of strings");
+    size_t total = 0;
+    for (const json& a : *argv) {
+      if (!a.is_string()) return InvalidField("argv", "argv must be a list of strings");
+      std::string s = a.get<std::string>();
+      if (HasNul(s)) return InvalidField("argv", "argv holds a NUL byte");
+      total += s.size();
+      r.argv.push_back(std::move(s));
+    }
+    if (r.argv.size() > trajectory::kMaxArgv || total > trajectory::kMaxArgBytes / 2) {
+      return InvalidField("argv", "argv is too long");
+    }
+  }
+  DSEC_ASSIGN_OR_RETURN(r.code, f.OptString("code", trajectory::kMaxArgBytes / 2));
+  if (r.code && r.code->empty()) return InvalidField("code", "code must not be empty");
+  DSEC_ASSIGN_OR_RETURN(auto stdin_text, f.OptString("stdin", kMaxStdinText));
+  DSEC_ASSIGN_OR_RETURN(auto stdin_b64, f.OptString("stdin_b64", 2 * kMaxStdinText));
+  if (stdin_text && stdin_b64) return InvalidField("stdin_b64", "give stdin or stdin_b64, not both");
+  if (stdin_text) r.stdin_data = std::move(*stdin_text);
+  if (stdin_b64 && !absl::Base64Unescape(*stdin_b64, &r.stdin_data)) {
+    return InvalidField("stdin_b64", "stdin_b64 is not valid base64");
+  }
+  if (const json* env = f.Raw("env")) {
+    if (!env->is_object()) return InvalidField("env", "env must be an object of strings");
+    for (auto kv = env->begin(); kv != env->end(); ++kv) {
+      const std::string& k = kv.key();
+      if (k.empty() || k.find('=') != std::string::npos || HasNul(k)) {
+        return InvalidField("env", absl::StrCat("invalid variable name \"", k, "\""));
+      }
+      if (!kv->is_string() || HasNul(kv->get<std::string>())) {
+        return InvalidField("env", absl::StrCat("env.", k, " must be a string without NUL"));
+      }
+      r.env[k] = kv->get<std::string>();
+    }
+  }
+  DSEC_ASSIGN_OR_RETURN(auto cwd, f.OptString("cwd", kMaxPath));
+  if (cwd) {
+    if (cwd->empty() || (*cwd)[0] != '/' || HasNul(*cwd)) {
+      return InvalidField("cwd", "cwd must be an absolute path");
+    }
+    r.cwd = std::move(*cwd);
+  }
+  DSEC_ASSIGN_OR_RETURN(r.timeout_s, f.OptInt("timeout_s", 1, limits.max_timeout_s));
+  DSEC_ASSIGN_OR_RETURN(auto idempotent, f.OptBool("idempotent"));
+  r.idempotent = idempotent.value_or(false);
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  return r;
+}
+
+absl::StatusOr<PackDiffRequest> ParsePackDiffRequest(const json& body) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(body));
+  PackDiffRequest r;
+  DSEC_ASSIGN_OR_RETURN(r.name, LayerNamePart(f, "name"));
+  DSEC_ASSIGN_OR_RETURN(r.version, LayerNamePart(f, "version"));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  return r;
+}
+
+absl::StatusOr<AddLayerRequest> ParseAddLayerRequest(const json& body) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(body));
+  AddLayerRequest r;
+  DSEC_ASSIGN_OR_RETURN(r.name, LayerNamePart(f, "name"));
+  DSEC_ASSIGN_OR_RETURN(r.version, LayerNamePart(f, "version"));
+  DSEC_ASSIGN_OR_RETURN(auto path, f.OptString("path", kMaxPath));
+  if (!path || path->empty() || (*path)[0] != '/' || HasNul(*path)) {
+    return InvalidField("path", "path must be an absolute directory on the host");
+  }
+  r.path = std::move(*path);
+  DSEC_ASSIGN_OR_RETURN(r.parent, f.OptString("parent", kMaxLayerRef));
+  if (r.parent && r.parent->empty()) return InvalidField("parent", "parent must be a layer reference");
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  return r;
+}
+
+}  // namespace dsec::daemon

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's request bodies (docs/api.yaml) as typed structs, parsed by
+// pure functions: types, ranges and unknown fields are checked here, every
+// error an InvalidArgument naming the field (base/json_fields.h). What
+// depends on the tier (which fields apply, defaults) is checked against
+// the tier's traits afterwards (tier.h). Fuzzed: fuzz/requests_fuzzer.cc.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace dsec::daemon {
+
+// Bounds that come from the daemon's options.
+struct RequestLimits {
+  int64_t max_ttl_s = 7 * 24 * 3600;
+  int64_t max_timeout_s = 3600;
+};
+
+// POST /v1/sandboxes, and the body of POST /v1/tasks/{t}/resume.
+struct CreateRequest {
+  std::string tier;
+  std::optional<std::string> lang;
+  std::vector<std::string> layers;  // references; empty = the tier's defaults
+  std::optional<double> cpus;
+  std::optional<uint64_t> memory_mib;
+  std::optional<uint64_t> pids;
+  std::optional<std::string> qos;  // "ls" | "be"
+  std::optional<int64_t> ttl_s;
+  std::optional<std::string> task_id;
+  std::optional<bool> user_namespace;
+};
+absl::StatusOr<CreateRequest> ParseCreateRequest(const nlohmann::json& body, const RequestLimits& limits);
+
+// POST /v1/sandboxes/{id}/exec (and exec/stream).
+struct ExecRequestBody {
+  std::vector<std::string> argv;
+  std::optional<std::string> code;
+  std::string stdin_data;  // from stdin (text) or stdin_b64
+  std::map<std::string, std::string> env;
+  std::string cwd;  // "" = the tier's default
+  std::optional<int64_t> timeout_s;
+  bool idempotent = false;
+};
+absl::StatusOr<ExecRequestBody> ParseExecRequest(const nlohmann::json& body, const RequestLimits& limits);
+
+// POST /v1/sandboxes/{id}/pack_diff.
+struct PackDiffRequest {
+  std::string name;
+  std::string version;
+};
+absl::StatusOr<PackDiffRequest> ParsePackDiffRequest(const nlohmann::json& body);
+
+// POST /v1/layers.
+struct AddLayerRequest {
+  std::string name;
+  std::string version;
+  std::string path;  // an absolute directory on the host
+  std::optional<std::string> parent;
+};
+absl::StatusOr<AddLayerRequest> ParseAddLayerRequest(const nlohmann::json& body);
+
+}  // namespace dsec::daemon
