@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "platform/kvm/ioctl_util.h"
+#include "platform/kvm/kvm_ioctl_numbers.h"
 #include "platform/kvm/kvm_abi.h"
 
 namespace dsec::kvm {
@@ -42,6 +43,7 @@ static_assert(sizeof(CpuidEntry) == sizeof(kvm_cpuid_entry2));
 static_assert(offsetof(CpuidEntry, flags) == offsetof(kvm_cpuid_entry2, flags));
 static_assert(offsetof(CpuidEntry, edx) == offsetof(kvm_cpuid_entry2, edx));
 static_assert(kCpuidFlagSignificantIndex == KVM_CPUID_FLAG_SIGNIFCANT_INDEX);
+static_assert(kIoctlRun == KVM_RUN && kIoctlType == KVMIO);
 static_assert(sizeof(MsrEntry) == sizeof(kvm_msr_entry));
 static_assert(offsetof(MsrEntry, data) == offsetof(kvm_msr_entry, data));
 static_assert(sizeof(LapicState) == sizeof(kvm_lapic_state));

@@ -154,8 +154,8 @@ def command_env(host_env, pairs):
     return env
 
 
-def qemu_argv(qemu, manifest, tmp, share, cpu, mem, smp, scratch=None):
-    a = [qemu, "-accel", "tcg", "-cpu", cpu, "-M", "pc", "-m", str(mem), "-smp", str(smp),
+def qemu_argv(qemu, manifest, tmp, share, cpu, mem, smp, scratch=None, tcg_thread="multi"):
+    a = [qemu, "-accel", "tcg,thread=%s" % tcg_thread, "-cpu", cpu, "-M", "pc", "-m", str(mem), "-smp", str(smp),
          "-nographic", "-no-reboot", "-nodefaults", "-monitor", "none",
          "-kernel", manifest["kernel"], "-initrd", manifest["initrd"], "-append", KERNEL_CMDLINE,
          "-chardev", "file,id=con,path=%s/console.log" % tmp, "-serial", "chardev:con",
@@ -233,7 +233,7 @@ class Run:
             sel.register(s, selectors.EVENT_READ, ("listen", name))
         sinks = {"dsec.stdout": sys.stdout.buffer, "dsec.stderr": sys.stderr.buffer}
         argv = qemu_argv(self.args.qemu, self.manifest, self.tmp, self.share, self.args.cpu,
-                         self.args.mem, self.args.smp, self.scratch)
+                         self.args.mem, self.args.smp, self.scratch, self.args.tcg_thread)
         if self.args.verbose:
             log("starting " + " ".join(argv))
         with open(os.path.join(self.tmp, "qemu.log"), "wb") as qlog:
@@ -441,6 +441,9 @@ def main(argv):
     r.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds, boot included")
     r.add_argument("--mem", type=int, default=4096, help="L1 memory in MiB")
     r.add_argument("--smp", type=int, default=2, help="L1 vCPUs")
+    r.add_argument("--tcg-thread", choices=("multi", "single"),
+                   default=os.environ.get("DSEC_NESTED_TCG_THREAD", "multi"),
+                   help="QEMU TCG: one host thread per L1 vCPU (multi) or one for all (single)")
     r.add_argument("--cpu", default=os.environ.get("DSEC_NESTED_CPU", DEFAULT_CPU),
                    help="QEMU CPU model with SVM (default %(default)s)")
     r.add_argument("--env", action="append", default=[], metavar="K=V",

@@ -58,6 +58,8 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
         {"bytes_dropped", s.console_bytes_dropped}}},
       {"testdev", {{"messages", s.testdev_messages}, {"dropped", s.testdev_dropped}}},
       {"vcpu_exits", s.vcpu_exits},
+      {"vcpu_rips", s.vcpu_rips},
+      {"vcpu_cpls", s.vcpu_cpls},
       {"placement", s.placement ? nlohmann::json{{"qos", s.placement->qos},
                                                   {"mechanism", s.placement->mechanism},
                                                   {"cpus", s.placement->cpus},
@@ -188,6 +190,14 @@ int RunMonitor(const MonitorOptions& opts) {
   std::fprintf(stderr, "dsec-monitor: vm stopped: reason=%s exit_code=%u detail=\"%s\"\n",
                std::string(vm::StopReasonName(stats.stop.reason)).c_str(),
                stats.stop.guest_exit_code, stats.stop.detail.c_str());
+  if (stats.stop.reason == vm::StopReason::kTimeout) {
+    // A guest that hung: where its vCPUs were (symbolise with the kernel's
+    // System.map or `nm vmlinux`).
+    for (size_t i = 0; i < stats.vcpu_rips.size(); ++i) {
+      std::fprintf(stderr, "dsec-monitor: vcpu %zu at rip=0x%llx cpl=%d\n", i,
+                   static_cast<unsigned long long>(stats.vcpu_rips[i]), stats.vcpu_cpls[i]);
+    }
+  }
   if (stats.console_bytes_dropped > 0) {
     std::fprintf(stderr, "dsec-monitor: console: %llu bytes from the guest dropped (cap %llu bytes, "
                          "rate %llu bytes/s)\n",

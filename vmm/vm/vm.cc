@@ -536,6 +536,11 @@ void Vm::CollectStats() {
   for (auto& v : vcpus_) {
     s.vcpu_exits += v->metrics().exits.load();
     s.unclaimed_accesses += v->metrics().unclaimed_accesses.load();
+    // Every vCPU thread is joined: their fds are free to read.
+    absl::StatusOr<kvm::Registers> regs = v->vcpu().GetRegs();
+    absl::StatusOr<kvm::SpecialRegisters> sregs = v->vcpu().GetSregs();
+    s.vcpu_rips.push_back(regs.ok() ? regs->rip : 0);
+    s.vcpu_cpls.push_back(sregs.ok() ? static_cast<int>(sregs->cs.selector & 3) : -1);
   }
   absl::MutexLock lock(&mu_);
   stats_ = s;

@@ -99,6 +99,10 @@ struct VmStats {
   uint64_t testdev_dropped = 0;
   uint64_t vcpu_exits = 0;
   uint64_t unclaimed_accesses = 0;
+  // Where each vCPU was when the VM stopped (RIP, and CPL from CS): what a
+  // guest that hung until its timeout was doing.
+  std::vector<uint64_t> vcpu_rips;
+  std::vector<int> vcpu_cpls;
 };
 
 // One microVM: guest memory, the KVM VM and its vCPU threads, the device
