@@ -235,8 +235,8 @@ absl::StatusOr<std::unique_ptr<WorkingSetSource>> CreateWorkingSetSource(
   return std::unique_ptr<WorkingSetSource>(std::move(s));
 }
 
-absl::StatusOr<std::unique_ptr<ReclaimThread>> ReclaimThread::Start(ReclaimController* controller,
-                                                                    int64_t period_ns) {
+absl::StatusOr<std::unique_ptr<ReclaimThread>> ReclaimThread::Start(
+    ReclaimController* controller, int64_t period_ns, std::function<absl::Status()> on_thread_start) {
   if (controller == nullptr || period_ns <= 0) {
     return absl::InvalidArgumentError("reclaim thread: controller and period required");
   }
@@ -245,7 +245,10 @@ absl::StatusOr<std::unique_ptr<ReclaimThread>> ReclaimThread::Start(ReclaimContr
       loop->AddTimer(period_ns, period_ns, [controller] { (void)controller->Tick(); }).status());
   std::unique_ptr<ReclaimThread> t(new ReclaimThread(std::move(loop)));
   EventLoop* raw = t->loop_.get();
-  t->thread_ = std::thread([raw] { (void)raw->Run(); });
+  t->thread_ = std::thread([raw, hook = std::move(on_thread_start)] {
+    if (hook && !hook().ok()) return;
+    (void)raw->Run();
+  });
   return t;
 }
 

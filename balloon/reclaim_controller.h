@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -133,8 +134,11 @@ absl::StatusOr<std::unique_ptr<WorkingSetSource>> CreateWorkingSetSource(
 // with a periodic timer). Destruction stops and joins the thread.
 class ReclaimThread {
  public:
-  static absl::StatusOr<std::unique_ptr<ReclaimThread>> Start(ReclaimController* controller,
-                                                              int64_t period_ns);
+  // `on_thread_start` runs first on the new thread (the monitor's jail); if
+  // it fails the thread ticks nothing and ends.
+  static absl::StatusOr<std::unique_ptr<ReclaimThread>> Start(
+      ReclaimController* controller, int64_t period_ns,
+      std::function<absl::Status()> on_thread_start = {});
   ~ReclaimThread();
 
  private:

@@ -39,3 +39,16 @@ else()
   add_library(dsec_liburing INTERFACE)
   target_link_libraries(dsec_liburing INTERFACE PkgConfig::LIBURING)
 endif()
+
+# libseccomp (the container tier's filters, the monitor's jail): a static
+# link needs its archive (the imported target names the .so).
+pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
+if(DSEC_STATIC_BINARY)
+  find_library(DSEC_SECCOMP_ARCHIVE NAMES libseccomp.a REQUIRED)
+  add_library(dsec_seccomp INTERFACE)
+  target_link_libraries(dsec_seccomp INTERFACE ${DSEC_SECCOMP_ARCHIVE})
+  target_include_directories(dsec_seccomp INTERFACE ${SECCOMP_INCLUDE_DIRS})
+else()
+  add_library(dsec_seccomp INTERFACE)
+  target_link_libraries(dsec_seccomp INTERFACE PkgConfig::SECCOMP)
+endif()

@@ -43,7 +43,7 @@ static_assert(sizeof(CpuidEntry) == sizeof(kvm_cpuid_entry2));
 static_assert(offsetof(CpuidEntry, flags) == offsetof(kvm_cpuid_entry2, flags));
 static_assert(offsetof(CpuidEntry, edx) == offsetof(kvm_cpuid_entry2, edx));
 static_assert(kCpuidFlagSignificantIndex == KVM_CPUID_FLAG_SIGNIFCANT_INDEX);
-static_assert(kIoctlRun == KVM_RUN && kIoctlType == KVMIO);
+static_assert(kIoctlRun == KVM_RUN && kIoctlType == KVMIO);  // kvm_ioctl_numbers.h
 static_assert(sizeof(MsrEntry) == sizeof(kvm_msr_entry));
 static_assert(offsetof(MsrEntry, data) == offsetof(kvm_msr_entry, data));
 static_assert(sizeof(LapicState) == sizeof(kvm_lapic_state));

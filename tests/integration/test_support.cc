@@ -115,6 +115,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, size_t max_bytes)
   int status = 0;
   ::waitpid(pid, &status, 0);
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   return result;
 }
 

@@ -32,6 +32,7 @@ std::optional<Report> FirstReportOf(const std::vector<std::string>& lines, const
 
 struct CommandResult {
   int exit_status = -1;  // -1 if killed by a signal
+  int term_signal = 0;   // the signal that killed it
   std::string out;
   std::string err;
 };

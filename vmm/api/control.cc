@@ -120,8 +120,8 @@ std::string HandleControlLine(std::string_view line, const ControlHandler& handl
   return resp->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& path,
-                                                                    ControlHandler handler) {
+absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(
+    const std::string& path, ControlHandler handler, std::function<absl::Status()> on_thread_start) {
   if (!handler) return absl::InvalidArgumentError("control server: no handler");
   DSEC_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
   struct stat st;
@@ -158,7 +158,15 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const std::s
   std::unique_ptr<ControlServer> server(new ControlServer(
       path, std::move(fd), std::move(*stop), std::move(handler), st.st_dev, st.st_ino));
   ControlServer* raw = server.get();
-  server->thread_ = std::thread([raw] { raw->Run(); });
+  server->thread_ = std::thread([raw, hook = std::move(on_thread_start)] {
+    if (hook) {
+      if (absl::Status s = hook(); !s.ok()) {
+        DSEC_LOG(err, "component=control not serving: {}", s.ToString());
+        return;
+      }
+    }
+    raw->Run();
+  });
   return server;
 }
 

@@ -61,8 +61,11 @@ class ControlServer {
 
   // AlreadyExists if PATH is in use (a live socket or another file); a stale
   // socket left by a dead monitor is replaced.
-  static absl::StatusOr<std::unique_ptr<ControlServer>> Start(const std::string& path,
-                                                              ControlHandler handler);
+  // `on_thread_start` runs first on the server's thread (the monitor's jail);
+  // if it fails the thread serves nobody and ends.
+  static absl::StatusOr<std::unique_ptr<ControlServer>> Start(
+      const std::string& path, ControlHandler handler,
+      std::function<absl::Status()> on_thread_start = {});
   // Stops and joins the thread, closes every connection, unlinks PATH.
   ~ControlServer();
 

@@ -7,7 +7,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -18,6 +21,7 @@
 #include "base/scoped_fd.h"
 #include "nlohmann/json.hpp"
 #include "vmm/api/control.h"
+#include "vmm/jail/monitor_jail.h"
 #include "vmm/vm/vm.h"
 
 namespace dsec::monitor {
@@ -69,6 +73,16 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
   };
 }
 
+// What the monitor does before its jail so that no thread needs a call off
+// its list later: the time zone (log timestamps would open /etc/localtime),
+// stdout's buffer (stdio would allocate it and probe the terminal on the
+// first test-device line, on the event loop).
+void PrepareForJail() {
+  ::tzset();
+  static char stdout_buffer[4096];
+  std::setvbuf(stdout, stdout_buffer, _IOLBF, sizeof(stdout_buffer));
+}
+
 int UsageError(const absl::Status& status) {
   std::fprintf(stderr, "dsec-monitor: %s\n", std::string(status.message()).c_str());
   return kExitUsage;
@@ -114,6 +128,21 @@ int RunMonitor(const MonitorOptions& opts) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ScopedFd sigfd(::signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
 
+  // Everything the monitor opens, it opens before the jail: the stats file
+  // too (a dropped uid could not create it).
+  const bool jailed = opts.jail.uid.has_value() || opts.jail.seccomp != jail::SeccompMode::kOff;
+  jail::MonitorJail monitor_jail(opts.jail);
+  if (jailed) PrepareForJail();
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> stats_file(nullptr, &std::fclose);
+  if (!opts.stats_json.empty()) {
+    stats_file.reset(std::fopen(opts.stats_json.c_str(), "we"));
+    if (stats_file == nullptr) {
+      std::fprintf(stderr, "dsec-monitor: --stats-json %s: %s\n", opts.stats_json.c_str(),
+                   std::strerror(errno));
+      return kExitUsage;
+    }
+  }
+
   auto created = vm::Vm::Create(config);
   if (!created.ok()) {
     std::fprintf(stderr, "dsec-monitor: %s\n", std::string(created.status().message()).c_str());
@@ -130,8 +159,26 @@ int RunMonitor(const MonitorOptions& opts) {
       std::fflush(stdout);
     });
   }
-  if (absl::Status s = machine->Start(); !s.ok()) {
+  vm::Vm* m = machine.get();
+  vm::VmThreadHook vm_hook;
+  if (jailed) {
+    vm_hook = [&monitor_jail](vm::VmThread t) {
+      return monitor_jail.EnterThread(t == vm::VmThread::kVcpu ? jail::ThreadKind::kVcpu
+                                                               : jail::ThreadKind::kEventLoop);
+    };
+  }
+  // The control and reclaim threads: a failure there stops the VM.
+  auto side_hook = [&monitor_jail, m, jailed](jail::ThreadKind kind) -> std::function<absl::Status()> {
+    if (!jailed) return {};
+    return [&monitor_jail, m, kind] {
+      absl::Status s = monitor_jail.EnterThread(kind);
+      if (!s.ok()) m->RequestStop(vm::StopReason::kInternalError, s.ToString());
+      return s;
+    };
+  };
+  if (absl::Status s = machine->Start(vm_hook); !s.ok()) {
     std::fprintf(stderr, "dsec-monitor: starting the VM: %s\n", std::string(s.message()).c_str());
+    monitor_jail.Abort(s);
     machine->Wait();
     return kExitInternal;
   }
@@ -139,8 +186,9 @@ int RunMonitor(const MonitorOptions& opts) {
   // thread): neither runs on a vCPU or the device event loop.
   std::unique_ptr<VmReclaim> reclaim;
   if (*reclaim_mode != ReclaimMode::kOff) {
-    auto started = VmReclaim::Start(*machine, opts.reclaim);
+    auto started = VmReclaim::Start(*machine, opts.reclaim, side_hook(jail::ThreadKind::kReclaim));
     if (!started.ok()) {
+      monitor_jail.Abort(started.status());
       std::fprintf(stderr, "dsec-monitor: reclaim: %s\n", std::string(started.status().message()).c_str());
       machine->RequestStop(vm::StopReason::kInternalError, "reclaim controller failed to start");
       machine->Wait();
@@ -151,11 +199,12 @@ int RunMonitor(const MonitorOptions& opts) {
   }
   std::unique_ptr<api::ControlServer> control;
   if (!opts.control.empty()) {
-    vm::Vm* m = machine.get();
     VmReclaim* r = reclaim.get();
     auto server = api::ControlServer::Start(
-        opts.control, [m, r](const api::ControlRequest& req) { return HandleVmControl(*m, r, req); });
+        opts.control, [m, r](const api::ControlRequest& req) { return HandleVmControl(*m, r, req); },
+        side_hook(jail::ThreadKind::kControl));
     if (!server.ok()) {
+      monitor_jail.Abort(server.status());
       std::fprintf(stderr, "dsec-monitor: --control: %s\n", std::string(server.status().message()).c_str());
       reclaim.reset();
       machine->RequestStop(vm::StopReason::kInternalError, "control socket failed");
@@ -163,6 +212,15 @@ int RunMonitor(const MonitorOptions& opts) {
       return kExitUsage;
     }
     control = std::move(*server);
+  }
+  if (jailed) {
+    // Every thread waits at the gate: drop to the uid, filter them all.
+    const int threads = static_cast<int>(machine->vcpu_count()) + 1 + (reclaim ? 1 : 0) +
+                        (control ? 1 : 0);
+    if (absl::Status s = monitor_jail.Lock(threads, machine->stop_requested_fd()); !s.ok()) {
+      std::fprintf(stderr, "dsec-monitor: jail: %s\n", std::string(s.message()).c_str());
+      machine->RequestStop(vm::StopReason::kInternalError, absl::StrCat("jail: ", s.message()));
+    }
   }
   pollfd fds[2] = {{machine->stop_requested_fd(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
   for (;;) {
@@ -205,12 +263,20 @@ int RunMonitor(const MonitorOptions& opts) {
                  static_cast<unsigned long long>(config.console.cap_bytes),
                  static_cast<unsigned long long>(config.console.rate_bytes_per_s));
   }
-  if (!opts.stats_json.empty()) {
-    std::ofstream out(opts.stats_json);
+  if (stats_file != nullptr) {
     nlohmann::json j = StatsToJson(stats);
     j["reclaim"] = reclaim_json;
-    out << j.dump(2) << "\n";
-    if (!out) std::fprintf(stderr, "dsec-monitor: could not write %s\n", opts.stats_json.c_str());
+    const jail::Credentials& c = monitor_jail.credentials();
+    j["jail"] = jailed ? nlohmann::json{{"seccomp", std::string(jail::SeccompModeName(opts.jail.seccomp))},
+                                        {"uid", c.euid},
+                                        {"gid", c.egid},
+                                        {"capabilities", c.any_capability}}
+                       : nlohmann::json(nullptr);
+    const std::string text = j.dump(2) + "\n";
+    if (std::fwrite(text.data(), 1, text.size(), stats_file.get()) != text.size() ||
+        std::fclose(stats_file.release()) != 0) {
+      std::fprintf(stderr, "dsec-monitor: could not write %s\n", opts.stats_json.c_str());
+    }
   }
   return ExitStatusFor(stats.stop);
 }

@@ -52,6 +52,14 @@ absl::Status ReadMonitorKeys(const nlohmann::json& j, const std::string& path, M
   if (level) o->log_level = *level;
   DSEC_ASSIGN_OR_RETURN(auto quiet, f.OptBool("quiet_report"));
   if (quiet) o->quiet_report = *quiet;
+  DSEC_ASSIGN_OR_RETURN(auto uid, f.OptUint("uid", 1, 0xfffffffe));
+  if (uid) o->jail.uid = static_cast<uid_t>(*uid);
+  DSEC_ASSIGN_OR_RETURN(auto gid, f.OptUint("gid", 1, 0xfffffffe));
+  if (gid) o->jail.gid = static_cast<gid_t>(*gid);
+  DSEC_ASSIGN_OR_RETURN(auto seccomp, f.OptEnum("seccomp", {"kill", "log", "off"}));
+  if (seccomp) o->jail.seccomp = *jail::ParseSeccompMode(*seccomp);
+  DSEC_ASSIGN_OR_RETURN(auto hooks, f.OptStringList("test_hooks", 16, 4096));
+  if (hooks) o->jail.test_hooks = *hooks;
   if (const nlohmann::json* reclaim = f.Raw("reclaim")) {
     DSEC_RETURN_IF_ERROR(ReadReclaim(*reclaim, f.Path("reclaim"), &o->reclaim));
   }
@@ -69,6 +77,14 @@ absl::Status Finish(MonitorOptions* o) {
           "with tools/setup.sh)");
     }
   }
+  DSEC_RETURN_IF_ERROR(jail::ValidateJailOptions(o->jail));
+  if (o->jail.uid.has_value() && o->config.qos.has_value()) {
+    // Placement writes cgroup files and removes the sandbox's cgroup at
+    // exit: root's work.
+    return absl::InvalidArgumentError(
+        "--qos needs a monitor that keeps uid 0 (cgroup placement): drop --uid/--gid");
+  }
+  if (o->jail.uid.has_value()) o->reclaim.try_damon = false;
   DSEC_ASSIGN_OR_RETURN(ReclaimMode mode, ParseReclaimMode(o->reclaim.mode));
   if (mode == ReclaimMode::kBalloon || mode == ReclaimMode::kBoth) {
     bool balloon = false;
@@ -102,6 +118,9 @@ absl::StatusOr<MonitorOptions> FromFlags(const MonitorFlags& flags) {
     DSEC_ASSIGN_OR_RETURN(sched::QosClass q, sched::ParseQosClass(flags.qos));
     c.qos = q;
   }
+  if (flags.uid >= 0) o.jail.uid = static_cast<uid_t>(flags.uid);
+  if (flags.gid >= 0) o.jail.gid = static_cast<gid_t>(flags.gid);
+  DSEC_ASSIGN_OR_RETURN(o.jail.seccomp, jail::ParseSeccompMode(flags.seccomp));
   // Devices in table order, each kind's in command-line order.
   for (const virtio::DeviceKind* kind : vm::DeviceKinds()) {
     virtio::DeviceFlagValues values;
@@ -160,7 +179,11 @@ nlohmann::json MonitorOptionsToJson(const MonitorOptions& o) {
                     {"min_free_mib", o.reclaim.knobs.min_free_mib},
                     {"aggressiveness", o.reclaim.knobs.aggressiveness},
                     {"max_slowdown", o.reclaim.knobs.max_slowdown},
-                    {"interval_ms", o.reclaim.interval_ms}}}};
+                    {"interval_ms", o.reclaim.interval_ms}}},
+                  {"seccomp", std::string(jail::SeccompModeName(o.jail.seccomp))}};
+  if (o.jail.uid) j["monitor"]["uid"] = *o.jail.uid;
+  if (o.jail.gid) j["monitor"]["gid"] = *o.jail.gid;
+  if (!o.jail.test_hooks.empty()) j["monitor"]["test_hooks"] = o.jail.test_hooks;
   return j;
 }
 
@@ -231,6 +254,17 @@ void AddMonitorFlags(CLI::App& app, MonitorFlags& flags) {
       ->check(CLI::Range(int64_t{10}, int64_t{600'000}));
   app.add_option("--control", opts.control,
                  "Control socket (unix, 0600, removed at exit): one JSON request per line, see `vm ctl`");
+  app.add_option("--uid", flags.uid,
+                 "Once the VM is built, run as this uid (with --gid), no capabilities")
+      ->check(CLI::Range(int64_t{1}, int64_t{0xfffffffe}));
+  app.add_option("--gid", flags.gid, "The gid for --uid")
+      ->check(CLI::Range(int64_t{1}, int64_t{0xfffffffe}));
+  app.add_option("--seccomp", flags.seccomp,
+                 "Per-thread seccomp filters: kill (a call off the list kills the monitor), log, off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"kill", "log", "off"}));
+  // For tests only (vmm/jail/monitor_jail.h): not in --help.
+  app.add_option("--test-hook", flags.options.jail.test_hooks)->group("");
   // One option per device flag of the device table.
   for (const virtio::DeviceKind* kind : vm::DeviceKinds()) {
     for (const virtio::DeviceFlag& f : kind->flags()) {

@@ -20,6 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "vmm/jail/monitor_jail.h"
 #include "vmm/monitor/vm_reclaim.h"
 #include "vmm/vm/vm_config.h"
 
@@ -32,6 +33,8 @@ struct MonitorOptions {
   std::string log_level = "warn";
   bool quiet_report = false;  // do not print test-device messages
   ReclaimRunOptions reclaim;
+  // The jail (vmm/jail): uid/gid to drop to, the seccomp mode, test hooks.
+  jail::JailOptions jail;
 };
 
 // The raw command line, as CLI11 fills it.
@@ -43,6 +46,9 @@ struct MonitorFlags {
   std::string boot = "auto";
   std::string pit = "user";
   std::string qos;
+  int64_t uid = -1;  // -1: keep
+  int64_t gid = -1;
+  std::string seccomp{jail::SeccompModeName(jail::kDefaultSeccompMode)};
   // Device flags from the device table: values of flags that take one,
   // and how often each value-less flag was given.
   std::map<std::string, std::vector<std::string>, std::less<>> device_values;

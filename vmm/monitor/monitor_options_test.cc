@@ -94,5 +94,41 @@ TEST(MonitorOptionsTest, BalloonReclaimNeedsABalloon) {
   EXPECT_TRUE(Parse({"--kernel", "/k", "--reclaim", "balloon", "--balloon"}).ok());
 }
 
+TEST(MonitorOptionsTest, JailFlagsAndKeysMeanTheSame) {
+  auto o = Parse({"--kernel", "/k", "--uid", "1900000007", "--gid", "1900000008", "--seccomp",
+                  "log", "--reclaim", "pageout"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(*o->jail.uid, 1900000007u);
+  EXPECT_EQ(*o->jail.gid, 1900000008u);
+  EXPECT_EQ(o->jail.seccomp, jail::SeccompMode::kLog);
+  EXPECT_FALSE(o->reclaim.try_damon);  // DAMON's sysfs is root's
+  const nlohmann::json j = MonitorOptionsToJson(*o);
+  EXPECT_EQ(j["monitor"]["uid"], 1900000007u);
+  EXPECT_EQ(j["monitor"]["seccomp"], "log");
+  auto back = MonitorOptionsFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(MonitorOptionsToJson(*back), j);
+  // The default: filters on, credentials kept.
+  auto d = Parse({"--kernel", "/k"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->jail.uid.has_value());
+  EXPECT_EQ(d->jail.seccomp, jail::kDefaultSeccompMode);
+}
+
+TEST(MonitorOptionsTest, BadJailSettingsNameTheFieldOrFlag) {
+  nlohmann::json j = {{"kernel", "/k"}, {"monitor", {{"seccomp", "strict"}}}};
+  absl::Status s = MonitorOptionsFromJson(j).status();
+  EXPECT_NE(s.message().find("monitor.seccomp"), std::string::npos) << s;
+  j = {{"kernel", "/k"}, {"monitor", {{"uid", 0}, {"gid", 5}}}};
+  s = MonitorOptionsFromJson(j).status();
+  EXPECT_NE(s.message().find("monitor.uid"), std::string::npos) << s;
+  s = Parse({"--kernel", "/k", "--uid", "1900000001"}).status();
+  EXPECT_NE(s.message().find("--uid and --gid"), std::string::npos) << s;
+  s = Parse({"--kernel", "/k", "--qos", "be", "--uid", "1900000001", "--gid", "1900000001"}).status();
+  EXPECT_NE(s.message().find("--qos needs"), std::string::npos) << s;
+  s = Parse({"--kernel", "/k", "--test-hook", "nonsense"}).status();
+  EXPECT_NE(s.message().find("--test-hook nonsense"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace dsec::monitor

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "balloon/host_memory.h"
+#include "balloon/pagemap_sampler.h"
 #include "balloon/proc_memory.h"
 #include "devices/balloon/balloon_control.h"
 #include "base/clock.h"
@@ -104,8 +105,9 @@ std::string_view ReclaimModeName(ReclaimMode mode) {
   return "off";
 }
 
-absl::StatusOr<std::unique_ptr<VmReclaim>> VmReclaim::Start(const vm::Vm& vm,
-                                                            const ReclaimRunOptions& options) {
+absl::StatusOr<std::unique_ptr<VmReclaim>> VmReclaim::Start(
+    const vm::Vm& vm, const ReclaimRunOptions& options,
+    std::function<absl::Status()> on_thread_start) {
   DSEC_ASSIGN_OR_RETURN(ReclaimMode mode, ParseReclaimMode(options.mode));
   if (mode == ReclaimMode::kOff) return absl::InvalidArgumentError("reclaim is off");
   const bool use_balloon = mode == ReclaimMode::kBalloon || mode == ReclaimMode::kBoth;
@@ -129,15 +131,21 @@ absl::StatusOr<std::unique_ptr<VmReclaim>> VmReclaim::Start(const vm::Vm& vm,
   if (use_pageout) {
     // The sampler keeps a pointer to the ops, which the controller owns and
     // destroys after the source.
-    DSEC_ASSIGN_OR_RETURN(source, balloon::CreateWorkingSetSource(ops.get(), {}, {},
-                                                                  &r->source_why_));
+    if (options.try_damon) {
+      DSEC_ASSIGN_OR_RETURN(source, balloon::CreateWorkingSetSource(ops.get(), {}, {},
+                                                                    &r->source_why_));
+    } else {
+      r->source_why_ = "not tried: the monitor drops its uid (DAMON's sysfs is root's)";
+      DSEC_ASSIGN_OR_RETURN(source, balloon::PagemapSampler::Create(ops.get(), {}));
+    }
   }
   DSEC_ASSIGN_OR_RETURN(r->controller_, balloon::ReclaimController::Create(
                                             co, std::move(source), std::move(ops)));
   DSEC_ASSIGN_OR_RETURN(r->id_, r->controller_->Register(std::make_shared<vm::VmReclaimAdapter>(
                                     &vm, absl::StrCat("vm-", ::getpid()))));
   DSEC_ASSIGN_OR_RETURN(r->thread_, balloon::ReclaimThread::Start(
-                                        r->controller_.get(), options.interval_ms * 1'000'000));
+                                        r->controller_.get(), options.interval_ms * 1'000'000,
+                                        std::move(on_thread_start)));
   return r;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,9 @@ struct ReclaimRunOptions {
   std::string mode = "off";
   balloon::ReclaimKnobs knobs;  // min_free_mib, aggressiveness, max_slowdown from flags
   int64_t interval_ms = 500;
+  // DAMON's sysfs files are root's: a monitor that drops its uid uses the
+  // pagemap sampler.
+  bool try_damon = true;
 };
 
 // A ReclaimController over one Vm with its ReclaimThread.
@@ -34,8 +38,10 @@ class VmReclaim {
  public:
   // InvalidArgument for balloon modes on a VM without a balloon device, or a
   // bad interval; the controller's errors otherwise.
-  static absl::StatusOr<std::unique_ptr<VmReclaim>> Start(const vm::Vm& vm,
-                                                          const ReclaimRunOptions& options);
+  // `on_thread_start` runs first on the controller's thread (the jail).
+  static absl::StatusOr<std::unique_ptr<VmReclaim>> Start(
+      const vm::Vm& vm, const ReclaimRunOptions& options,
+      std::function<absl::Status()> on_thread_start = {});
   ~VmReclaim();
   // Stops the periodic ticks (idempotent); metrics stay readable.
   void Stop();

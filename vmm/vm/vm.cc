@@ -344,11 +344,16 @@ absl::Status Vm::SetUpVcpus(const VmConfig& config, const void* boot_plan) {
     auto thread = std::make_unique<vcpu::VcpuThread>(std::move(vcpu), &pio_bus_, &mmio_bus_,
                                                      &control_,
                                                      static_cast<vcpu::VcpuStopSink*>(this));
-    if (isolation_) {
-      // Pinned and isolated on its own thread, before the first KVM_RUN.
-      sched::ThreadPlacement tp = isolation_->ForVcpu(id);
-      thread->SetPreRunHook([tp] { return sched::ApplyToCurrentThread(tp); });
-    }
+    std::optional<sched::ThreadPlacement> tp;
+    if (isolation_) tp = isolation_->ForVcpu(id);
+    thread->SetPreRunHook([this, tp]() -> absl::Status {
+      // Pinned and isolated on its own thread, before the first KVM_RUN;
+      // then the owner's hook (the monitor's jail).
+      if (tp) {
+        DSEC_RETURN_IF_ERROR(sched::ApplyToCurrentThread(*tp));
+      }
+      return thread_hook_ ? thread_hook_(VmThread::kVcpu) : absl::OkStatus();
+    });
     vcpus_.push_back(std::move(thread));
   }
   return absl::OkStatus();
@@ -395,18 +400,25 @@ void Vm::SetTestMessageCallback(std::function<void(std::string_view)> callback) 
   message_callback_ = std::move(callback);
 }
 
-absl::Status Vm::Start() {
+absl::Status Vm::Start(VmThreadHook on_thread_start) {
   {
     absl::MutexLock lock(&mu_);
     if (started_) return absl::FailedPreconditionError("VM already started");
     started_ = true;
   }
+  thread_hook_ = std::move(on_thread_start);
   loop_thread_ = std::thread([this] {
     if (isolation_) {
       // Device back-ends run with the sandbox, not on a stranger's CPU.
       absl::Status placed = sched::ApplyToCurrentThread(isolation_->ForSandboxThread());
       if (!placed.ok()) {
         RequestStop(StopReason::kInternalError, placed.ToString());
+        return;
+      }
+    }
+    if (thread_hook_) {
+      if (absl::Status s = thread_hook_(VmThread::kEventLoop); !s.ok()) {
+        RequestStop(StopReason::kInternalError, s.ToString());
         return;
       }
     }

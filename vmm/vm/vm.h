@@ -114,6 +114,13 @@ struct VmStats {
 // Lifetime: Wait() (or the destructor, which stops and waits) joins every
 // thread; after it returns no thread of this VM runs and every fd it opened
 // is closed when the object is destroyed.
+// The threads a VM starts, for VmThreadHook.
+enum class VmThread { kVcpu, kEventLoop };
+// Runs on each VM thread as it starts, after its CPU placement and before
+// its work (a vCPU's first KVM_RUN, the event loop's first wait). An error
+// stops the VM (kInternalError) and that thread.
+using VmThreadHook = std::function<absl::Status(VmThread)>;
+
 class Vm : private vcpu::VcpuStopSink {
  public:
   static absl::StatusOr<std::unique_ptr<Vm>> Create(const VmConfig& config);
@@ -123,7 +130,7 @@ class Vm : private vcpu::VcpuStopSink {
   // Set before Start().
   void SetTestMessageCallback(std::function<void(std::string_view)> callback);
 
-  absl::Status Start();
+  absl::Status Start(VmThreadHook on_thread_start = {});
   // Parks every vCPU outside KVM_RUN; returns when all are parked.
   absl::Status Pause();
   absl::Status Resume();
@@ -209,6 +216,7 @@ class Vm : private vcpu::VcpuStopSink {
   VmStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> messages_ ABSL_GUARDED_BY(mu_);
   std::function<void(std::string_view)> message_callback_;
+  VmThreadHook thread_hook_;  // set by Start before any thread exists
 };
 
 }  // namespace dsec::vm

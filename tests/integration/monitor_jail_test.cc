@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+// The jailed monitor (vmm/jail) as a process, on real KVM: a call off a
+// thread's list kills it (a test hook injects one on each kind of thread),
+// and with the filters on and its uid dropped it still boots the guest,
+// serves its devices and its control socket, and cannot open root's files.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/test_support.h"
+
+extern char** environ;
+
+namespace {
+
+using dsec::testing::RunCommand;
+
+// A uid/gid of this test's own, far above any real account.
+uint32_t TestUid() { return 1'900'500'000u + static_cast<uint32_t>(::getpid() % 60000); }
+
+class MonitorJailTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = dsec::testing::KvmUnavailableReason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (--uid)";
+    mon_ = dsec::testing::MonitorBinaryPath();
+  }
+
+  std::vector<std::string> Base(const std::string& run, const std::string& timeout_ms = "20000") {
+    return {mon_, "--console", "none", "--cmdline", "console=ttyS0 testguest.run=" + run,
+            "--timeout-ms", timeout_ms};
+  }
+  std::vector<std::string> Jailed(std::vector<std::string> argv) {
+    const std::string id = std::to_string(TestUid());
+    for (const std::string& a : {std::string("--uid"), id, std::string("--gid"), id}) {
+      argv.push_back(a);
+    }
+    return argv;
+  }
+  // Every kind of thread: a control socket and a reclaim controller too.
+  std::vector<std::string> AllThreads(std::vector<std::string> argv) {
+    for (const std::string& a : {std::string("--balloon"), std::string("--reclaim"),
+                                 std::string("balloon"), std::string("--control"),
+                                 dir_.path() + "/control.sock"}) {
+      argv.push_back(a);
+    }
+    return argv;
+  }
+  nlohmann::json Stats(const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in, nullptr, false);
+  }
+
+  std::string mon_;
+  dsec::testing::TempDir dir_;
+};
+
+TEST_F(MonitorJailTest, ACallOffItsListKillsTheMonitorOnEveryKindOfThread) {
+  for (const char* kind : {"main", "vcpu", "event-loop", "control", "reclaim"}) {
+    auto argv = AllThreads(Base("spin:1000000000000"));
+    argv.push_back("--test-hook");
+    argv.push_back(absl::StrCat("syscall:", kind));
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.term_signal, SIGSYS) << kind << ": exit " << r.exit_status << "\n" << r.err;
+    EXPECT_EQ(r.err.find("test hook: getppid"), std::string::npos) << kind << r.err;
+  }
+}
+
+TEST_F(MonitorJailTest, LogModeLetsTheSameCallsThroughOnEveryKind) {
+  auto argv = AllThreads(Base("spin:1000000000000", "1500"));
+  for (const char* kind : {"main", "vcpu", "event-loop", "control", "reclaim"}) {
+    argv.push_back("--test-hook");
+    argv.push_back(absl::StrCat("syscall:", kind));
+  }
+  argv.push_back("--seccomp");
+  argv.push_back("log");
+  auto r = RunCommand(argv);
+  EXPECT_EQ(r.exit_status, 6) << r.err;  // the timeout: the guest ran
+  for (const char* kind : {"main", "vcpu", "event-loop", "control", "reclaim"}) {
+    EXPECT_NE(r.err.find(absl::StrCat("getppid on a ", kind, " thread returned")),
+              std::string::npos)
+        << kind << "\n" << r.err;
+  }
+}
+
+TEST_F(MonitorJailTest, TheDroppedMonitorBootsItsGuestAndCannotOpenRootsFiles) {
+  const std::string secret = dir_.path() + "/secret";
+  std::ofstream(secret) << "root only\n";
+  ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  const std::string stats = dir_.path() + "/stats.json";
+  auto argv = Jailed(AllThreads(Base("boot")));
+  for (const std::string& a : {std::string("--stats-json"), stats, std::string("--test-hook"),
+                               "open:" + secret, std::string("--test-hook"),
+                               std::string("open:/proc/self/status")}) {
+    argv.push_back(a);
+  }
+  auto r = RunCommand(argv);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  EXPECT_NE(r.err.find("open " + secret + ": Permission denied"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("open /proc/self/status: opened"), std::string::npos) << r.err;
+  nlohmann::json j = Stats(stats);
+  ASSERT_TRUE(j.is_object()) << "no stats";
+  EXPECT_EQ(j["stop_reason"], "guest-shutdown");
+  EXPECT_EQ(j["jail"]["uid"], TestUid());
+  EXPECT_EQ(j["jail"]["gid"], TestUid());
+  EXPECT_EQ(j["jail"]["capabilities"], false);
+  EXPECT_EQ(j["jail"]["seccomp"], "kill");
+  EXPECT_GT(j["vmm_rss_bytes"].get<uint64_t>(), 0u);  // /proc/self still read
+}
+
+TEST_F(MonitorJailTest, DevicesServeUnderTheFiltersAndTheDroppedUid) {
+  const std::string disk = dir_.path() + "/disk.img";
+  {
+    std::ofstream out(disk, std::ios::binary);
+    out.seekp((4 << 20) - 1);
+    out.put('\0');
+  }
+  struct Case {
+    std::string run;
+    std::vector<std::string> flags;
+    std::string workload;
+  };
+  const std::vector<Case> cases = {
+      {"rng:65536", {"--rng"}, "rng"},
+      {"blk-test:300", {"--disk", disk}, "blk"},
+  };
+  for (const Case& c : cases) {
+    auto argv = Jailed(Base(c.run));
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    argv[2] = "stdio";  // --console: the test guest's reports on stdout
+    argv.push_back("--quiet-report");
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_status, 0) << c.run << "\n" << r.err;
+    EXPECT_EQ(r.term_signal, 0) << c.run << "\n" << r.err;
+  }
+}
+
+// Runs the monitor in the background, talks to its control socket with
+// `dsec-vmm vm ctl`, then stops it with SIGTERM.
+TEST_F(MonitorJailTest, TheControlSocketAnswersUnderTheFilters) {
+  const std::string sock = dir_.path() + "/control.sock";
+  auto argv = Jailed(AllThreads(Base("spin:1000000000000", "60000")));
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, mon_.c_str(), nullptr, nullptr, cargv.data(), environ), 0);
+  struct stat st;
+  for (int i = 0; i < 500 && ::stat(sock.c_str(), &st) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string vmm = dsec::testing::VmmBinaryPath();
+  for (std::vector<std::string> op : {std::vector<std::string>{"stats"}, {"pause"}, {"resume"},
+                                      {"balloon", "--target-mib", "8"}, {"stats"}}) {
+    std::vector<std::string> call = {vmm, "vm", "ctl", "--socket", sock};
+    call.insert(call.end(), op.begin(), op.end());
+    auto r = RunCommand(call);
+    EXPECT_EQ(r.exit_status, 0) << op[0] << ": " << r.out << r.err;
+    nlohmann::json answer = nlohmann::json::parse(r.out, nullptr, false);
+    EXPECT_TRUE(answer.is_object() && answer.value("ok", false)) << op[0] << ": " << r.out;
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);  // stopped on request
+}
+
+TEST_F(MonitorJailTest, BadJailFlagsAreOneClearLine) {
+  struct Case {
+    std::vector<std::string> extra;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--uid", "1900000001"}, "--uid and --gid go together"},
+      {{"--uid", "0", "--gid", "5"}, "--uid"},
+      {{"--seccomp", "strict"}, "--seccomp"},
+      {{"--qos", "ls", "--uid", "1900000001", "--gid", "1900000001"}, "--qos needs"},
+      {{"--test-hook", "syscall:gpu"}, "syscall:gpu"},
+  };
+  for (const Case& c : cases) {
+    auto argv = Base("boot");
+    argv.insert(argv.end(), c.extra.begin(), c.extra.end());
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_status, 2) << c.says << ": " << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "vmm/jail/seccomp_filters.h"
+
+#include <fcntl.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <span>
+
+#include "absl/strings/str_cat.h"
+#include "platform/kvm/kvm_ioctl_numbers.h"
+
+namespace dsec::jail {
+
+namespace {
+
+// How a rule's arguments are restricted.
+enum class Cond {
+  kAny,
+  kIoctl,        // arg1 (request) is one of the kind's ioctl numbers
+  kUnixSocket,   // socket(AF_UNIX, ...)
+  kNoExec,       // mmap/mprotect: arg2 (prot) without PROT_EXEC
+  kOwnProcess,   // tgkill(getpid(), ...)
+  kReadOnly,     // openat: no O_WRONLY/O_RDWR/O_CREAT/O_TRUNC in arg2
+};
+
+struct Rule {
+  const char* name;
+  Cond cond;
+  // Why the thread kind needs it (the README lists these).
+  const char* why;
+};
+
+using Rules = std::initializer_list<Rule>;
+
+// Every thread: memory, locks, time, its own exit, logging to stderr.
+constexpr Rules kCommon = {
+    {"read", Cond::kAny, "eventfds, signalfd, pipes"},
+    {"write", Cond::kAny, "eventfd wake-ups, log lines on stderr"},
+    {"writev", Cond::kAny, "log lines (stdio)"},
+    {"close", Cond::kAny, "fds the thread is done with"},
+    {"futex", Cond::kAny, "mutexes and condition variables"},
+    {"mmap", Cond::kNoExec, "malloc (never executable memory)"},
+    {"mprotect", Cond::kNoExec, "malloc arenas (never executable)"},
+    {"munmap", Cond::kAny, "free"},
+    {"mremap", Cond::kAny, "realloc of large blocks"},
+    {"madvise", Cond::kAny, "free (MADV_DONTNEED), balloon and pageout on guest RAM"},
+    {"brk", Cond::kAny, "malloc"},
+    {"rt_sigprocmask", Cond::kAny, "signal masks around blocking calls"},
+    {"rt_sigreturn", Cond::kAny, "return from the vCPU kick handler"},
+    {"sigaltstack", Cond::kAny, "thread exit releases its signal stack"},
+    {"clock_gettime", Cond::kAny, "timestamps (vDSO fallback)"},
+    {"clock_nanosleep", Cond::kAny, "back-off sleeps"},
+    {"nanosleep", Cond::kAny, "back-off sleeps"},
+    {"sched_yield", Cond::kAny, "spin locks (absl)"},
+    {"sched_getaffinity", Cond::kAny, "absl counts CPUs for its spin locks"},
+    {"gettid", Cond::kAny, "thread ids in logs"},
+    {"getpid", Cond::kAny, "own pid for signals"},
+    {"tgkill", Cond::kOwnProcess, "kick a vCPU thread of this process; abort()"},
+    {"rseq", Cond::kAny, "glibc's restartable sequences"},
+    {"getrandom", Cond::kAny, "hash seeds (absl)"},
+    {"fstat", Cond::kAny, "stdio"},
+    {"newfstatat", Cond::kAny, "stdio"},
+    {"lseek", Cond::kAny, "stdio"},
+    {"restart_syscall", Cond::kAny, "interrupted sleeps"},
+    {"timerfd_create", Cond::kAny, "timers made at run time (console retry, PIT)"},
+    {"timerfd_settime", Cond::kAny, "timers armed by device models (the PIT on a vCPU)"},
+    {"timerfd_gettime", Cond::kAny, "PIT counter reads"},
+    {"eventfd2", Cond::kAny, "wake-up fds of back-ends made when the guest starts a device"},
+    {"exit", Cond::kAny, "thread exit"},
+    {"exit_group", Cond::kAny, "process exit"},
+};
+
+// vCPU threads: KVM_RUN and the exits' device emulation.
+constexpr Rules kVcpu = {
+    {"ioctl", Cond::kIoctl, "KVM_RUN, vCPU state, interrupt injection"},
+    {"pread64", Cond::kAny, "device register reads backed by files"},
+    {"pwrite64", Cond::kAny, "device register writes backed by files"},
+    {"io_uring_setup", Cond::kAny, "the disk back-end, made when the guest sets DRIVER_OK"},
+    {"io_uring_register", Cond::kAny, "its eventfd"},
+    {"io_uring_enter", Cond::kAny, "its first submissions"},
+};
+
+// The device event loop: virtqueue back-ends (disk I/O, vsock sockets,
+// entropy), timers, interrupt injection.
+constexpr Rules kEventLoop = {
+    {"epoll_wait", Cond::kAny, "the loop"},
+    {"epoll_pwait", Cond::kAny, "the loop"},
+    {"epoll_ctl", Cond::kAny, "register and drop fds (vsock connections)"},
+    {"ioctl", Cond::kIoctl, "interrupt injection (KVM_IRQ_LINE, KVM_SIGNAL_MSI)"},
+    {"readv", Cond::kAny, "virtio-blk, vsock"},
+    {"pread64", Cond::kAny, "virtio-blk reads"},
+    {"pwrite64", Cond::kAny, "virtio-blk writes"},
+    {"preadv", Cond::kAny, "virtio-blk reads"},
+    {"pwritev", Cond::kAny, "virtio-blk writes"},
+    {"preadv2", Cond::kAny, "virtio-blk reads"},
+    {"pwritev2", Cond::kAny, "virtio-blk writes"},
+    {"fsync", Cond::kAny, "virtio-blk flush"},
+    {"fdatasync", Cond::kAny, "virtio-blk flush"},
+    {"fallocate", Cond::kAny, "virtio-blk discard, balloon hole punching in guest RAM"},
+    {"io_uring_setup", Cond::kAny, "the io_uring disk back-end, made when the guest starts the disk"},
+    {"io_uring_register", Cond::kAny, "its eventfd and buffers"},
+    {"io_uring_enter", Cond::kAny, "its submissions"},
+    {"socket", Cond::kUnixSocket, "vsock: a guest connection to a host unix socket"},
+    {"connect", Cond::kAny, "vsock: the same"},
+    {"accept4", Cond::kAny, "vsock: host connections to a guest port"},
+    {"getsockopt", Cond::kAny, "vsock: the result of a non-blocking connect"},
+    {"sendto", Cond::kAny, "vsock stream data"},
+    {"recvfrom", Cond::kAny, "vsock stream data"},
+    {"sendmsg", Cond::kAny, "vsock stream data"},
+    {"recvmsg", Cond::kAny, "vsock stream data"},
+    {"shutdown", Cond::kAny, "vsock half-close"},
+    {"fcntl", Cond::kAny, "O_NONBLOCK on accepted fds"},
+};
+
+// The control socket: clients, and the stats it answers (/proc/self).
+constexpr Rules kControl = {
+    {"poll", Cond::kAny, "clients"},
+    {"ppoll", Cond::kAny, "clients"},
+    {"accept4", Cond::kAny, "clients"},
+    {"sendto", Cond::kAny, "responses"},
+    {"recvfrom", Cond::kAny, "requests"},
+    {"openat", Cond::kReadOnly, "/proc/self/{status,smaps_rollup} for stats (read-only)"},
+    {"pread64", Cond::kAny, "/proc/self/pagemap"},
+    {"mincore", Cond::kAny, "guest RAM the host backs"},
+    {"getdents64", Cond::kAny, "/proc/self listings"},
+};
+
+// The reclaim controller: its timer loop, /proc and DAMON's sysfs files
+// (DAMON only as root: openat may write), madvise on guest RAM.
+constexpr Rules kReclaim = {
+    {"epoll_wait", Cond::kAny, "its timer loop"},
+    {"epoll_pwait", Cond::kAny, "its timer loop"},
+    {"epoll_ctl", Cond::kAny, "its timer loop"},
+    {"openat", Cond::kAny, "/proc/self/pagemap, /proc/meminfo, PSI, DAMON sysfs (written)"},
+    {"pread64", Cond::kAny, "/proc/self/pagemap"},
+    {"mincore", Cond::kAny, "resident guest pages"},
+    {"process_madvise", Cond::kAny, "pageout of cold guest pages"},
+    {"getdents64", Cond::kAny, "DAMON sysfs listings"},
+    {"fallocate", Cond::kAny, "balloon hole punching"},
+};
+
+// The main thread after the jail: waiting for the stop, then tearing the VM
+// down and writing its report (to files opened before the jail).
+constexpr Rules kMain = {
+    {"poll", Cond::kAny, "the stop eventfd and the signalfd"},
+    {"ppoll", Cond::kAny, "the stop eventfd and the signalfd"},
+    {"ioctl", Cond::kIoctl, "final vCPU registers; unregistering irqfds/ioeventfds/memslots"},
+    {"openat", Cond::kReadOnly, "/proc/self for the final stats (read-only)"},
+    {"pread64", Cond::kAny, "/proc/self/pagemap"},
+    {"mincore", Cond::kAny, "guest RAM the host backed"},
+    {"getdents64", Cond::kAny, "/proc/self listings"},
+    {"unlink", Cond::kAny, "the control socket at exit"},
+    {"unlinkat", Cond::kAny, "the control socket at exit"},
+    {"rmdir", Cond::kAny, "the sandbox cgroup of a placed VM"},
+    {"epoll_ctl", Cond::kAny, "device teardown"},
+    {"epoll_wait", Cond::kAny, "the device loop's last work, run here once its thread ended"},
+    {"epoll_pwait", Cond::kAny, "the same"},
+    {"io_uring_enter", Cond::kAny, "the io_uring disk back-end's teardown"},
+};
+
+// ioctl request numbers per kind (non-KVM: FIONREAD/FIONBIO on vsock
+// sockets, TCGETS from stdio on the main thread).
+std::vector<unsigned long> IoctlsFor(ThreadKind kind) {
+  std::vector<unsigned long> out;
+  auto add = [&out](std::span<const unsigned long> s) { out.insert(out.end(), s.begin(), s.end()); };
+  switch (kind) {
+    case ThreadKind::kVcpu:
+      add(kvm::VcpuRunIoctls());
+      break;
+    case ThreadKind::kEventLoop:
+      add(kvm::InterruptIoctls());
+      out.push_back(FIONREAD);
+      out.push_back(FIONBIO);
+      break;
+    case ThreadKind::kMain:
+      add(kvm::TeardownIoctls());
+      out.push_back(TCGETS);
+      break;
+    default:
+      break;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<const Rules*> RulesFor(ThreadKind kind) {
+  switch (kind) {
+    case ThreadKind::kVcpu:
+      return {&kCommon, &kVcpu};
+    case ThreadKind::kEventLoop:
+      return {&kCommon, &kEventLoop};
+    case ThreadKind::kControl:
+      return {&kCommon, &kControl};
+    case ThreadKind::kReclaim:
+      return {&kCommon, &kReclaim};
+    case ThreadKind::kMain:
+      return {&kCommon, &kMain};
+  }
+  return {&kCommon};
+}
+
+struct CtxDeleter {
+  void operator()(void* ctx) const { seccomp_release(ctx); }
+};
+
+absl::Status SeccompError(const char* what, int rc) {
+  return absl::InternalError(absl::StrCat("seccomp: ", what, ": ", std::strerror(-rc)));
+}
+
+absl::Status AddRule(scmp_filter_ctx ctx, ThreadKind kind, const Rule& rule) {
+  const int nr = seccomp_syscall_resolve_name(rule.name);
+  if (nr == __NR_SCMP_ERROR) {
+    return absl::InternalError(absl::StrCat("seccomp: unknown system call ", rule.name));
+  }
+  int rc = 0;
+  switch (rule.cond) {
+    case Cond::kAny:
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
+      break;
+    case Cond::kIoctl:
+      for (unsigned long req : IoctlsFor(kind)) {
+        // The request is an unsigned int in the kernel: compare 32 bits.
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, req & 0xffffffffu));
+        if (rc != 0) break;
+      }
+      break;
+    case Cond::kUnixSocket:
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
+      break;
+    case Cond::kNoExec:
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                            SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+      break;
+    case Cond::kOwnProcess:
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(::getpid())));
+      break;
+    case Cond::kReadOnly:
+      rc = seccomp_rule_add(
+          ctx, SCMP_ACT_ALLOW, nr, 1,
+          SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND, O_RDONLY));
+      break;
+  }
+  if (rc != 0) return SeccompError(rule.name, rc);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view ThreadKindName(ThreadKind kind) {
+  switch (kind) {
+    case ThreadKind::kMain:
+      return "main";
+    case ThreadKind::kVcpu:
+      return "vcpu";
+    case ThreadKind::kEventLoop:
+      return "event-loop";
+    case ThreadKind::kControl:
+      return "control";
+    case ThreadKind::kReclaim:
+      return "reclaim";
+  }
+  return "?";
+}
+
+absl::StatusOr<ThreadKind> ParseThreadKind(std::string_view name) {
+  for (ThreadKind k : kAllThreadKinds) {
+    if (ThreadKindName(k) == name) return k;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown thread kind \"", std::string(name), "\" (main, vcpu, event-loop, control, reclaim)"));
+}
+
+std::string_view SeccompModeName(SeccompMode mode) {
+  switch (mode) {
+    case SeccompMode::kOff:
+      return "off";
+    case SeccompMode::kLog:
+      return "log";
+    case SeccompMode::kKill:
+      return "kill";
+  }
+  return "?";
+}
+
+absl::StatusOr<SeccompMode> ParseSeccompMode(std::string_view name) {
+  for (SeccompMode m : {SeccompMode::kOff, SeccompMode::kLog, SeccompMode::kKill}) {
+    if (SeccompModeName(m) == name) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--seccomp ", std::string(name), ": expected kill, log or off"));
+}
+
+std::vector<std::string> AllowedSyscalls(ThreadKind kind) {
+  std::vector<std::string> out;
+  for (const Rules* rules : RulesFor(kind)) {
+    for (const Rule& r : *rules) out.emplace_back(r.name);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode) {
+  if (mode == SeccompMode::kOff) return absl::OkStatus();
+  std::unique_ptr<void, CtxDeleter> ctx(
+      seccomp_init(mode == SeccompMode::kKill ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_LOG));
+  if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+      rc != 0) {
+    return SeccompError("bad-architecture action", rc);
+  }
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 1); rc != 0) {
+    return SeccompError("no_new_privs", rc);
+  }
+  for (const Rules* rules : RulesFor(kind)) {
+    for (const Rule& r : *rules) {
+      if (absl::Status s = AddRule(ctx.get(), kind, r); !s.ok()) return s;
+    }
+  }
+  if (int rc = seccomp_load(ctx.get()); rc != 0) return SeccompError("load", rc);
+  return absl::OkStatus();
+}
+
+}  // namespace dsec::jail

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// The monitor's seccomp filters, one per thread kind. Each denies by default
+// (the whole monitor is killed, SIGSYS) and allows only the system calls that
+// kind of thread makes once the guest runs, each listed with why in
+// seccomp_filters.cc; ioctl is allowed only for the request numbers the thread
+// issues, socket only for AF_UNIX, mmap/mprotect never with PROT_EXEC, signals
+// only to this process. Filters are per thread: each thread installs its own
+// (InstallThreadFilter) on itself.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dsec::jail {
+
+enum class ThreadKind { kMain, kVcpu, kEventLoop, kControl, kReclaim };
+inline constexpr ThreadKind kAllThreadKinds[] = {ThreadKind::kMain, ThreadKind::kVcpu,
+                                                 ThreadKind::kEventLoop, ThreadKind::kControl,
+                                                 ThreadKind::kReclaim};
+std::string_view ThreadKindName(ThreadKind kind);
+// "main", "vcpu", "event-loop", "control", "reclaim"; InvalidArgument else.
+absl::StatusOr<ThreadKind> ParseThreadKind(std::string_view name);
+
+// kKill: a call outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
+// kLog: it is allowed and logged by the kernel (audit, dmesg): for finding
+// what a new code path needs. kOff: no filter.
+enum class SeccompMode { kOff, kLog, kKill };
+std::string_view SeccompModeName(SeccompMode mode);
+absl::StatusOr<SeccompMode> ParseSeccompMode(std::string_view name);
+
+// The system call names a kind may make (sorted, unique): for the README and
+// the tests.
+std::vector<std::string> AllowedSyscalls(ThreadKind kind);
+
+// Installs `kind`'s filter on the calling thread (and sets no_new_privs on
+// it). Calls of another architecture ABI (int 0x80, x32) kill the process in
+// every mode but kOff. Internal error if the kernel refuses the filter.
+absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode);
+
+}  // namespace dsec::jail
