@@ -73,6 +73,7 @@ struct Prepared {
   int go_fd = -1;
   int report_fd = -1;
   bool drop_capabilities = true;
+  uint64_t keep_capabilities = 0;
 };
 
 const char* OrNull(const std::string& s) { return s.empty() ? nullptr : s.c_str(); }
@@ -146,8 +147,10 @@ int RunStep(const PreparedStep& s) {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(p, kStepNoNewPrivs, errno);
   if (p.drop_capabilities) {
     // uid 0 regains its permitted set from the bounding set at execve:
-    // empty the bounding set, then inheritable and ambient.
+    // empty the bounding set (but for the kept ones), then inheritable and
+    // ambient; no_new_privs limits the exec'd permitted set to this one.
     for (int cap = 0; cap < 64; ++cap) {
+      if ((p.keep_capabilities >> cap) & 1) continue;
       if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
         if (errno == EINVAL) break;  // past CAP_LAST_CAP
         Fail(p, kStepCapabilities, errno);
@@ -156,6 +159,9 @@ int RunStep(const PreparedStep& s) {
     ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct data[2] = {};
+    for (int i = 0; i < 2; ++i) {
+      data[i].effective = data[i].permitted = static_cast<uint32_t>(p.keep_capabilities >> (32 * i));
+    }
     if (::syscall(SYS_capset, &header, data) != 0) Fail(p, kStepCapabilities, errno);
   }
   ::execve(p.argv[0], p.argv.data(), p.envp.data());
@@ -358,6 +364,7 @@ absl::StatusOr<std::unique_ptr<JailedProcess>> JailedProcess::Start(const JailSp
   p.stdio[1] = spec.stdout_fd;
   p.stdio[2] = spec.stderr_fd;
   p.drop_capabilities = spec.drop_capabilities;
+  p.keep_capabilities = spec.keep_capabilities;
 
   ScopedFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!null_fd) return ErrnoToStatus("open /dev/null");

@@ -76,6 +76,11 @@ struct JailSpec {
   // Empties the capability bounding, inheritable and ambient sets, so the
   // program runs without capabilities even as uid 0.
   bool drop_capabilities = true;
+  // With drop_capabilities: capabilities (bits 1 << CAP_*) kept in the
+  // bounding, permitted and effective sets, for a program that drops them
+  // itself (the monitor keeps CAP_SETUID, CAP_SETGID and CAP_SETPCAP until
+  // it changes to its own uid).
+  uint64_t keep_capabilities = 0;
   // Cgroups the child joins before it runs anything (nullptr: none).
   const container::ContainerCgroups* cgroups = nullptr;
   // Also called with the child's pid before it runs (e.g. the QoS

@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <set>
 
 #include "gtest/gtest.h"
 #include "sandbox/microvm/cpl0_probe.h"
 #include "sandbox/microvm/jail.h"
+#include "sandbox/microvm/vm_launcher.h"
 #include "sandbox/microvm/vm_process.h"
 
 namespace dsec::microvm {
@@ -152,4 +154,35 @@ TEST(Cpl0Probe, RejectsMissingOrMalformedReports) {
 }
 
 }  // namespace
+TEST(UidPool, LeasesDistinctIdsRoundRobinAndReleasesThem) {
+  UidPool pool(5000, 3);
+  auto a = pool.Acquire();
+  auto b = pool.Acquire();
+  auto c = pool.Acquire();
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  std::set<uint32_t> ids = {(*a)->uid(), (*b)->uid(), (*c)->uid()};
+  EXPECT_EQ(ids, (std::set<uint32_t>{5000, 5001, 5002}));
+  EXPECT_EQ(pool.leased(), 3u);
+  auto full = pool.Acquire();
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  const uint32_t freed = (*b)->uid();
+  b->reset();
+  EXPECT_EQ(pool.leased(), 2u);
+  auto again = pool.Acquire();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->uid(), freed);  // the only free one
+  a->reset();
+  c->reset();
+  again->reset();
+  EXPECT_EQ(pool.leased(), 0u);
+  // Round robin: the next lease is not the one just released.
+  auto x = pool.Acquire();
+  ASSERT_TRUE(x.ok());
+  const uint32_t first = (*x)->uid();
+  x->reset();
+  auto y = pool.Acquire();
+  ASSERT_TRUE(y.ok());
+  EXPECT_NE((*y)->uid(), first);
+}
+
 }  // namespace dsec::microvm

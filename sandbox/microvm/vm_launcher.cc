@@ -22,7 +22,8 @@ bool Readable(const std::string& path) { return !path.empty() && ::access(path.c
 
 class VmAgentHost : public AgentHost {
  public:
-  VmAgentHost(std::unique_ptr<VmProcess> vm, uint32_t port) : vm_(std::move(vm)), port_(port) {}
+  VmAgentHost(std::unique_ptr<VmProcess> vm, uint32_t port, std::unique_ptr<UidPool::Lease> uid)
+      : uid_(std::move(uid)), vm_(std::move(vm)), port_(port) {}
   pid_t pid() const override { return vm_->pid(); }
   int exit_fd() const override { return vm_->exit_fd(); }
   absl::StatusOr<ScopedFd> ConnectAgent(int64_t timeout_ms) override {
@@ -38,11 +39,50 @@ class VmAgentHost : public AgentHost {
   VmProcess& vm() { return *vm_; }
 
  private:
+  // Declared first, released last: the id is free only once the monitor is gone.
+  std::unique_ptr<UidPool::Lease> uid_;
   std::unique_ptr<VmProcess> vm_;
   const uint32_t port_;
 };
 
 }  // namespace
+
+UidPool::UidPool(uint32_t base, uint32_t size)
+    : base_(base), size_(size), next_(size > 0 ? static_cast<uint32_t>(::getpid()) * 2654435761u % size : 0),
+      used_(size, false) {
+  // Two daemons on one node (tests do that) start far apart in the range.
+}
+
+UidPool::Lease::~Lease() { pool_->Release(uid_); }
+
+absl::StatusOr<std::unique_ptr<UidPool::Lease>> UidPool::Acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t i = 0; i < size_; ++i) {
+    const uint32_t slot = (next_ + i) % size_;
+    if (!used_[slot]) {
+      used_[slot] = true;
+      ++leased_;
+      next_ = (slot + 1) % size_;
+      return std::make_unique<Lease>(this, base_ + slot);
+    }
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("microvm: all ", size_, " monitor uids are in use"));
+}
+
+void UidPool::Release(uint32_t uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t slot = uid - base_;
+  if (slot < size_ && used_[slot]) {
+    used_[slot] = false;
+    --leased_;
+  }
+}
+
+size_t UidPool::leased() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leased_;
+}
 
 std::string DefaultCacheDir() {
   if (const char* d = std::getenv("DSEC_CACHE_DIR"); d != nullptr && *d != '\0') return d;
@@ -110,6 +150,11 @@ absl::StatusOr<std::unique_ptr<AgentHost>> VmLauncher::Launch(const LaunchSpec& 
   // With the daemon's placement (join) the monitor places nothing itself.
   if (!spec.join) plan.qos = spec.qos;
   plan.console_cap_bytes = options_.console_cap_bytes;
+  std::unique_ptr<UidPool::Lease> uid;
+  if (options_.own_uid && plan.qos.empty()) {
+    DSEC_ASSIGN_OR_RETURN(uid, uids_.Acquire());
+    plan.uid = uid->uid();
+  }
   VmJailOptions jail;
   jail.id = spec.id;
   jail.state_dir = spec.state_dir;
@@ -119,7 +164,7 @@ absl::StatusOr<std::unique_ptr<AgentHost>> VmLauncher::Launch(const LaunchSpec& 
   jail.record_cgroup = spec.record_cgroup;
   jail.join = spec.join;
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<VmProcess> vm, VmProcess::Start(plan, jail));
-  return std::unique_ptr<AgentHost>(new VmAgentHost(std::move(vm), spec.agent_port));
+  return std::unique_ptr<AgentHost>(new VmAgentHost(std::move(vm), spec.agent_port, std::move(uid)));
 }
 
 }  // namespace dsec::microvm

@@ -11,8 +11,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "sandbox/microvm/cpl0_probe.h"
 #include "sandbox/microvm/launcher.h"
 
@@ -31,6 +33,44 @@ std::string DefaultMonitorBinary();
 // (<dir of vmm>/guest-kernel/agent/dsec-agent), for the build hint.
 std::string AgentBinaryBeside(const std::string& monitor_binary);
 
+// The uids (each also the gid) the node's monitors drop to, one per live
+// monitor: a monitor a guest took over can reach no other monitor's
+// process or files. A fixed range far above real accounts; handed out
+// round-robin, so that a released id is reused as late as possible.
+// Threads: any.
+class UidPool {
+ public:
+  static constexpr uint32_t kDefaultBase = 1'900'000'000;
+  static constexpr uint32_t kDefaultSize = 65'536;
+  UidPool(uint32_t base = kDefaultBase, uint32_t size = kDefaultSize);
+
+  // Owns one id until destroyed.
+  class Lease {
+   public:
+    Lease(UidPool* pool, uint32_t uid) : pool_(pool), uid_(uid) {}
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    uint32_t uid() const { return uid_; }
+
+   private:
+    UidPool* pool_;
+    uint32_t uid_;
+  };
+  // ResourceExhausted when every id is leased.
+  absl::StatusOr<std::unique_ptr<Lease>> Acquire();
+  size_t leased() const;
+
+ private:
+  void Release(uint32_t uid);
+  const uint32_t base_;
+  const uint32_t size_;
+  mutable std::mutex mu_;
+  uint32_t next_ = 0;               // guarded by mu_
+  std::vector<bool> used_;          // guarded by mu_
+  size_t leased_ = 0;               // guarded by mu_
+};
+
 struct VmLauncherOptions {
   std::string monitor_binary;  // "" = DefaultMonitorBinary()
   std::string kernel;      // "" = DefaultGuestKernelPath()
@@ -44,6 +84,10 @@ struct VmLauncherOptions {
   bool pivot_root = true;
   // Skip the CPL0 probe (benchmarks that ran it already).
   bool skip_probe = false;
+  // Each monitor drops to a uid of its own from the pool (none with qos,
+  // whose placement needs root). false: monitors stay uid 0 without
+  // capabilities.
+  bool own_uid = true;
 };
 
 class VmLauncher : public Launcher {
@@ -58,6 +102,7 @@ class VmLauncher : public Launcher {
 
  private:
   VmLauncherOptions options_;
+  UidPool uids_;
   mutable std::mutex mu_;
   std::optional<Cpl0Probe> probe_;  // guarded by mu_; kept once it ran
 };

@@ -2,6 +2,7 @@
 #include "sandbox/microvm/vm_process.h"
 
 #include <elf.h>
+#include <linux/capability.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -133,6 +134,10 @@ monitor::MonitorOptions VmMonitorOptions(const VmPlan& plan, const VmFiles& file
   o.control = files.control_socket;
   o.stats_json = files.stats_json;
   o.log_level = plan.log_level;
+  if (plan.uid) {
+    o.jail.uid = *plan.uid;
+    o.jail.gid = *plan.uid;
+  }
   o.quiet_report = true;
   return o;
 }
@@ -236,6 +241,11 @@ absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_i
   if (jail.id.empty() || jail.state_dir.empty()) {
     return absl::InvalidArgumentError("microvm: the jail needs an id and a state directory");
   }
+  if (plan.uid && !plan.qos.empty()) {
+    return absl::InvalidArgumentError(
+        "microvm: a monitor with its own uid cannot place itself (qos needs root)");
+  }
+  if (plan.uid && *plan.uid == 0) return absl::InvalidArgumentError("microvm: uid 0");
   VmFiles files = VmFilesIn(jail.state_dir);
   if (::mkdir(files.dir.c_str(), 0700) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", files.dir));
   if (jail.pivot_root && ::mkdir(files.jail_root.c_str(), 0755) != 0) {
@@ -278,6 +288,11 @@ absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_i
   spec.stdout_fd = log.get();
   spec.stderr_fd = log.get();
   spec.drop_capabilities = true;
+  // What the monitor needs to change to its own uid (vmm/jail), no more.
+  if (plan.uid) {
+    spec.keep_capabilities = (uint64_t{1} << CAP_SETUID) | (uint64_t{1} << CAP_SETGID) |
+                             (uint64_t{1} << CAP_SETPCAP);
+  }
   spec.cgroups = cgroups.get();
   spec.join = jail.join;
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<JailedProcess> process, JailedProcess::Start(spec));

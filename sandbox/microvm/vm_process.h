@@ -41,6 +41,10 @@ struct VmPlan {
   uint64_t console_cap_bytes = 1u << 20;
   std::string log_level = "warn";
   uint64_t timeout_ms = 0;  // the monitor stops the VM after this long (0: never)
+  // The uid and gid (the same number) the monitor drops to once the VM is
+  // built (vmm/jail); none: it stays uid 0 without capabilities. Not with
+  // qos (cgroup placement is root's work).
+  std::optional<uint32_t> uid;
 };
 
 // The kernel command line of a Linux guest with the dsec-agent as PID 1:

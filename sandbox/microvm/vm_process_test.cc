@@ -201,6 +201,55 @@ TEST_F(VmProcessTest, ControlSocketPausesAndResumesTheVcpus) {
   ASSERT_TRUE((*vm)->Stop(5000).ok());
 }
 
+TEST_F(VmProcessTest, TheMonitorDropsToItsUidAndFiltersItsThreads) {
+  VmPlan plan = Plan("spin:1000000000000");
+  const uint32_t uid = 1'900'400'000u + static_cast<uint32_t>(::getpid() % 60000);
+  plan.uid = uid;
+  auto vm = VmProcess::Start(plan, Jail());
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->WaitRunning(30'000).ok()) << (*vm)->ExitReport();
+  // The control socket answers once the monitor is locked in.
+  auto stats = (*vm)->Control({{"op", "stats"}});
+  ASSERT_TRUE(stats.ok()) << stats.status() << (*vm)->ExitReport();
+  const pid_t pid = (*vm)->pid();
+  const std::string ids = absl::StrCat(uid, "\t", uid, "\t", uid, "\t", uid);
+  EXPECT_EQ(StatusField(pid, "Uid"), ids);
+  EXPECT_EQ(StatusField(pid, "Gid"), ids);
+  EXPECT_EQ(StatusField(pid, "Groups"), "");
+  EXPECT_EQ(StatusField(pid, "CapEff"), "0000000000000000");
+  EXPECT_EQ(StatusField(pid, "CapPrm"), "0000000000000000");
+  EXPECT_EQ(StatusField(pid, "CapBnd"), "0000000000000000");
+  EXPECT_EQ(StatusField(pid, "Seccomp"), "2");  // a filter on the main thread
+  // Every thread, not only the main one.
+  const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
+  int threads = 0;
+  if (DIR* d = ::opendir(task_dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      ++threads;
+      std::string st = ReadAll(absl::StrCat(task_dir, "/", e->d_name, "/status"));
+      EXPECT_NE(st.find("Seccomp:\t2"), std::string::npos) << "thread " << e->d_name;
+    }
+    ::closedir(d);
+  }
+  EXPECT_GE(threads, 4);  // main, vCPU, event loop, control
+  ASSERT_TRUE((*vm)->Pause().ok());
+  ASSERT_TRUE((*vm)->Resume().ok());
+  ASSERT_TRUE((*vm)->Stop(5000).ok());
+}
+
+TEST_F(VmProcessTest, QosWithAUidIsRefusedAndCreatesNothing) {
+  VmPlan plan = Plan("idle:60");
+  plan.uid = 1'900'400'001u;
+  plan.qos = "be";
+  auto vm = VmProcess::Start(plan, Jail());
+  ASSERT_FALSE(vm.ok());
+  EXPECT_EQ(vm.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(vm.status().message().find("qos"), std::string::npos) << vm.status();
+  struct stat st;
+  EXPECT_NE(::stat((dir_ + "/vm").c_str(), &st), 0) << "a refused start left its state";
+}
+
 TEST_F(VmProcessTest, StopLeavesNoProcessCgroupOrMount) {
   auto vm = VmProcess::Start(Plan("idle:60"), Jail());
   ASSERT_TRUE(vm.ok()) << vm.status();
