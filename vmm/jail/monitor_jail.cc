@@ -137,6 +137,10 @@ absl::Status MonitorJail::LockLocked(int expected_threads, int abort_fd) {
     if (options_.seccomp == SeccompMode::kKill) return absl::InternalError(msg);
     std::fprintf(stderr, "dsec-monitor: warning: %s\n", msg.c_str());
   }
+  // A call off a thread's list ends the monitor with one line that names it.
+  if (options_.seccomp == SeccompMode::kKill) {
+    if (absl::Status s = InstallSigsysReporter(); !s.ok()) return s;
+  }
   // A killed monitor must not write its guest's memory to a core file.
   rlimit no_core{0, 0};
   if (::setrlimit(RLIMIT_CORE, &no_core) != 0) return ErrnoToStatus("setrlimit(RLIMIT_CORE)");

@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <seccomp.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -21,6 +23,41 @@
 namespace dsec::jail {
 
 namespace {
+
+// The calling thread's kind once its filter is on (for the reporter).
+thread_local int current_kind = -1;
+
+// Async-signal-safe: appends the decimal of `v` to buf at *n.
+void AppendNumber(char* buf, size_t* n, size_t cap, long v) {
+  char digits[24];
+  size_t d = 0;
+  const bool neg = v < 0;
+  unsigned long u = neg ? static_cast<unsigned long>(-v) : static_cast<unsigned long>(v);
+  do {
+    digits[d++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0 && d < sizeof(digits));
+  if (neg && *n < cap) buf[(*n)++] = '-';
+  while (d > 0 && *n < cap) buf[(*n)++] = digits[--d];
+}
+
+void AppendText(char* buf, size_t* n, size_t cap, const char* s) {
+  while (*s != '\0' && *n < cap) buf[(*n)++] = *s++;
+}
+
+void ReportSigsys(int, siginfo_t* info, void*) {
+  char line[160];
+  size_t n = 0;
+  AppendText(line, &n, sizeof(line), "dsec-monitor: seccomp: system call ");
+  AppendNumber(line, &n, sizeof(line), info->si_syscall);
+  AppendText(line, &n, sizeof(line), " is not allowed on a ");
+  static const char* const kNames[] = {"main", "vcpu", "event-loop", "control", "reclaim"};
+  const int k = current_kind;
+  AppendText(line, &n, sizeof(line), k >= 0 && k < 5 ? kNames[k] : "unfiltered");
+  AppendText(line, &n, sizeof(line), " thread; stopping\n");
+  ::syscall(SYS_write, 2, line, n);
+  ::syscall(SYS_exit_group, kSeccompExitStatus);
+}
 
 // How a rule's arguments are restricted.
 enum class Cond {
@@ -315,7 +352,7 @@ std::vector<std::string> AllowedSyscalls(ThreadKind kind) {
 absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode) {
   if (mode == SeccompMode::kOff) return absl::OkStatus();
   std::unique_ptr<void, CtxDeleter> ctx(
-      seccomp_init(mode == SeccompMode::kKill ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_LOG));
+      seccomp_init(mode == SeccompMode::kKill ? SCMP_ACT_TRAP : SCMP_ACT_LOG));
   if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
   if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
       rc != 0) {
@@ -330,6 +367,18 @@ absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode) {
     }
   }
   if (int rc = seccomp_load(ctx.get()); rc != 0) return SeccompError("load", rc);
+  current_kind = static_cast<int>(kind);
+  return absl::OkStatus();
+}
+
+absl::Status InstallSigsysReporter() {
+  struct sigaction sa = {};
+  sa.sa_sigaction = &ReportSigsys;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  if (::sigaction(SIGSYS, &sa, nullptr) != 0) {
+    return absl::InternalError(absl::StrCat("sigaction(SIGSYS): ", std::strerror(errno)));
+  }
   return absl::OkStatus();
 }
 

@@ -24,7 +24,11 @@ std::string_view ThreadKindName(ThreadKind kind);
 // "main", "vcpu", "event-loop", "control", "reclaim"; InvalidArgument else.
 absl::StatusOr<ThreadKind> ParseThreadKind(std::string_view name);
 
-// kKill: a call outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
+// kKill: a call outside the list ends the process. The filter traps
+// (SECCOMP_RET_TRAP) into the reporter InstallSigsysReporter installed, which
+// writes one line naming the call and the thread kind to stderr and exits
+// with status 159 (128 + SIGSYS) at once; without the reporter the process
+// dies of SIGSYS.
 // kLog: it is allowed and logged by the kernel (audit, dmesg): for finding
 // what a new code path needs. kOff: no filter.
 enum class SeccompMode { kOff, kLog, kKill };
@@ -39,5 +43,12 @@ std::vector<std::string> AllowedSyscalls(ThreadKind kind);
 // it). Calls of another architecture ABI (int 0x80, x32) kill the process in
 // every mode but kOff. Internal error if the kernel refuses the filter.
 absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode);
+
+// The exit status of a monitor a filter stopped.
+inline constexpr int kSeccompExitStatus = 128 + 31;  // 128 + SIGSYS
+// Installs the process's SIGSYS handler (before any filter: rt_sigaction is
+// on no list): "dsec-monitor: seccomp: system call N is not allowed on a KIND
+// thread; stopping", then exit_group(kSeccompExitStatus). Async-signal-safe.
+absl::Status InstallSigsysReporter();
 
 }  // namespace dsec::jail
