@@ -34,6 +34,33 @@ absl::Status CheckRequestPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+// Creates the missing directories above `path` (mode 0755), each inside the
+// root: a file write makes its parents, as the container tier's does.
+absl::Status MakeParents(int root_fd, const std::string& path) {
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at < path.size()) {
+    size_t next = path.find('/', at);
+    if (next == std::string::npos) break;  // the last part is the file
+    if (next > at) parts.push_back(path.substr(at, next - at));
+    at = next + 1;
+  }
+  std::string dir = "/";
+  for (const std::string& name : parts) {
+    if (name == "." || name == "..") {
+      dir += name + "/";
+      continue;
+    }
+    DSEC_ASSIGN_OR_RETURN(ScopedFd parent,
+                          OpenAt2(root_fd, dir, O_PATH | O_DIRECTORY, 0, kInRoot));
+    if (mkdirat(parent.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoToStatus(absl::StrCat("mkdir ", dir, name));
+    }
+    dir += name + "/";
+  }
+  return absl::OkStatus();
+}
+
 class ConnSink : public FrameSink {
  public:
   ConnSink(const HandlerEnv& env, FrameConn& conn) : env_(env), conn_(conn) {}
@@ -99,6 +126,7 @@ absl::Status HandleFileWrite(HandlerEnv& env, FrameConn& conn, const FileWriteRe
   // The data follows regardless of what happens here; it is always consumed
   // so that the stream stays in step, and the first error is the reply.
   absl::Status result = CheckRequestPath(req.path);
+  if (result.ok()) result = MakeParents(env.root_fd, req.path);
   ScopedFd fd;
   if (result.ok()) {
     absl::StatusOr<ScopedFd> opened =

@@ -88,7 +88,17 @@ TEST_F(FilesTest, RefusesWhatIsNotARegularFile) {
   // Opening a FIFO without a reader for writing must not block the agent.
   EXPECT_FALSE(client_->WriteFile("fifo", "x").ok());
   EXPECT_TRUE(absl::IsNotFound(client_->ReadFile("missing", 10).status()));
-  EXPECT_TRUE(absl::IsNotFound(client_->WriteFile("no/such/dir/f", "x")));
+  // A file write makes its missing parents (as the container tier does).
+  ASSERT_TRUE(client_->WriteFile("no/such/dir/f", "x").ok());
+  EXPECT_EQ(ReadFileOrDie(root_ + "/no/such/dir/f"), "x");
+  // ... but not through a file, and never outside the root.
+  EXPECT_FALSE(client_->WriteFile("no/such/dir/f/g", "x").ok());
+  ASSERT_EQ(symlink(outside_.c_str(), (root_ + "/out").c_str()), 0);
+  // (the symlink's target does not exist inside the root: refused)
+  EXPECT_FALSE(client_->WriteFile("out/made/f", "y").ok());
+  EXPECT_NE(access((outside_ + "/made").c_str(), F_OK), 0) << "a parent was made outside the root";
+  ASSERT_TRUE(client_->WriteFile("../../up/f", "z").ok());
+  EXPECT_EQ(ReadFileOrDie(root_ + "/up/f"), "z");
   EXPECT_TRUE(absl::IsInvalidArgument(client_->ReadFile("", 10).status()));
   EXPECT_FALSE(client_->broken());
 }
@@ -98,9 +108,11 @@ TEST_F(FilesTest, DotDotStopsAtTheRoot) {
   ExpectNoEscape("../../../../../../" + outside_ + "/secret");
   ExpectNoEscape("/../../etc/passwd");
   // Writes cannot climb out either.
+  // (in-root semantics: the write lands in <root>/outside, made for it)
   auto s = client_->WriteFile("../outside/planted", "x");
-  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.ok()) << s;
   EXPECT_NE(access((outside_ + "/planted").c_str(), F_OK), 0);
+  EXPECT_EQ(access((root_ + "/outside/planted").c_str(), F_OK), 0);
   EXPECT_TRUE(absl::IsNotFound(client_->ReadFile("../outside/secret", 100).status()));
 }
 
