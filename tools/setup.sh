@@ -51,3 +51,15 @@ echo "setup.sh: built into $(pwd)/build (dsec-vmm: build/dsec-vmm)"
 # The Linux guest kernel: built once (several minutes), cached by content hash
 # under ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm}/guest-kernel afterwards.
 tools/build-guest-kernel.sh
+
+# The layers the Linux guest tests boot (tests/integration/linux_boot_test,
+# the microvm tier's nested tests): the Debian base and the python toolkit
+# on it, built once into the default layer store (debootstrap, a minute or
+# so), kept afterwards.
+store=${DSEC_LAYER_STORE:-/var/lib/dsec-vmm/layers}
+if ! build/dsec-vmm layer --store "$store" inspect base:bookworm >/dev/null 2>&1; then
+  tools/build-base-layer.sh --store "$store"
+fi
+if ! build/dsec-vmm layer --store "$store" inspect python:1 >/dev/null 2>&1; then
+  tools/build-base-layer.sh --store "$store" --toolkit python 1 python3
+fi

@@ -2,15 +2,17 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs the test suite: every libFuzzer target briefly (in a separate clang
 # tree, build-fuzz/, which builds only the fuzzers and what they link; one
-# fuzzer per core at a time), then ctest's unit and integration labels. Exits non-zero
+# fuzzer per core at a time), then ctest's unit, integration and nested
+# labels (nested: tests in L1 of tests/nested's bed). Exits non-zero
 # on any failure. Needs root for the integration tests (KVM, namespaces).
 #   DSEC_FUZZ_SECONDS=N   seconds per fuzzer (default 30; 0 skips fuzzing)
-#   DSEC_TEST_LABELS=RE   ctest label regex (default unit|integration)
+#   DSEC_TEST_LABELS=RE   ctest label regex (default unit|integration|nested;
+#                         nested runs in L1 of tests/nested's bed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzz_seconds=${DSEC_FUZZ_SECONDS:-30}
-labels=${DSEC_TEST_LABELS:-unit|integration}
+labels=${DSEC_TEST_LABELS:-unit|integration|nested}
 
 [ -d build ] || { echo "test.sh: no build/ — run tools/setup.sh first" >&2; exit 2; }
 cmake --build build -j "$(nproc)"
@@ -59,4 +61,4 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   [ "$failed" -eq 0 ] || exit 1
 fi
 
-ctest --test-dir build -L "$labels" --output-on-failure -j 2
+ctest --test-dir build -L "$labels" --output-on-failure -j "$(nproc)"

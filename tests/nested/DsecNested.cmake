@@ -8,8 +8,8 @@
 # hardware-virtualisation semantics). Label "nested" (plus LABELS); exit 77
 # (bed.py: no QEMU, no SVM, no kernel package, no /dev/kvm in L1) is a skip.
 # The bed's own deadline is TIMEOUT minus 60 s, so that it, not ctest, stops
-# QEMU and prints L1's console. One L1 at a time (RESOURCE_LOCK): each QEMU
-# keeps both of the host's 2 CPUs busy. COMMAND runs in L1 with cwd =
+# QEMU and prints L1's console. Each L1 has one vCPU (bed.py's default), so
+# each test takes one processor and two beds may run at once. COMMAND runs in L1 with cwd =
 # WORKING_DIRECTORY (default: this test's binary dir) and sees the host's
 # file system at the same paths (build tree, ~/.cache/dsec-vmm); generator
 # expressions such as $<TARGET_FILE:dsec-vmm> work.
@@ -40,8 +40,7 @@ function(dsec_nested_test)
                        LABELS "nested;${A_LABELS}"
                        SKIP_RETURN_CODE 77
                        TIMEOUT ${A_TIMEOUT}
-                       RESOURCE_LOCK dsec_nested_l1
-                       PROCESSORS 2)
+                       PROCESSORS 1)
   if(A_SKIP_REGULAR_EXPRESSION)
     set_tests_properties(${A_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "${A_SKIP_REGULAR_EXPRESSION}")
   endif()

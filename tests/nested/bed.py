@@ -440,7 +440,11 @@ def main(argv):
     r = sub.add_parser("run", help="run a command in L1")
     r.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds, boot included")
     r.add_argument("--mem", type=int, default=4096, help="L1 memory in MiB")
-    r.add_argument("--smp", type=int, default=2, help="L1 vCPUs")
+    # One vCPU: with two, TCG's handling of cross-modifying code (the L2
+    # kernel patching its text while another L1 vCPU runs it) gave an L2
+    # int3 Oops in some runs; one L1 vCPU also lets two beds run at once.
+    r.add_argument("--smp", type=int, default=int(os.environ.get("DSEC_NESTED_SMP", "1")),
+                   help="L1 vCPUs (default %(default)s; DSEC_NESTED_SMP)")
     r.add_argument("--tcg-thread", choices=("multi", "single"),
                    default=os.environ.get("DSEC_NESTED_TCG_THREAD", "multi"),
                    help="QEMU TCG: one host thread per L1 vCPU (multi) or one for all (single)")

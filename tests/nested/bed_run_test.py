@@ -18,7 +18,11 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BED = [sys.executable, os.path.join(HERE, "bed.py")]
-TMP = tempfile.gettempdir()
+# A temporary directory of this test's own, inherited by every bed.py it
+# runs: the leak checks below look at it, and other beds (nested tests that
+# run at the same time) make theirs elsewhere.
+TMP = tempfile.mkdtemp(prefix="dsec-bed-run-test.")
+os.environ["TMPDIR"] = TMP
 
 
 def bed_dirs():
@@ -129,7 +133,10 @@ class BedRunTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    result = unittest.main(verbosity=2, exit=False).result
+    try:
+        result = unittest.main(verbosity=2, exit=False).result
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
     if not result.wasSuccessful():
         sys.exit(1)
     sys.exit(77 if result.testsRun == len(result.skipped) else 0)
