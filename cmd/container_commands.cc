@@ -19,6 +19,7 @@
 #include "base/file_io.h"
 #include "vmm/monitor/default_paths.h"
 #include "cmd/fncall_commands.h"
+#include "cmd/microvm_commands.h"
 #include "sandbox/container/netns_pool.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
@@ -54,6 +55,10 @@ struct RunOptions {
   // and gids base .. base+65535).
   bool userns = false;
   uint32_t userns_base = 1u << 20;
+  // --tier microvm ("" = the tier's defaults)
+  std::string microvm_kernel;
+  std::string microvm_rootfs;
+  std::string microvm_state_dir;
   std::vector<std::string> command;
 };
 
@@ -69,8 +74,13 @@ int Run(const RunOptions& o) {
                       o.output_cap_bytes, o.output_rate_bytes, o.env, o.cwd == "/" ? "/tmp" : o.cwd,
                       o.log_level, o.command});
   }
+  if (o.tier == "microvm") {
+    return RunMicrovm({o.layers, o.store, o.memory_mib, o.cpus, o.timeout_s, o.output_cap_bytes,
+                       o.output_rate_bytes, o.env, o.cwd == "/" ? "" : o.cwd, o.microvm_kernel,
+                       o.microvm_rootfs, o.microvm_state_dir, o.log_level, o.command});
+  }
   if (o.tier != "container") {
-    fprintf(stderr, "dsec-vmm: tier \"%s\" is not available (only \"container\")\n", o.tier.c_str());
+    fprintf(stderr, "dsec-vmm: tier \"%s\" is not available\n", o.tier.c_str());
     return 2;
   }
   if (o.command.empty()) {
@@ -176,7 +186,15 @@ void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
   CLI::App* run = sandbox->add_subcommand(
       "run", "Create a sandbox, run CMD ARGS in it, print its output, exit with its status "
              "(124 timeout, 125 runtime error, 127 command not found)");
-  run->add_option("--tier", opts->tier, "Sandbox tier")->check(CLI::IsMember({"container", "fncall"}));
+  run->add_option("--tier", opts->tier, "Sandbox tier")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"container", "fncall", "microvm"}));
+  run->add_option("--microvm-kernel", opts->microvm_kernel,
+                  "microvm tier: guest kernel (default <cache>/guest-kernel/current/vmlinux)");
+  run->add_option("--microvm-rootfs", opts->microvm_rootfs,
+                  "microvm tier: the dsec-agent root image (default <cache>/guest-image/rootfs.erofs)");
+  run->add_option("--microvm-state-dir", opts->microvm_state_dir,
+                  "microvm tier: root of microVM state directories (default /run/dsec-vmm/microvm)");
   run->add_option("--lang", opts->lang, "fncall tier: python (CODE is Python) or bash (CODE is a script)")
       ->check(CLI::IsMember({"python", "bash"}));
   run->add_option("--layers,--layer", opts->layers,

@@ -108,5 +108,20 @@ TEST_F(VmCliTest, FloodingGuestIsCappedOnStdoutAndStatsSayHowMuchWasDropped) {
   EXPECT_NE(r.err.find("bytes from the guest dropped"), std::string::npos) << r.err;
 }
 
+// `sandbox run --tier microvm`: bad input is refused before any VM (the
+// runs themselves are tests/nested/microvm_cli.py, in L1).
+TEST(SandboxRunMicrovmCliTest, BadInputIsOneClearLineBeforeAnyVm) {
+  const std::string bin = dsec::testing::VmmBinaryPath();
+  auto r = RunCommand({bin, "sandbox", "run", "--tier", "microvm", "--env", "NOEQUALS", "--", "true"});
+  EXPECT_EQ(r.exit_status, 2) << r.err;
+  EXPECT_NE(r.err.find("--env NOEQUALS: expected KEY=VALUE"), std::string::npos) << r.err;
+  r = RunCommand({bin, "sandbox", "run", "--tier", "microvm", "--layers", "/nonexistent/x.erofs",
+                  "--", "true"});
+  EXPECT_EQ(r.exit_status, 2) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/x.erofs"), std::string::npos) << r.err;
+  r = RunCommand({bin, "sandbox", "run", "--tier", "gpu", "--", "true"});
+  EXPECT_EQ(r.exit_status, 2) << r.err;
+}
+
 }  // namespace
 }  // namespace dsec
