@@ -5,6 +5,8 @@
 //   attack_probe read FILE
 //   attack_probe connect-unix PATH
 //   attack_probe connect-abstract NAME
+//   attack_probe connect-vsock CID PORT     (AF_VSOCK, inside a microVM)
+//   attack_probe connect-inet ADDR PORT     (IPv4 TCP)
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
@@ -15,9 +17,13 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <linux/vm_sockets.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace {
@@ -86,6 +92,26 @@ int Connect(const std::string& name, bool abstract) {
   return Report(connect(s, reinterpret_cast<sockaddr*>(&addr), len));
 }
 
+int ConnectVsock(const char* cid, const char* port) {
+  int s = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return Report(-1);
+  sockaddr_vm addr{};
+  addr.svm_family = AF_VSOCK;
+  addr.svm_cid = static_cast<unsigned>(strtoul(cid, nullptr, 10));
+  addr.svm_port = static_cast<unsigned>(strtoul(port, nullptr, 10));
+  return Report(connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+}
+
+int ConnectInet(const char* ip, const char* port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return Report(-1);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(strtoul(port, nullptr, 10)));
+  if (inet_pton(AF_INET, ip, &addr.sin_addr) != 1) return 2;
+  return Report(connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,6 +119,8 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "read") return Read(argv[2]);
   if (argc >= 3 && std::string(argv[1]) == "connect-unix") return Connect(argv[2], false);
   if (argc >= 3 && std::string(argv[1]) == "connect-abstract") return Connect(argv[2], true);
-  fprintf(stderr, "usage: attack_probe ioctl|read|connect-unix|connect-abstract ...\n");
+  if (argc >= 4 && std::string(argv[1]) == "connect-vsock") return ConnectVsock(argv[2], argv[3]);
+  if (argc >= 4 && std::string(argv[1]) == "connect-inet") return ConnectInet(argv[2], argv[3]);
+  fprintf(stderr, "usage: attack_probe ioctl|read|connect-unix|connect-abstract|connect-vsock|connect-inet ...\n");
   return 2;
 }

@@ -235,10 +235,11 @@ def exec_body(tier: Optional[str], argv_or_code: Command, args: Optional[Sequenc
 def command_body(tier: Optional[str], cmd: Command, *, timeout: Optional[float] = None,
                  cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
                  stdin: Optional[Stdin] = None, idempotent: bool = False) -> JSONObject:
-    """The exec body of commands.run(): a str is a shell command on the
-    container tier (/bin/sh -c, as E2B runs one through a shell) and code in
-    the sandbox's language on fncall; a list is an argv as with exec."""
-    if isinstance(cmd, str) and tier == "container":
+    """The exec body of commands.run(): a str is a shell command on every
+    tier with a shell (container, microvm: /bin/sh -c, as E2B runs one
+    through a shell) and code in the sandbox's language on fncall; a list is
+    an argv as with exec."""
+    if isinstance(cmd, str) and tier is not None and tier != "fncall":
         cmd = ["/bin/sh", "-c", cmd]
     return exec_body(tier, cmd, None, stdin, envs, cwd, whole_seconds(timeout, "timeout"),
                      idempotent)

@@ -117,7 +117,7 @@ def free_port():
 class Daemon:
     """One private daemon under tmp (which the caller creates and removes)."""
 
-    def __init__(self, tmp, binary=None, extra_args=(), tcp_token=None):
+    def __init__(self, tmp, binary=None, extra_args=(), tcp_token=None, store=None):
         self.binary = binary or os.environ["DSEC_VMMD"]
         self.tmp = tmp
         self.socket = os.path.join(tmp, "run", "api.sock")
@@ -132,6 +132,9 @@ class Daemon:
             raise RuntimeError("%s --help lacks %s:\n%s" % (self.binary, ", ".join(missing), text))
         self.cmd = [self.binary, "--socket", self.socket]
         for flag, sub in DIR_FLAGS:
+            if flag == "--store" and store is not None:
+                self.cmd += [flag, store]  # a shared store (the host's layers)
+                continue
             os.makedirs(os.path.join(tmp, sub), mode=0o700, exist_ok=True)
             self.cmd += [flag, os.path.join(tmp, sub)]
         if tcp_token is not None and offers(text, "--listen") and offers(text, "--token-file"):

@@ -315,3 +315,12 @@ def test_old_names_are_still_there():
                  "TransportError", "DEFAULT_SOCKET", "UnixHTTPConnection"):
         assert hasattr(libdsec, name), name
     assert set(libdsec.__all__) <= set(dir(libdsec))
+
+
+def test_a_str_command_is_a_shell_command_on_every_tier_with_a_shell():
+    from libdsec import _protocol
+    for tier in ("container", "microvm"):
+        assert _protocol.command_body(tier, "echo $A")["argv"] == ["/bin/sh", "-c", "echo $A"]
+    assert _protocol.command_body("microvm", ["echo", "x"])["argv"] == ["echo", "x"]
+    fncall = _protocol.command_body("fncall", "print(1)")
+    assert fncall.get("argv") != ["/bin/sh", "-c", "print(1)"]
