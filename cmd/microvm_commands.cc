@@ -101,6 +101,8 @@ int RunMicrovm(const MicrovmRunOptions& o) {
   int status = kExitRuntimeError;
   if (!done.ok()) {
     std::fprintf(stderr, "dsec-vmm: %s\n", done.status().ToString().c_str());
+    // What the monitor said (its log, stop reason, the guest's console).
+    std::fprintf(stderr, "dsec-vmm: %s\n", (*sandbox)->host().ExitReport().c_str());
   } else {
     const uint64_t dropped = done->stdout_dropped + done->stderr_dropped;
     if (dropped > 0) {
