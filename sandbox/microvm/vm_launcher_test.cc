@@ -114,10 +114,21 @@ TEST_F(VmLauncherTest, BootsTheGuestKernelOrEndsAtTheBootDeadline) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (probe->emulated()) {
     ASSERT_FALSE(sb.ok());
-    EXPECT_TRUE(absl::IsDeadlineExceeded(sb.status())) << sb.status();
-    EXPECT_NE(sb.status().message().find("did not answer within 3000 ms"), std::string::npos) << sb.status();
-    EXPECT_NE(sb.status().message().find("the monitor is still running"), std::string::npos)
-        << "the monitor took every device of the plan: " << sb.status();
+    // Either the boot deadline passes with the monitor still running (it
+    // took every device of the plan), or, when the emulated kernel gets far
+    // enough first, PVM's emulator gives up on an instruction (cmpxchg16b
+    // in early boot: KVM_EXIT_INTERNAL_ERROR) and the monitor stops with
+    // status 5. Both end the create with the reason, in bounded time.
+    const std::string msg(sb.status().message());
+    if (absl::IsDeadlineExceeded(sb.status())) {
+      EXPECT_NE(msg.find("did not answer within 3000 ms"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("the monitor is still running"), std::string::npos)
+          << "the monitor took every device of the plan: " << msg;
+    } else {
+      EXPECT_TRUE(absl::IsUnavailable(sb.status())) << sb.status();
+      EXPECT_NE(msg.find("stop_reason=internal-error"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("KVM_EXIT_INTERNAL_ERROR"), std::string::npos) << msg;
+    }
     EXPECT_LT(ms, 20'000);
     std::printf("emulated CPL0 (%.0f cycles/round): %s\n", probe->cycles_per_round(),
                 std::string(sb.status().message()).substr(0, 600).c_str());

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/internal/sysinfo.h"
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
@@ -74,11 +75,16 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
 }
 
 // What the monitor does before its jail so that no thread needs a call off
-// its list later: the time zone (log timestamps would open /etc/localtime),
+// its list later: the CPU count, the time zone (log timestamps would open
+// /etc/localtime),
 // stdout's buffer (stdio would allocate it and probe the terminal on the
 // first test-device line, on the event loop).
 void PrepareForJail() {
   ::tzset();
+  // absl's mutexes count the CPUs on first contention (glibc opens
+  // /sys/devices/system/cpu/online for it): do it now, not on whichever
+  // filtered thread contends first.
+  (void)absl::base_internal::NumCPUs();
   static char stdout_buffer[4096];
   std::setvbuf(stdout, stdout_buffer, _IOLBF, sizeof(stdout_buffer));
 }
