@@ -32,12 +32,19 @@ function(dsec_nested_test)
     set(A_WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   endif()
   math(EXPR bed_timeout "${A_TIMEOUT} - 60")
+  # Label "nested", unless LABELS names the test's own (then only those:
+  # tools/test.sh's default run leaves it out).
+  if(A_LABELS)
+    set(_labels "${A_LABELS}")
+  else()
+    set(_labels nested)
+  endif()
   add_test(NAME ${A_NAME}
            COMMAND ${DSEC_NESTED_PYTHON} ${DSEC_NESTED_DIR}/bed.py run --timeout ${bed_timeout}
                    ${A_BED_ARGS} -- ${A_COMMAND}
            WORKING_DIRECTORY ${A_WORKING_DIRECTORY})
   set_tests_properties(${A_NAME} PROPERTIES
-                       LABELS "nested;${A_LABELS}"
+                       LABELS "${_labels}"
                        SKIP_RETURN_CODE 77
                        TIMEOUT ${A_TIMEOUT}
                        PROCESSORS 1)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Boot time and peak RSS of the Linux guest kernel under dsec-vmm against
+QEMU `-M microvm -accel kvm`, in the same L1 (nested bed), interleaved.
+
+Both boot the same kernel (the project's guest kernel, bzImage), the same
+command line and the same root: a read-only EROFS image on virtio-blk
+(virtio-mmio in both) whose /init is busybox running `reboot -f`; with
+`reboot=t` the guest ends in a triple fault, which ends both monitors (QEMU
+with -no-reboot). What is timed is the whole process, spawn to exit: boot
+to the first userspace program, then teardown. Peak RSS is the process's
+ru_maxrss. Prints medians and the ratios, and one JSON line.
+
+    tests/nested/bed.py run -- python3 tests/nested/boot_compare.py \\
+        --vmm build/dsec-vmm --runs 10
+
+Exit: 0 done, 1 a boot failed, 77 skip (no /dev/kvm, QEMU, busybox, mkfs.erofs).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CMDLINE = "console=ttyS0 root=/dev/vda rootfstype=erofs ro init=/init reboot=t panic=-1 quiet"
+
+
+def default_kernel():
+    cache = os.environ.get("DSEC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dsec-vmm")
+    return os.path.join(cache, "guest-kernel", "current", "bzImage")
+
+
+def make_root(tmp, busybox):
+    tree = os.path.join(tmp, "tree")
+    os.makedirs(os.path.join(tree, "bin"))
+    for d in ("dev", "proc", "sys"):
+        os.makedirs(os.path.join(tree, d))
+    shutil.copy(busybox, os.path.join(tree, "bin", "busybox"))
+    os.symlink("busybox", os.path.join(tree, "bin", "sh"))
+    with open(os.path.join(tree, "init"), "w") as f:
+        f.write("#!/bin/sh\n/bin/busybox reboot -f\n")
+    os.chmod(os.path.join(tree, "init"), 0o755)
+    img = os.path.join(tmp, "root.erofs")
+    subprocess.run(["mkfs.erofs", img, tree], check=True, capture_output=True)
+    return img
+
+
+def timed(argv, timeout):
+    """(seconds, peak RSS KiB, exit status) of one run."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    deadline = t0 + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            break
+        if time.monotonic() > deadline:
+            p.kill()
+            pid, status, ru = os.wait4(p.pid, 0)
+            return None, None, "timeout"
+        time.sleep(0.001)
+    t = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace")
+    return t, ru.ru_maxrss, (p.returncode, err[-300:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vmm", required=True, help="build/dsec-vmm")
+    ap.add_argument("--kernel", default=default_kernel())
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--mem-mib", type=int, default=256)
+    ap.add_argument("--timeout", type=float, default=120)
+    a = ap.parse_args()
+    qemu = shutil.which("qemu-system-x86_64")
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    for need, what in ((os.path.exists("/dev/kvm"), "/dev/kvm"), (qemu, "qemu-system-x86_64"),
+                       (os.path.exists(busybox), "busybox"), (shutil.which("mkfs.erofs"), "mkfs.erofs"),
+                       (os.path.exists(a.kernel), a.kernel)):
+        if not need:
+            print("SKIP: no %s" % what)
+            return 77
+    with tempfile.TemporaryDirectory(prefix="dsec-boot-compare.") as tmp:
+        img = make_root(tmp, busybox)
+        ours = [a.vmm, "vm", "run", "--kernel", a.kernel, "--mem-mib", str(a.mem_mib), "--console", "none",
+                "--disk", img + ",ro", "--cmdline", CMDLINE, "--timeout-ms", str(int(a.timeout * 1000))]
+        peer = [qemu, "-M", "microvm", "-accel", "kvm", "-cpu", "host", "-m", str(a.mem_mib), "-smp", "1",
+                "-kernel", a.kernel, "-append", CMDLINE, "-nodefaults", "-no-user-config", "-nographic",
+                "-no-reboot", "-serial", "null",
+                "-drive", "id=root,file=%s,format=raw,if=none,readonly=on" % img,
+                "-device", "virtio-blk-device,drive=root"]
+        results = {"dsec-vmm": [], "qemu-microvm": []}
+        failed = []
+        for i in range(a.runs):
+            # Interleaved, alternating which goes first.
+            order = [("dsec-vmm", ours), ("qemu-microvm", peer)]
+            if i % 2:
+                order.reverse()
+            for name, argv in order:
+                t, rss, end = timed(argv, a.timeout)
+                if t is None or (name == "dsec-vmm" and end[0] not in (3, 4)) or \
+                        (name == "qemu-microvm" and end[0] != 0):
+                    failed.append((name, end))
+                    continue
+                results[name].append((t, rss))
+        out = {"runs": a.runs, "kernel": a.kernel, "mem_mib": a.mem_mib}
+        for name, rs in results.items():
+            if rs:
+                out[name] = {"wall_ms_p50": round(statistics.median(r[0] for r in rs) * 1000, 1),
+                             "peak_rss_kib_p50": int(statistics.median(r[1] for r in rs)),
+                             "ok_runs": len(rs)}
+        if results["dsec-vmm"] and results["qemu-microvm"]:
+            o, q = out["dsec-vmm"], out["qemu-microvm"]
+            out["wall_ratio_qemu_over_dsec"] = round(q["wall_ms_p50"] / o["wall_ms_p50"], 2)
+            out["rss_ratio_qemu_over_dsec"] = round(q["peak_rss_kib_p50"] / o["peak_rss_kib_p50"], 2)
+        for name in results:
+            if name in out:
+                print("%-13s wall p50 %8.1f ms  peak RSS p50 %7d KiB  (%d runs)" % (
+                    name, out[name]["wall_ms_p50"], out[name]["peak_rss_kib_p50"], out[name]["ok_runs"]))
+        if "wall_ratio_qemu_over_dsec" in out:
+            print("QEMU/dsec-vmm: wall %.2fx, peak RSS %.2fx" % (out["wall_ratio_qemu_over_dsec"],
+                                                              out["rss_ratio_qemu_over_dsec"]))
+        for f in failed[:4]:
+            print("failed: %s %s" % f)
+        print(json.dumps(out))
+        return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
