@@ -29,6 +29,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CHECKOUT = os.path.realpath(os.path.join(HERE, "..", ".."))  # the project tree this bed is part of
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import bed_image  # noqa: E402
@@ -113,9 +114,10 @@ def list_dir(path):
     return out
 
 
-def make_plan(manifest, mountinfo, share_args, binds=(), copies=(), scratch=True, no_v1=()):
+def make_plan(manifest, mountinfo, share_args, binds=(), copies=(), scratch=True, no_v1=(),
+              overlays=()):
     steps = bed_plan.root_plan(list_dir("/"), list_dir("/var") if os.path.isdir("/var") else {},
-                               extra_ro=share_args, state_exists=os.path.isdir)
+                               extra_ro=share_args, extra_overlay=overlays, state_exists=os.path.isdir)
     steps += bed_plan.bind_plan(binds, copies) + bed_plan.dev_plan() + bed_plan.sys_plan(mountinfo, no_v1)
     return {"steps": steps, "hostname": HOSTNAME, "cmd": bed_plan.RESULTS_MOUNT + "/cmd.sh",
             "scratch": scratch, "modules": {"tree": manifest["tree"], "extra": manifest["extra_modules"]}}
@@ -353,7 +355,8 @@ def plan_for(args, manifest, binds, copies, scratch):
                             for m in bed_plan.parse_mountinfo(mountinfo)):
         log("L1's kernel (%s) has no cgroup v1 %s: in L1 they are in the v2 hierarchy only"
             % (manifest["kver"], ", ".join(no_v1)))
-    return make_plan(manifest, mountinfo, args.share, binds, copies, scratch is not None, no_v1)
+    return make_plan(manifest, mountinfo, args.share, binds, copies, scratch is not None, no_v1,
+                     args.overlays)
 
 
 def write_share(share, manifest, script, plan):
@@ -377,7 +380,11 @@ def cmd_run(args):
     if args.qemu is None:
         return skip("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
     cwd = os.path.realpath(os.getcwd())
-    if (why := bed_plan.unshared_reason(cwd)):
+    args.overlays = bed_plan.checkout_overlays([cwd, CHECKOUT])
+    if args.verbose and args.overlays:
+        log("also shared with a writable upper (the current directory or the checkout is there): "
+            + ", ".join("/" + n for n in args.overlays))
+    if (why := bed_plan.unshared_reason(cwd, args.overlays)):
         log("run: the current directory %s does not exist in L1: %s" % (cwd, why))
         return USAGE
     try:

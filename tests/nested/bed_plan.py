@@ -45,7 +45,9 @@ VAR_OVERLAY = ("lib", "cache")
 # there).
 STATE_DIRS = ("/var/lib/dsec-vmm",)
 # Everything else at the host's top level (proc, sys, dev, run, lost+found,
-# the machinery's own directories) is not shared.
+# the machinery's own directories) is not shared, unless the run's current
+# directory or the checkout lies there (checkout_overlays).
+_NEVER_SHARED = ("proc", "sys", "dev", "run", "lost+found")
 
 # Special file systems mirrored from the host when it has them mounted there.
 MIRRORED_FS = ("bpf", "tracefs", "debugfs", "securityfs", "configfs", "pstore", "mqueue")
@@ -259,13 +261,13 @@ def command_script(argv, env, cwd):
     return "\n".join(lines) + "\n"
 
 
-def unshared_reason(cwd):
+def unshared_reason(cwd, extra_overlay=()):
     """Why cwd (absolute, resolved) does not exist in L1 as on the host, or ""."""
     parts = cwd.strip("/").split("/")
     if cwd == "/":
         return ""
     first = parts[0]
-    shared = set(STAGE1_ENTRIES) | set(RO_ENTRIES) | set(OVERLAY_ENTRIES)
+    shared = set(STAGE1_ENTRIES) | set(RO_ENTRIES) | set(OVERLAY_ENTRIES) | set(extra_overlay)
     if first == "var" and len(parts) > 1:
         if parts[1] in VAR_FRESH:
             return "/var/%s is fresh and empty in L1" % parts[1]
@@ -277,3 +279,23 @@ def unshared_reason(cwd):
     if first not in shared:
         return "/%s is not shared with L1" % first
     return ""
+
+
+def checkout_overlays(paths):
+    """Top-level names of the host to share with a writable upper because a
+    path the run needs lies under them (the current directory, the checkout
+    this bed runs from: a CI checkout may live in any top-level directory,
+    /check for one). Only plain top-level directories nothing else in L1
+    claims; fresh ones (/tmp, /run) and the kernel's (/proc, ...) stay as
+    they are, and unshared_reason still names them."""
+    out = []
+    for path in paths:
+        parts = path.strip("/").split("/")
+        if path == "/" or not parts[0]:
+            continue
+        first = parts[0]
+        if first in _NEVER_SHARED or first in FRESH_ENTRIES or first in out:
+            continue
+        if unshared_reason("/" + first).endswith("is not shared with L1"):
+            out.append(first)
+    return out

@@ -388,6 +388,21 @@ class PlanTest(unittest.TestCase):
         self.assertIn("fresh", bed_plan.unshared_reason("/tmp/x"))
         self.assertIn("fresh", bed_plan.unshared_reason("/var/tmp"))
         self.assertIn("not shared", bed_plan.unshared_reason("/farm/x"))
+        self.assertEqual(bed_plan.unshared_reason("/farm/x", ["farm"]), "")
+
+    def test_a_checkout_anywhere_is_shared_with_an_upper(self):
+        # CI checks the project out under /check: that directory (and the
+        # current one's) must be in L1, writable there.
+        self.assertEqual(bed_plan.checkout_overlays(["/check/work/main/build", "/check/work/main"]),
+                         ["check"])
+        self.assertEqual(bed_plan.checkout_overlays(["/work/main/build", "/farm/x", "/check/y"]),
+                         ["farm", "check"])
+        # Already shared, fresh or the kernel's: nothing added.
+        self.assertEqual(bed_plan.checkout_overlays(["/work/main", "/usr/src", "/etc/x", "/"]), [])
+        self.assertEqual(bed_plan.checkout_overlays(["/tmp/x", "/run/y", "/proc/1", "/var/tmp"]), [])
+        self.assertIn("fresh", bed_plan.unshared_reason("/tmp/x", bed_plan.checkout_overlays(["/tmp/x"])))
+        steps = bed_plan.root_plan({"check": "dir", "work": "dir"}, {}, extra_overlay=["check"])
+        self.assertIn({"op": "overlay", "src": "/check", "path": "/check"}, steps)
 
 
 class QemuArgsTest(unittest.TestCase):
