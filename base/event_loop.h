@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -16,9 +17,17 @@
 namespace dsec {
 
 // An epoll loop: the one thread of a monitor that runs device data planes and
-// timers. Handlers run on the loop thread only. Add/Remove/AddTimer must be
-// called on the loop thread or before Run() starts; Post() and Stop() may be
-// called from any thread.
+// timers. Handlers run on the loop thread only. While Run() or RunOnce() is
+// in progress, Add/Remove/AddTimer/CancelTimer may be called only from the
+// thread running it (from any other they fail with FAILED_PRECONDITION);
+// before and after, from the one thread that owns the loop. Post() and
+// Stop() may be called from any thread.
+//
+// Events are dispatched by registration, not by fd number: each Add gets an
+// id of its own that epoll carries back, so if a handler removes and closes
+// an fd and a new one with the same number is added within one batch of
+// events, the old fd's pending events are dropped instead of reaching the
+// new handler.
 class EventLoop {
  public:
   using Handler = std::function<void(uint32_t epoll_events)>;
@@ -47,13 +56,28 @@ class EventLoop {
   void Stop();
 
  private:
+  struct Registration {
+    int fd;
+    std::shared_ptr<Handler> handler;  // shared: survives self-removal
+  };
+
   EventLoop(ScopedFd epoll, EventFd wake) : epoll_(std::move(epoll)), wake_(std::move(wake)) {}
   void RunPosted();
+  absl::Status Dispatch(int timeout_ms);
+  // OK unless the loop is running on another thread.
+  absl::Status CheckThread(const char* what) const;
+  bool ClaimThread();  // true if this call claimed the loop
+  void ReleaseThread(bool claimed);
 
   ScopedFd epoll_;
   EventFd wake_;
-  std::unordered_map<int, std::shared_ptr<Handler>> handlers_;
-  std::unordered_map<int, ScopedFd> timers_;
+  uint64_t next_id_ = 1;                               // 0 is never used
+  std::unordered_map<uint64_t, Registration> by_id_;  // what epoll reports
+  std::unordered_map<int, uint64_t> by_fd_;           // one registration per fd
+  std::atomic<bool> running_{false};
+  std::thread::id thread_;  // written before running_ is set
+  int next_timer_id_ = 1;
+  std::unordered_map<int, ScopedFd> timers_;  // by timer id
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
   std::vector<Task> posted_ ABSL_GUARDED_BY(mu_);

@@ -159,6 +159,8 @@ def command_env(host_env, pairs):
 def qemu_argv(qemu, manifest, tmp, share, cpu, mem, smp, scratch=None, tcg_thread="multi"):
     a = [qemu, "-accel", "tcg,thread=%s" % tcg_thread, "-cpu", cpu, "-M", "pc", "-m", str(mem), "-smp", str(smp),
          "-nographic", "-no-reboot", "-nodefaults", "-monitor", "none",
+         # For the report on a run that passes its deadline (Run.stuck_report).
+         "-qmp", "unix:%s/qmp.sock,server=on,wait=off" % tmp,
          "-kernel", manifest["kernel"], "-initrd", manifest["initrd"], "-append", KERNEL_CMDLINE,
          "-chardev", "file,id=con,path=%s/console.log" % tmp, "-serial", "chardev:con",
          "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
@@ -289,6 +291,48 @@ class Run:
             os.close(pidfd)
             sel.close()
 
+    def qemu_cpu_s(self):
+        """QEMU's CPU time (all threads) so far, in seconds."""
+        with open("/proc/%d/stat" % self.qemu.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stuck_report(self, gap_s=2.0):
+        """Where L1's vCPUs are, twice gap_s apart, and whether QEMU spins
+        meanwhile: tells an L1 (or L2) stuck in a loop from one waiting on
+        I/O, and an emulator that no longer leaves L2 from a guest hang."""
+        lines = []
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(os.path.join(self.tmp, "qmp.sock"))
+                f = s.makefile("rwb")
+                f.readline()  # the greeting
+
+                def call(cmd, **args):
+                    f.write((json.dumps({"execute": cmd, "arguments": args}) + "\n").encode())
+                    f.flush()
+                    while True:
+                        r = json.loads(f.readline())
+                        if "return" in r or "error" in r:
+                            return r.get("return", r.get("error"))
+
+                call("qmp_capabilities")
+                cpu0 = self.qemu_cpu_s()
+                for i in range(2):
+                    if i:
+                        time.sleep(gap_s)
+                    regs = call("human-monitor-command", **{"command-line": "info registers -a"})
+                    keep = [ln.strip() for ln in str(regs).splitlines()
+                            if ln.startswith(("CPU#", "RIP=", "CS =", "EFL=")) or "HLT=" in ln]
+                    lines.append("sample %d: %s" % (i + 1, " | ".join(keep)))
+                spun = self.qemu_cpu_s() - cpu0
+                lines.append("QEMU used %.1f s of CPU in %.1f s (%s)" % (
+                    spun, gap_s, "spinning" if spun > gap_s / 2 else "mostly idle: L1 is waiting"))
+        except (OSError, ValueError) as e:
+            lines.append("no answer from QEMU's QMP socket: %s" % e)
+        return "\n".join(lines)
+
     def stop(self):
         if self.qemu is not None and self.qemu.poll() is None:
             self.qemu.kill()
@@ -307,9 +351,11 @@ class Run:
         self.end = time.monotonic() - self.start
         console = os.path.join(self.tmp, "console.log")
         if not ended:
+            report = self.stuck_report()
             self.stop()
             log("deadline of %d s passed (last L1 stage: %s); QEMU killed" % (self.args.timeout,
                                                                              self.last_event()))
+            log("what L1 was doing at the deadline:\n" + report)
             log("L1 console, last lines:\n" + tail(console))
             return TIMED_OUT
         if self.args.verbose:
