@@ -16,9 +16,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/microvm/vm_process.h"
+#include "base/clock.h"
 #include "base/scoped_fd.h"
 
 namespace dsec::microvm {
@@ -220,18 +222,32 @@ TEST_F(VmProcessTest, TheMonitorDropsToItsUidAndFiltersItsThreads) {
   EXPECT_EQ(StatusField(pid, "CapPrm"), "0000000000000000");
   EXPECT_EQ(StatusField(pid, "CapBnd"), "0000000000000000");
   EXPECT_EQ(StatusField(pid, "Seccomp"), "2");  // a filter on the main thread
-  // Every thread, not only the main one.
+  // Every thread, not only the main one. Each installs its filter as it
+  // leaves the jail's gate (a vCPU before its first KVM_RUN), so one may
+  // still be on its way there when the control thread answers: wait for it.
   const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
   int threads = 0;
-  if (DIR* d = ::opendir(task_dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      ++threads;
-      std::string st = ReadAll(absl::StrCat(task_dir, "/", e->d_name, "/status"));
-      EXPECT_NE(st.find("Seccomp:\t2"), std::string::npos) << "thread " << e->d_name;
+  std::vector<std::string> unfiltered;
+  const int64_t until = MonotonicNowNs() + 5'000'000'000;
+  do {
+    threads = 0;
+    unfiltered.clear();
+    if (DIR* d = ::opendir(task_dir.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        ++threads;
+        std::string st = ReadAll(absl::StrCat(task_dir, "/", e->d_name, "/status"));
+        if (st.find("Seccomp:\t2") == std::string::npos) {
+          unfiltered.push_back(absl::StrCat(e->d_name, " (", st.substr(6, st.find('\n') - 6), ")"));
+        }
+      }
+      ::closedir(d);
     }
-    ::closedir(d);
-  }
+    if (unfiltered.empty()) break;
+    ::poll(nullptr, 0, 10);
+  } while (MonotonicNowNs() < until);
+  EXPECT_TRUE(unfiltered.empty()) << "threads without a filter after 5 s: "
+                                  << absl::StrJoin(unfiltered, ", ");
   EXPECT_GE(threads, 4);  // main, vCPU, event loop, control
   ASSERT_TRUE((*vm)->Pause().ok());
   ASSERT_TRUE((*vm)->Resume().ok());

@@ -88,6 +88,10 @@ absl::Status MonitorJail::EnterThread(ThreadKind kind) {
 
 absl::Status MonitorJail::Lock(int expected_threads, int abort_fd) {
   absl::Status s = LockLocked(expected_threads, abort_fd);
+  // The main thread is filtered before the gate opens, so that whatever the
+  // other threads serve once through it (the control socket's answers) comes
+  // from a monitor that is wholly locked in.
+  if (s.ok()) s = InstallThreadFilter(ThreadKind::kMain, options_.seccomp);
   {
     absl::MutexLock lock(&mu_);
     gate_status_ = s.ok() ? absl::OkStatus()
@@ -95,9 +99,6 @@ absl::Status MonitorJail::Lock(int expected_threads, int abort_fd) {
     open_ = true;
   }
   if (!s.ok()) return s;
-  if (absl::Status f = InstallThreadFilter(ThreadKind::kMain, options_.seccomp); !f.ok()) {
-    return f;
-  }
   RunHooks(ThreadKind::kMain);
   return absl::OkStatus();
 }

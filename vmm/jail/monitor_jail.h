@@ -7,8 +7,8 @@
 // Order, and why: the threads start first and wait at a gate (EnterThread);
 // the main thread (Lock) then drops the privileges for the whole process
 // (glibc signals every thread to change its credentials, which a thread that
-// already had a filter could not do), opens the gate, and installs its own
-// filter; each waiting thread then installs its kind's filter and goes on.
+// already had a filter could not do), installs its own filter and opens the
+// gate; each waiting thread then installs its kind's filter and goes on.
 #pragma once
 
 #include <sys/types.h>
@@ -61,7 +61,7 @@ class MonitorJail {
   // `expected_threads` threads wait in EnterThread (or `abort_fd`, the VM's
   // stop eventfd, is readable: a thread failed before reaching the gate),
   // checks that the process has no other thread, disables core dumps, drops
-  // the privileges, opens the gate and installs the main thread's filter.
+  // the privileges, installs the main thread's filter and opens the gate.
   absl::Status Lock(int expected_threads, int abort_fd);
 
   // Opens the gate with an error instead (set-up failed before Lock): the
