@@ -10,6 +10,18 @@
 
 namespace dsec {
 
+// The one "now" of the code base: CLOCK_MONOTONIC, for durations, deadlines
+// and timestamps that never go back. Code that a test must drive takes a
+// Clock (below) instead.
+inline int64_t MonotonicNowNs() {
+  timespec ts;
+  // CLOCK_MONOTONIC cannot fail with a valid timespec pointer.
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+inline int64_t MonotonicNowMs() { return MonotonicNowNs() / 1'000'000; }
+inline double MonotonicNowS() { return static_cast<double>(MonotonicNowNs()) / 1e9; }
+
 // Thread-safe: any thread may call NowNs().
 class Clock {
  public:
@@ -25,12 +37,7 @@ class MonotonicClock : public Clock {
     static const MonotonicClock clock;
     return clock;
   }
-  int64_t NowNs() const override {
-    timespec ts;
-    // CLOCK_MONOTONIC cannot fail with a valid timespec pointer.
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
+  int64_t NowNs() const override { return MonotonicNowNs(); }
 };
 
 // CLOCK_REALTIME: wall time (nanoseconds since the epoch), for deadlines a

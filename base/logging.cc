@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "base/clock.h"
 #include "fmt/format.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -24,12 +25,6 @@ std::shared_ptr<spdlog::logger>& Holder() {
     return l;
   }();
   return logger;
-}
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * kNsPerSecond + ts.tv_nsec;
 }
 
 spdlog::level::level_enum ToSpdlog(Level level) {
@@ -81,7 +76,7 @@ bool LogToFile(const std::string& path) {
   }
 }
 
-bool SiteLimiter::Allow(uint64_t* suppressed) { return AllowAt(MonotonicNs(), suppressed); }
+bool SiteLimiter::Allow(uint64_t* suppressed) { return AllowAt(MonotonicNowNs(), suppressed); }
 
 bool SiteLimiter::AllowAt(int64_t now_ns, uint64_t* suppressed) {
   *suppressed = 0;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "bench/process_runner.h"
 #include "nlohmann/json.hpp"
 #include "base/scoped_fd.h"
@@ -53,12 +54,6 @@ constexpr Mode kModes[] = {
     {"randread", false, true},
     {"randwrite", true, true},
 };
-
-int64_t MonotonicNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 uint64_t XorShift(uint64_t& state) {
   // Marsaglia 2003, as the guest does it.
@@ -157,7 +152,7 @@ absl::StatusOr<GuestResult> RunGuest(const BlkBenchOptions& o, const Mode& mode,
   absl::Mutex mu;
   std::vector<Line> lines;
   machine->SetTestMessageCallback([&](std::string_view text) {
-    Line line{MonotonicNs(), __rdtsc(), std::string(text)};
+    Line line{MonotonicNowNs(), __rdtsc(), std::string(text)};
     absl::MutexLock lock(&mu);
     lines.push_back(std::move(line));
   });
@@ -209,7 +204,7 @@ absl::StatusOr<double> RunHost(const TempImage& image, uint64_t capacity_bytes, 
   for (uint64_t& word : buffer) word = XorShift(fill);
   uint64_t rng = kRandSeed;
   const int fd = image.fd();
-  int64_t t0 = MonotonicNs();
+  int64_t t0 = MonotonicNowNs();
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t block = mode.random ? XorShift(rng) % blocks : i % blocks;
     off_t offset = static_cast<off_t>(block * size);
@@ -219,7 +214,7 @@ absl::StatusOr<double> RunHost(const TempImage& image, uint64_t capacity_bytes, 
       return ErrnoStatus(mode.write ? "pwrite" : "pread");
     }
   }
-  return static_cast<double>(MonotonicNs() - t0) / 1e9;
+  return static_cast<double>(MonotonicNowNs() - t0) / 1e9;
 }
 
 // The same requests through io_uring with the guest's queue depth, buffered,
@@ -237,7 +232,7 @@ absl::StatusOr<double> RunHostUring(const TempImage& image, uint64_t capacity_by
   for (uint32_t i = 0; i < depth; ++i) free_slots.push_back(i);
   uint64_t rng = kRandSeed, issued = 0, done = 0;
   absl::Status status;
-  int64_t t0 = MonotonicNs();
+  int64_t t0 = MonotonicNowNs();
   while (done < count && status.ok()) {
     while (issued < count && !free_slots.empty()) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);
@@ -273,7 +268,7 @@ absl::StatusOr<double> RunHostUring(const TempImage& image, uint64_t capacity_by
     }
     io_uring_cq_advance(&ring, seen);
   }
-  double s = static_cast<double>(MonotonicNs() - t0) / 1e9;
+  double s = static_cast<double>(MonotonicNowNs() - t0) / 1e9;
   io_uring_queue_exit(&ring);
   if (!status.ok()) return status;
   return s;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/clock.h"
 #include "bench/crun_peer.h"
 #include "bench/process_runner.h"
 #include "nlohmann/json.hpp"
@@ -35,12 +36,6 @@ namespace {
 
 using container::Sandbox;
 using container::SandboxConfig;
-
-double NowS() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
 
 struct Setup {
   std::string image;
@@ -65,16 +60,16 @@ struct CycleMs {
 // One Sandbox::Create + Exec(`true`) + Destroy.
 absl::StatusOr<CycleMs> OwnCycle(const Setup& s, const std::string& id) {
   CycleMs t;
-  double t0 = NowS();
+  double t0 = MonotonicNowS();
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(Config(s, id)));
-  double t1 = NowS();
+  double t1 = MonotonicNowS();
   container::ExecOptions exec;
   exec.argv = {"true"};
   DSEC_ASSIGN_OR_RETURN(container::ExecResult r, sb->Exec(exec));
-  double t2 = NowS();
+  double t2 = MonotonicNowS();
   if (r.status() != 0) return absl::InternalError(absl::StrCat("`true` exited ", r.status()));
   DSEC_RETURN_IF_ERROR(sb->Destroy());
-  double t3 = NowS();
+  double t3 = MonotonicNowS();
   t.create = (t1 - t0) * 1e3;
   t.exec = (t2 - t1) * 1e3;
   t.destroy = (t3 - t2) * 1e3;
@@ -85,7 +80,7 @@ absl::StatusOr<CycleMs> OwnCycle(const Setup& s, const std::string& id) {
 absl::StatusOr<double> Sustained(const Setup& s, int count, int workers, const std::string& tag) {
   std::atomic<int> next{0};
   std::vector<absl::Status> errors(static_cast<size_t>(workers));
-  double start = NowS();
+  double start = MonotonicNowS();
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
@@ -100,7 +95,7 @@ absl::StatusOr<double> Sustained(const Setup& s, int count, int workers, const s
     });
   }
   for (std::thread& t : threads) t.join();
-  double wall = NowS() - start;
+  double wall = MonotonicNowS() - start;
   for (const absl::Status& e : errors) {
     if (!e.ok()) return e;
   }

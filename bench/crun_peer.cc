@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/file_io.h"
 #include "base/status.h"
 
@@ -23,12 +24,6 @@ extern char** environ;
 namespace dsec::bench {
 
 namespace {
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // Step names reported by the namespace holder child.
 constexpr const char* kSteps[] = {"ok", "unshare(CLONE_NEWNS)", "make / private",
@@ -218,7 +213,7 @@ absl::StatusOr<double> TimedRun(const std::vector<std::string>& argv, int mntns_
   ScopedFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
   ScopedFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!null || !err) return ErrnoToStatus("open /dev/null or " + err_path);
-  const int64_t start = NowNs();
+  const int64_t start = MonotonicNowNs();
   pid_t pid = ::fork();
   if (pid < 0) return ErrnoToStatus("fork");
   if (pid == 0) {
@@ -233,7 +228,7 @@ absl::StatusOr<double> TimedRun(const std::vector<std::string>& argv, int mntns_
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return ErrnoToStatus("waitpid");
   }
-  const double ms = static_cast<double>(NowNs() - start) / 1e6;
+  const double ms = static_cast<double>(MonotonicNowNs() - start) / 1e6;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     auto text = dsec::ReadSmallFile(err_path);
     return absl::InternalError(absl::StrCat(argv[0], " ", argv.size() > 4 ? argv[4] : "",

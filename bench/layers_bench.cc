@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "nlohmann/json.hpp"
 #include "sandbox/layers/erofs_image.h"
 #include "sandbox/layers/fs_util.h"
@@ -34,12 +35,6 @@ constexpr const char* kLayerNames[] = {"base", "toolkit", "workspace"};
 constexpr double kLayerShare[] = {0.6, 0.25, 0.15};
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr uint64_t kTmpfsMagic = 0x01021994;
-
-double NowS() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
 
 // write_bytes of this process from /proc/self/io. It includes the I/O of
 // every child already reaped: the kernel adds a child's accounting to its
@@ -136,7 +131,7 @@ struct Cost {
 // mounted whatever happens. Cost includes the fork and the child's writes.
 absl::StatusOr<Cost> MountAndReadAll(const std::vector<std::string>& images, const std::string& mnt) {
   uint64_t w0 = SelfWriteBytes();
-  double t0 = NowS();
+  double t0 = MonotonicNowS();
   fflush(nullptr);
   pid_t pid = fork();
   if (pid < 0) return ErrnoStatus("fork");
@@ -171,26 +166,26 @@ absl::StatusOr<Cost> MountAndReadAll(const std::vector<std::string>& images, con
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError(absl::StrCat("mount-and-read child failed, status ", status));
   }
-  return Cost{NowS() - t0, SelfWriteBytes() - w0};
+  return Cost{MonotonicNowS() - t0, SelfWriteBytes() - w0};
 }
 
 absl::StatusOr<Cost> BuildErofs(layers::LayerStore& store, const std::string& src, const char* name,
                                 std::vector<std::string> parents, const std::string& compression,
                                 std::string* digest) {
   uint64_t self0 = SelfWriteBytes();
-  double t0 = NowS();
+  double t0 = MonotonicNowS();
   layers::BuildRequest req{name, "1", std::move(parents), "", compression};
   DSEC_ASSIGN_OR_RETURN(layers::BuildResult r, store.Build(src, req));
   *digest = r.layer.digest;
-  return Cost{NowS() - t0, SelfWriteBytes() - self0};
+  return Cost{MonotonicNowS() - t0, SelfWriteBytes() - self0};
 }
 
 absl::StatusOr<Cost> RunTar(const std::string& tar, std::vector<std::string> args) {
   args.insert(args.begin(), tar);
   uint64_t w0 = SelfWriteBytes();
-  double t0 = NowS();
+  double t0 = MonotonicNowS();
   DSEC_RETURN_IF_ERROR(layers::RunCommandChecked(args).status());
-  return Cost{NowS() - t0, SelfWriteBytes() - w0};
+  return Cost{MonotonicNowS() - t0, SelfWriteBytes() - w0};
 }
 
 absl::StatusOr<Cost> PackTarGz(const std::string& tar, const std::string& src, const std::string& out) {

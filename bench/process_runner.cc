@@ -14,6 +14,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/status.h"
 
 extern char** environ;
@@ -21,11 +22,6 @@ extern char** environ;
 namespace dsec::bench {
 
 namespace {
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 }  // namespace
 
 bool ProcessResult::ExitedWith(int code) const {
@@ -59,7 +55,7 @@ absl::StatusOr<std::vector<ProcessResult>> RunProcesses(
       for (const auto& a : jobs[next]) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       pid_t pid = 0;
-      results[next].spawn_ns = MonotonicNs();
+      results[next].spawn_ns = MonotonicNowNs();
       int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
       if (rc != 0) {
         error = ErrnoToStatus(absl::StrCat("posix_spawn ", jobs[next][0]), rc);
@@ -77,7 +73,7 @@ absl::StatusOr<std::vector<ProcessResult>> RunProcesses(
         pid_t r = ::wait4(it->first, &status, running.size() == 1 ? 0 : WNOHANG, &ru);
         if (r == it->first) {
           ProcessResult& res = results[it->second];
-          res.exit_ns = MonotonicNs();
+          res.exit_ns = MonotonicNowNs();
           res.wait_status = status;
           res.peak_rss_kib = static_cast<uint64_t>(ru.ru_maxrss);
           running.erase(it);

@@ -30,6 +30,7 @@
 #include "balloon/host_memory.h"
 #include "balloon/proc_memory.h"
 #include "balloon/zram_swap.h"
+#include "base/clock.h"
 #include "nlohmann/json.hpp"
 #include "base/scoped_fd.h"
 #include "base/status.h"
@@ -40,12 +41,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiBd = 1024.0 * 1024.0;
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -157,7 +152,7 @@ bool RunMode(const ReclaimBenchOptions& o, const std::string& tmp, const std::st
       absl::StrCat("phases:", o.touch_mib, ",", o.hot_mib, ",", o.hot_passes, ",", o.idle_s);
   std::vector<Child> children(static_cast<size_t>(o.vms));
   const uint64_t zram_base = ZramHeldBytes();
-  const int64_t t0 = MonotonicNs();
+  const int64_t t0 = MonotonicNowNs();
   for (int i = 0; i < o.vms; ++i) {
     Child& c = children[static_cast<size_t>(i)];
     const std::string base = absl::StrCat(tmp, "/", mode, "-", round, "-", i);
@@ -199,7 +194,7 @@ bool RunMode(const ReclaimBenchOptions& o, const std::string& tmp, const std::st
   std::vector<MemSample> samples, rss_samples;
   bool interrupted = false;
   for (;;) {
-    MemSample s{MonotonicNs(), 0}, r{s.t_ns, 0};
+    MemSample s{MonotonicNowNs(), 0}, r{s.t_ns, 0};
     int alive = 0;
     for (Child& c : children) {
       if (c.done || c.pid <= 0) continue;
@@ -237,7 +232,7 @@ bool RunMode(const ReclaimBenchOptions& o, const std::string& tmp, const std::st
     ReapAll(children);
     return false;
   }
-  const double wall_s = static_cast<double>(MonotonicNs() - t0) / 1e9;
+  const double wall_s = static_cast<double>(MonotonicNowNs() - t0) / 1e9;
   // Per-VM results.
   double hot_sum = 0;
   int hot_n = 0;

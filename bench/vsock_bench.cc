@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "bench/process_runner.h"
 #include "nlohmann/json.hpp"
 #include "base/eventfd.h"
@@ -40,12 +41,6 @@ constexpr uint32_t kPort = 5000;
 constexpr size_t kReadBytes = 256 << 10;   // host read size (the guest's buf_alloc)
 constexpr size_t kWriteBytes = 64 << 10;   // host write size
 constexpr int kPollMs = 120000;            // no progress for this long: give up
-
-int64_t MonotonicNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 double MibPerS(uint64_t bytes, int64_t ns) {
   return ns <= 0 ? 0.0 : static_cast<double>(bytes) / (1 << 20) / (static_cast<double>(ns) / 1e9);
@@ -86,7 +81,7 @@ absl::StatusOr<Transfer> ReadToEof(int fd, int stop_fd, const std::vector<uint8_
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n < 0) return ErrnoStatus("read");
     if (n == 0) return t;
-    int64_t now = MonotonicNs();
+    int64_t now = MonotonicNowNs();
     if (std::memcmp(buf.data(), pattern.data() + t.bytes % period, static_cast<size_t>(n)) != 0) {
       return absl::DataLossError(absl::StrCat("stream differs near byte ", t.bytes));
     }
@@ -111,7 +106,7 @@ absl::StatusOr<Transfer> EchoThrough(int fd, int stop_fd, uint64_t total,
   uint64_t written = 0;
   Transfer t;
   bool write_shut = false;
-  t.first_ns = MonotonicNs();
+  t.first_ns = MonotonicNowNs();
   for (;;) {
     pollfd fds[2] = {{fd, static_cast<short>(POLLIN | (write_shut ? 0 : POLLOUT)), 0},
                      {stop_fd, POLLIN, 0}};
@@ -160,7 +155,7 @@ absl::StatusOr<Transfer> EchoThrough(int fd, int stop_fd, uint64_t total,
           t.bytes += piece;
         }
         if (t.bytes > total) return absl::DataLossError("more bytes echoed than sent");
-        t.last_ns = MonotonicNs();
+        t.last_ns = MonotonicNowNs();
       }
     }
   }

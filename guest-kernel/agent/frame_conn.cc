@@ -10,15 +10,10 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/status.h"
 
 namespace dsec::agent {
-
-int64_t MonotonicNowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 int64_t DeadlineAfterMs(int64_t ms) {
   if (ms < 0) return kNoDeadline;

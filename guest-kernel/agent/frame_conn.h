@@ -12,13 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "guest-kernel/agent/protocol.h"
+#include "base/clock.h"
 #include "base/scoped_fd.h"
 
 namespace dsec::agent {
 
 inline constexpr int64_t kNoDeadline = std::numeric_limits<int64_t>::max();
-// CLOCK_MONOTONIC in nanoseconds.
-int64_t MonotonicNowNs();
+// Time comes from dsec::MonotonicNowNs (base/clock.h).
 // Now + ms (saturating); a negative ms means no deadline.
 int64_t DeadlineAfterMs(int64_t ms);
 

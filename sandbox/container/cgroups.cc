@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/clock.h"
 #include "sched/sandbox_cgroup.h"
 #include "base/file_io.h"
 #include "base/logging.h"
@@ -27,12 +28,6 @@ namespace dsec::container {
 namespace {
 
 constexpr const char* kControllers[] = {"memory", "pids", "cpu"};
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 bool HasItem(absl::string_view list, absl::string_view item) {
   for (absl::string_view x : absl::StrSplit(list, absl::ByAnyChar(", \n\t"), absl::SkipEmpty())) {
@@ -170,7 +165,7 @@ absl::StatusOr<int> KillCgroupProcesses(const std::vector<std::string>& dirs, pi
     // members may have forked between the read and the kill.
     for (const ScopedFd& fd : fds) {
       while (true) {
-        int64_t left_ms = (deadline_ns - NowNs()) / 1'000'000;
+        int64_t left_ms = (deadline_ns - MonotonicNowNs()) / 1'000'000;
         if (left_ms <= 0) {
           return absl::DeadlineExceededError(
               absl::StrCat("processes survive SIGKILL in ", dirs.empty() ? "" : dirs.front()));
@@ -391,7 +386,7 @@ absl::Status KillAndRemoveCgroup(const std::string& dir) {
   // A zombie still counts as a member until its parent reaps it, so rmdir
   // can briefly fail with EBUSY after the kill: kill again and retry.
   for (int attempt = 0; attempt < 200; ++attempt) {
-    auto killed = KillCgroupProcesses({dir}, 0, NowNs() + 5'000'000'000);
+    auto killed = KillCgroupProcesses({dir}, 0, MonotonicNowNs() + 5'000'000'000);
     if (!killed.ok()) last = killed.status();
     if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
     if (errno != EBUSY) return ErrnoToStatus(absl::StrCat("rmdir ", dir));

@@ -16,6 +16,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_launch.h"
 #include "sandbox/container/init_pool.h"
@@ -28,12 +29,6 @@
 namespace dsec::container {
 
 namespace {
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 absl::Status ValidateConfig(const SandboxConfig& c) {
   if (c.id.empty() || c.id.size() > 64) {
@@ -386,7 +381,7 @@ absl::Status Sandbox::StopInit() {
   init_pid_ = 0;
   // Every process of the sandbox died with its pid namespace; kill what
   // is left in the cgroups outside it (none is expected).
-  auto killed = cgroups_.KillAll(0, NowNs() + 5'000'000'000);
+  auto killed = cgroups_.KillAll(0, MonotonicNowNs() + 5'000'000'000);
   return killed.ok() ? absl::OkStatus() : killed.status();
 }
 

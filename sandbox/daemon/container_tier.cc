@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/clock.h"
 #include "sandbox/container/init_pool.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
@@ -29,12 +30,6 @@ constexpr char kV1Freezer[] = "/sys/fs/cgroup/freezer";
 constexpr char kHybridV2[] = "/sys/fs/cgroup/unified";
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
-int64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -84,7 +79,7 @@ absl::Status WaitFrozen(const FreezerPlace& place) {
   // The freezer has no completion notification on v1; cgroup.events could
   // be polled on v2 but both settle within milliseconds, so re-check until
   // a deadline (bounded, not a synchronisation sleep).
-  const int64_t deadline = MonotonicNs() + 5'000'000'000LL;
+  const int64_t deadline = MonotonicNowNs() + 5'000'000'000LL;
   for (;;) {
     if (place.v2) {
       DSEC_ASSIGN_OR_RETURN(std::string ev, ReadText(place.dir + "/cgroup.events"));
@@ -94,7 +89,7 @@ absl::Status WaitFrozen(const FreezerPlace& place) {
       if (absl::StripAsciiWhitespace(st) == "FROZEN") return absl::OkStatus();
       DSEC_RETURN_IF_ERROR(WriteText(place.dir + "/freezer.state", "FROZEN"));
     }
-    if (MonotonicNs() > deadline) {
+    if (MonotonicNowNs() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat("freezing ", place.dir, " did not complete"));
     }
     struct timespec ts = {0, 1'000'000};

@@ -17,22 +17,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/clock.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
 
 extern char** environ;
 
 namespace dsec::microvm {
-
-namespace {
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-}  // namespace
 
 absl::StatusOr<Cpl0Probe> ParseCpl0ProbeOutput(std::string_view output) {
   const absl::string_view text(output.data(), output.size());
@@ -61,7 +52,7 @@ absl::StatusOr<Cpl0Probe> ParseCpl0ProbeOutput(std::string_view output) {
 
 absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& monitor_binary, const std::string& testguest,
                                        int64_t timeout_ms) {
-  const int64_t start = NowNs();
+  const int64_t start = MonotonicNowNs();
   std::vector<std::string> argv = {monitor_binary};
   if (!testguest.empty()) {
     argv.push_back("--kernel");
@@ -99,7 +90,7 @@ absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& monitor_binary, const 
   std::string output;
   bool timed_out = false;
   for (;;) {
-    const int64_t left_ms = (deadline - NowNs()) / 1'000'000;
+    const int64_t left_ms = (deadline - MonotonicNowNs()) / 1'000'000;
     if (left_ms <= 0) {
       timed_out = true;
       break;
@@ -128,7 +119,7 @@ absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& monitor_binary, const 
         "microvm: the CPL0 probe VM gave no result", timed_out ? " (timed out)" : "", ": ",
         probe.status().message(), "; output: ", output));
   }
-  probe->wall_ms = static_cast<double>(NowNs() - start) / 1e6;
+  probe->wall_ms = static_cast<double>(MonotonicNowNs() - start) / 1e6;
   return probe;
 }
 

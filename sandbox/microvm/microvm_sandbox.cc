@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/clock.h"
 #include "devices/pmem/pmem_image_check.h"
 #include "sandbox/microvm/jail.h"
 #include "base/file_io.h"
@@ -27,12 +28,6 @@
 namespace dsec::microvm {
 
 namespace {
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 absl::Status ValidateId(const std::string& id) {
   if (id.empty() || id.size() > 64 || id == "." || id == "..") {
@@ -84,7 +79,7 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   for (const std::string& cg : spec.placement_cgroups) DSEC_RETURN_IF_ERROR(sb->state_.RecordCgroup(cg));
   const container::StateDir* st = &sb->state_;
   ls.record_cgroup = [st](const std::string& dir) { return st->RecordCgroup(dir); };
-  const int64_t start = NowNs();
+  const int64_t start = MonotonicNowNs();
   DSEC_ASSIGN_OR_RETURN(sb->host_, launcher.Launch(ls));
   if (absl::Status s = sb->state_.RecordInit(sb->host_->pid()); !s.ok()) {
     // It died already: say why.
@@ -97,12 +92,12 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
     (void)sb->Destroy();
     return s;
   }
-  sb->boot_ms_ = static_cast<double>(NowNs() - start) / 1e6;
+  sb->boot_ms_ = static_cast<double>(MonotonicNowNs() - start) / 1e6;
   return sb;
 }
 
 absl::Status MicrovmSandbox::ConnectUntilBooted() {
-  const int64_t deadline = NowNs() + options_.boot_timeout_ms * 1'000'000;
+  const int64_t deadline = MonotonicNowNs() + options_.boot_timeout_ms * 1'000'000;
   int64_t backoff_ms = 2;
   absl::Status last = absl::UnavailableError("no attempt");
   for (int attempt = 1;; ++attempt) {
@@ -110,7 +105,7 @@ absl::Status MicrovmSandbox::ConnectUntilBooted() {
       return absl::UnavailableError(absl::StrCat("microvm: sandbox ", id_,
                                                  " stopped before its agent answered: ", host_->ExitReport()));
     }
-    const int64_t left_ms = (deadline - NowNs()) / 1'000'000;
+    const int64_t left_ms = (deadline - MonotonicNowNs()) / 1'000'000;
     if (left_ms <= 0) {
       return absl::DeadlineExceededError(absl::StrCat(
           "microvm: the agent of sandbox ", id_, " did not answer within ", options_.boot_timeout_ms,

@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/clock.h"
 #include "base/file_io.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
@@ -36,12 +37,6 @@
 namespace dsec::microvm {
 
 namespace {
-
-int64_t NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
 
 std::string Dirname(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -317,22 +312,22 @@ absl::StatusOr<nlohmann::json> VmProcess::Control(const nlohmann::json& request,
 }
 
 absl::Status VmProcess::WaitRunning(int64_t timeout_ms) {
-  const int64_t deadline = NowMs() + timeout_ms;
+  const int64_t deadline = MonotonicNowMs() + timeout_ms;
   int64_t backoff_ms = 2;
   for (;;) {
     if (Exited()) {
       return absl::UnavailableError(
           absl::StrCat("microvm: the monitor stopped before its control socket answered: ", ExitReport()));
     }
-    const int64_t left = deadline - NowMs();
+    const int64_t left = deadline - MonotonicNowMs();
     auto stats = Control({{"op", "stats"}}, std::max<int64_t>(1, std::min<int64_t>(left, 1000)));
     if (stats.ok()) return absl::OkStatus();
-    if (NowMs() >= deadline) {
+    if (MonotonicNowMs() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("microvm: control socket did not answer within ",
                                                       timeout_ms, " ms: ", stats.status().message()));
     }
     // Not listening yet: wait on the process (an exit ends the wait at once).
-    WaitReadable(exit_fd(), std::min(backoff_ms, std::max<int64_t>(1, deadline - NowMs())));
+    WaitReadable(exit_fd(), std::min(backoff_ms, std::max<int64_t>(1, deadline - MonotonicNowMs())));
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 50);
   }
 }
@@ -394,6 +389,5 @@ absl::Status VmProcess::Stop(int64_t grace_ms) {
   stopped_ = true;
   return first;
 }
-
 
 }  // namespace dsec::microvm

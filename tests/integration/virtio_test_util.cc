@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/clock.h"
 #include "devices/net/net_device.h"
 #include "vmm/vm/virtio_devices.h"
 
@@ -38,7 +39,7 @@ absl::Status Errno(const std::string& what) {
 }
 
 int RemainingMs(int64_t deadline_ns) {
-  int64_t left = deadline_ns - MonotonicNs();
+  int64_t left = deadline_ns - MonotonicNowNs();
   if (left <= 0) return 0;
   return static_cast<int>((left + 999'999) / 1'000'000);
 }
@@ -78,13 +79,7 @@ std::vector<uint8_t> PseudoRandomBytes(size_t n, uint64_t seed) {
   return out;
 }
 
-int64_t MonotonicNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-int64_t DeadlineAfterMs(int64_t ms) { return MonotonicNs() + ms * 1'000'000; }
+int64_t DeadlineAfterMs(int64_t ms) { return MonotonicNowNs() + ms * 1'000'000; }
 
 // --- ObservedVm ---------------------------------------------------------------
 
@@ -393,7 +388,7 @@ bool GuestPublishedScribble(const memory::MemfdGuestMemory& mem, uint64_t ram_by
 bool SpinUntil(const std::function<bool()>& done, int timeout_ms) {
   const int64_t deadline = DeadlineAfterMs(timeout_ms);
   while (!done()) {
-    if (MonotonicNs() > deadline) return false;
+    if (MonotonicNowNs() > deadline) return false;
     ::sched_yield();
   }
   return true;

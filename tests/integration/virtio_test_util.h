@@ -107,7 +107,6 @@ size_t WriteAll(int fd, const uint8_t* p, size_t n, int64_t deadline_ns);
 size_t ReadFull(int fd, uint8_t* p, size_t n, int64_t deadline_ns);
 // Reads and discards until EOF; false if the deadline passed first.
 bool ReadToEof(int fd, int64_t deadline_ns);
-int64_t MonotonicNs();
 int64_t DeadlineAfterMs(int64_t ms);
 
 // The monitor's counters for the virtio-net device at `slot`, the tap's

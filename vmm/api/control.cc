@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/status.h"
 
@@ -24,12 +25,6 @@ namespace {
 constexpr uint64_t kMaxTargetMib = 1 << 20;  // vm run's --mem-mib limit
 // Unanswered output a client may leave unread before it is dropped.
 constexpr size_t kMaxPendingOutput = 1 << 20;
-
-int64_t MonotonicMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
 
 absl::StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
   sockaddr_un addr{};
@@ -272,7 +267,7 @@ void ControlServer::Run() {
 
 absl::StatusOr<nlohmann::json> ControlCall(const std::string& path,
                                            const nlohmann::json& request, int64_t timeout_ms) {
-  const int64_t deadline = MonotonicMs() + timeout_ms;
+  const int64_t deadline = MonotonicNowMs() + timeout_ms;
   DSEC_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
   ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return ErrnoStatus("socket(AF_UNIX)");
@@ -284,7 +279,7 @@ absl::StatusOr<nlohmann::json> ControlCall(const std::string& path,
   }
   auto wait = [&](short events) -> absl::Status {
     for (;;) {
-      const int64_t left = deadline - MonotonicMs();
+      const int64_t left = deadline - MonotonicNowMs();
       if (left <= 0) {
         return absl::DeadlineExceededError(absl::StrCat("control socket ", path, ": no answer in time"));
       }

@@ -18,6 +18,7 @@
 
 #include "absl/base/internal/sysinfo.h"
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
 #include "nlohmann/json.hpp"
@@ -28,12 +29,6 @@
 namespace dsec::monitor {
 
 namespace {
-
-int64_t MonotonicNow() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 nlohmann::json StatsToJson(const vm::VmStats& s) {
   return nlohmann::json{
@@ -115,7 +110,7 @@ int ExitStatusFor(const vm::StopInfo& stop) {
 }
 
 int64_t MainEntryNs() {
-  static const int64_t t = MonotonicNow();
+  static const int64_t t = MonotonicNowNs();
   return t;
 }
 

@@ -11,18 +11,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/status.h"
 
 namespace dsec::vcpu {
 
 namespace {
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // The handler does nothing: delivering the signal is what makes KVM_RUN
 // return EINTR. No SA_RESTART, so the ioctl is not restarted.
@@ -138,7 +133,7 @@ void VcpuThread::Loop() {
       return;
     }
   }
-  metrics_.first_run_ns.store(MonotonicNs());
+  metrics_.first_run_ns.store(MonotonicNowNs());
   for (;;) {
     if (!control_->WaitWhilePaused()) return;
     absl::StatusOr<kvm::VcpuExit> exit = vcpu_->Run();

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/clock.h"
 #include "devices/acpi/acpi_pm_device.h"
 #include "devices/balloon/balloon_spec.h"
 #include "devices/i8042/i8042_device.h"
@@ -40,12 +41,6 @@
 namespace dsec::vm {
 
 namespace {
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // Legacy PC resources (the same everywhere since the IBM PC/AT).
 constexpr uint16_t kCom1Port = 0x3f8;
@@ -146,7 +141,7 @@ class Vm::TestListener : public devices::TestDevice::Listener {
 
 absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   std::unique_ptr<Vm> vm(new Vm());
-  vm->timestamps_.create_ns = MonotonicNs();
+  vm->timestamps_.create_ns = MonotonicNowNs();
   vm->config_ = config;
   if (config.vcpus < 1 || config.vcpus > arch::kMaxVcpus) {
     return absl::InvalidArgumentError(
@@ -176,7 +171,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
        kvm::Capability::kIrqfd, kvm::Capability::kIoeventfd,
        kvm::Capability::kImmediateExit, kvm::Capability::kExtCpuid}));
   DSEC_ASSIGN_OR_RETURN(vm->kvm_vm_, vm->kvm_->CreateVm());
-  vm->timestamps_.kvm_ready_ns = MonotonicNs();
+  vm->timestamps_.kvm_ready_ns = MonotonicNowNs();
 
   // Guest RAM is registered before the irqchip exists. Measured here: once
   // the in-kernel irqchip is set up, the first KVM_SET_USER_MEMORY_REGION
@@ -187,7 +182,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   for (const auto& r : ranges) mem_ranges.push_back({r.start, r.size});
   DSEC_ASSIGN_OR_RETURN(vm->memory_, memory::MemfdGuestMemory::Create(mem_ranges, {}));
   DSEC_ASSIGN_OR_RETURN(vm->ram_slots_, vm->kvm_vm_->AddGuestMemory(*vm->memory_));
-  vm->timestamps_.memory_ready_ns = MonotonicNs();
+  vm->timestamps_.memory_ready_ns = MonotonicNowNs();
 
   DSEC_RETURN_IF_ERROR(vm->kvm_vm_->SetTssAddress(kKvmTssAddress));
   DSEC_RETURN_IF_ERROR(vm->kvm_vm_->CreateIrqchip());
@@ -211,12 +206,12 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   boot.protocol = ToArch(config.boot);
   boot.acpi = config.acpi;
   DSEC_ASSIGN_OR_RETURN(arch::BootPlan plan, arch::SetupBoot(*vm->memory_, boot));
-  vm->timestamps_.loaded_ns = MonotonicNs();
+  vm->timestamps_.loaded_ns = MonotonicNowNs();
 
   DSEC_RETURN_IF_ERROR(vm->SetUpPlacement(config));
   DSEC_RETURN_IF_ERROR(vm->SetUpVcpus(config, &plan));
   DSEC_RETURN_IF_ERROR(vm->SetUpTimers(config));
-  vm->timestamps_.vcpus_ready_ns = MonotonicNs();
+  vm->timestamps_.vcpus_ready_ns = MonotonicNowNs();
   DSEC_LOG(debug, "vm created kernel={} protocol={} mem_mib={} vcpus={}", config.kernel_path,
            arch::BootProtocolName(plan.protocol), config.mem_mib, config.vcpus);
   return vm;
@@ -483,7 +478,7 @@ void Vm::RequestStop(StopReason reason, std::string detail, uint32_t guest_exit_
     if (stop_requested_) return;
     stop_requested_ = true;
     stop_ = StopInfo{reason, guest_exit_code, std::move(detail)};
-    timestamps_.stop_ns = MonotonicNs();
+    timestamps_.stop_ns = MonotonicNowNs();
   }
   control_.Stop();
   KickAll();
