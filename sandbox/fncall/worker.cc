@@ -25,6 +25,7 @@
 #include "base/output_limiter.h"
 #include "sandbox/container/state_dir.h"
 #include "sched/isolation.h"
+#include "base/clone3.h"
 #include "base/file_io.h"
 #include "base/fd_passing.h"
 #include "base/clock.h"
@@ -35,12 +36,6 @@ namespace dsec::fncall {
 
 namespace {
 
-// struct clone_args of clone3(2), version 2.
-struct CloneArgs {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-      set_tid_size, cgroup;
-};
-constexpr uint64_t kClonePidfd = 0x1000;
 constexpr char kZygotePath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 // Memory the zygote may use while it starts, before its baseline is known.
 constexpr uint64_t kStartupHeadroom = 128ull << 20;
@@ -178,11 +173,7 @@ absl::Status Worker::Launch() {
   plan.Finalize();
 
   int pidfd = -1;
-  CloneArgs args{};
-  args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | kClonePidfd;
-  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
-  long pid = ::syscall(SYS_clone3, &args, sizeof(args));
+  long pid = Clone3(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET, &pidfd);
   if (pid < 0) return ErrnoToStatus("clone3 fncall worker");
   if (pid == 0) RunZygote(plan);
   pid_ = static_cast<pid_t>(pid);

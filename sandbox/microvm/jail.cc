@@ -26,18 +26,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/clone3.h"
 #include "base/status.h"
 
 namespace dsec::microvm {
 
 namespace {
 
-// struct clone_args of clone3(2), version 2 (88 bytes).
-struct CloneArgs {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-      set_tid_size, cgroup;
-};
-constexpr uint64_t kClonePidfd = 0x1000;
 constexpr unsigned kCloseRangeCloexec = 1u << 2;
 
 // Child failure steps beyond the mount steps (which report their index).
@@ -378,13 +373,9 @@ absl::StatusOr<std::unique_ptr<JailedProcess>> JailedProcess::Start(const JailSp
   p.report_fd = report_write.get();
 
   int pidfd = -1;
-  const uint64_t flags = spec.namespaces | kClonePidfd;
+  const uint64_t flags = spec.namespaces;
   std::function<long()> clone_child = [&p, &pidfd, flags]() -> long {
-    CloneArgs args{};
-    args.flags = flags;
-    args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-    args.exit_signal = SIGCHLD;
-    long pid = ::syscall(SYS_clone3, &args, sizeof(args));
+    long pid = Clone3(flags, &pidfd);
     if (pid == 0) ChildMain(p);
     return pid < 0 ? -errno : pid;
   };
