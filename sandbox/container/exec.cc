@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/container/exec.h"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -20,7 +18,7 @@
 #include "absl/strings/strip.h"
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_protocol.h"
-#include "base/output_limiter.h"
+#include "base/exec_pump.h"
 #include "base/file_io.h"
 #include "base/clock.h"
 #include "base/fd_passing.h"
@@ -36,17 +34,9 @@ constexpr char kDefaultPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
 // long: a background process that keeps the pipes open must not hold the
 // exec (it is a deadline on poll, not a sleep).
 constexpr int64_t kDrainNs = 200'000'000;
-// After a timeout kill, how long the exec waits for the process to go.
+// After a timeout kill, how long the exec waits for the process to go (and
+// reads the pipes at most).
 constexpr int64_t kKillGraceNs = 5'000'000'000;
-
-struct Pipe {
-  ScopedFd read, write;
-  static absl::StatusOr<Pipe> Create() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-    return Pipe{ScopedFd(fds[0]), ScopedFd(fds[1])};
-  }
-};
 
 std::vector<std::string> ExecPaths(const std::string& argv0, const std::vector<std::string>& env) {
   if (argv0.find('/') != std::string::npos) return {argv0};
@@ -60,50 +50,6 @@ std::vector<std::string> ExecPaths(const std::string& argv0, const std::vector<s
   }
   return out;
 }
-
-// Reads all the fd has now (non-blocking) into the limiter, counting what
-// it drops in *dropped and handing what it admits to `on_output` (stream 1
-// or 2). False on EOF.
-bool Drain(int fd, int stream, OutputLimiter& limiter, std::string* out, uint64_t* dropped,
-           const OutputCallback& on_output) {
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n > 0) {
-      const size_t kept_before = out->size();
-      const uint64_t dropped_before = limiter.dropped_bytes();
-      limiter.Admit(std::string_view(buf, static_cast<size_t>(n)), out);
-      *dropped += limiter.dropped_bytes() - dropped_before;
-      if (on_output && out->size() > kept_before) {
-        on_output(stream, std::string_view(*out).substr(kept_before));
-      }
-      continue;
-    }
-    if (n == 0) return false;
-    if (errno == EINTR) continue;
-    return errno == EAGAIN;  // EAGAIN: open but empty; other errors: treat as closed
-  }
-}
-
-}  // namespace
-
-ssize_t WriteNoSigpipe(int fd, const char* data, size_t len) {
-  sigset_t pipe_set, old;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-  ssize_t n = ::write(fd, data, len);
-  int err = errno;
-  if (n < 0 && err == EPIPE) {
-    timespec zero{0, 0};
-    sigtimedwait(&pipe_set, nullptr, &zero);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = err;
-  return n;
-}
-
-namespace {
 
 // One message from the init (blocking: the init writes each in one call).
 // `*fd` gets a descriptor that came with it (else -1). False on EOF or an
@@ -212,110 +158,88 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   };
 
   ExecResult result;
-  for (ScopedFd* fd : {&out.read, &err.read, &in.write, &error.read}) {
-    ::fcntl(fd->get(), F_SETFL, O_NONBLOCK);
-  }
-  size_t stdin_off = 0;
-  if (options.stdin_data.empty()) in.write.Reset();
-  OutputLimiter limiter(options.output_cap_bytes, options.output_rate_bytes_per_s, &clock);
+  ExecPumpOptions pump_options;
+  pump_options.clock = &clock;
+  pump_options.output_cap_bytes = options.output_cap_bytes;
+  pump_options.output_rate_bytes_per_s = options.output_rate_bytes_per_s;
+  pump_options.deadline_ns = deadline;
+  pump_options.exit_grace_ns = kKillGraceNs;
+  pump_options.drain_after_exit_ns = kDrainNs;
+  pump_options.drain_after_kill_ns = kKillGraceNs;
+  StringOutputSink sink(&result.stdout_data, &result.stderr_data, options.on_output);
+  // The timeout kills the process group, then anything else in the
+  // sandbox's cgroups but its init (double-forked, setsid'd strays).
+  ExecPump pump(pump_options, std::move(in.write), std::move(out.read), std::move(err.read), &sink,
+                [&] {
+                  if (pid_t g = host_pgid(); g > 0) ::kill(-g, SIGKILL);
+                  ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+                  auto strays = target.cgroups->KillAll(target.init_pid, clock.NowNs() + kKillGraceNs);
+                  if (strays.ok()) {
+                    result.stray_processes_killed = *strays;
+                  } else {
+                    DSEC_LOG(warn, "container: exec kill: {}", strays.status().ToString());
+                  }
+                });
+  pump.AppendStdin(options.stdin_data);
+  pump.CloseStdin();
+  // The error pipe: a ChildError if the init's child could not exec, else EOF.
   ChildError exec_error{};
   bool have_error = false;
-  bool exited = false;
-  int64_t stop_at = deadline;  // moves to the drain or kill deadline
-  bool killed = false;
+  pump.Watch([&](int64_t) { return ExecPump::Interest{error.read.get(), POLLIN}; },
+             [&](short, int64_t) {
+               if (::read(error.read.get(), &exec_error, sizeof(exec_error)) == sizeof(exec_error)) {
+                 have_error = true;
+               }
+               error.read.Reset();
+               return absl::OkStatus();
+             });
+  // The init reports the exit on the control socket.
   bool init_lost = false;
-  while (true) {
-    int64_t now = clock.NowNs();
-    bool pipes_open = out.read.valid() || err.read.valid();
-    if (exited && !pipes_open) break;
-    if (now >= stop_at) {
-      if (exited) break;  // drain deadline: strays hold the pipes; stop reading
-      if (killed) {
-        return absl::InternalError(
-            absl::StrCat("exec: process ", child, " was not reaped 5 s after SIGKILL"));
-      }
-      // Timeout: the process group, then anything else in the sandbox's
-      // cgroups but its init (double-forked, setsid'd strays).
-      result.timed_out = true;
-      killed = true;
-      if (pid_t g = host_pgid(); g > 0) ::kill(-g, SIGKILL);
-      ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-      auto strays = target.cgroups->KillAll(target.init_pid, now + kKillGraceNs);
-      if (strays.ok()) {
-        result.stray_processes_killed = *strays;
-      } else {
-        DSEC_LOG(warn, "container: exec kill: {}", strays.status().ToString());
-      }
-      stop_at = clock.NowNs() + kKillGraceNs;
-      continue;
-    }
-    pollfd fds[5];
-    int n = 0;
-    auto add = [&](int fd, short events) { fds[n++] = pollfd{fd, events, 0}; };
-    add(out.read.get(), POLLIN);
-    add(err.read.get(), POLLIN);
-    add(error.read.get(), POLLIN);
-    add(in.write.get(), POLLOUT);
-    add(exited || init_lost ? -1 : control, POLLIN);
-    int64_t wait_ms = (stop_at - now + 999'999) / 1'000'000;
-    int ready = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::min<int64_t>(wait_ms, 1000)));
-    if (ready < 0 && errno != EINTR) return ErrnoToStatus("exec: poll");
-    if (ready <= 0) continue;
-    if (fds[0].revents && !Drain(out.read.get(), 1, limiter, &result.stdout_data,
-                                 &result.stdout_dropped, options.on_output)) {
-      out.read.Reset();
-    }
-    if (fds[1].revents && !Drain(err.read.get(), 2, limiter, &result.stderr_data,
-                                 &result.stderr_dropped, options.on_output)) {
-      err.read.Reset();
-    }
-    if (fds[2].revents) {
-      if (::read(error.read.get(), &exec_error, sizeof(exec_error)) == sizeof(exec_error)) {
-        have_error = true;
-      }
-      error.read.Reset();
-    }
-    if (fds[3].revents) {
-      ssize_t w = WriteNoSigpipe(in.write.get(), options.stdin_data.data() + stdin_off,
-                                 options.stdin_data.size() - stdin_off);
-      if (w > 0) stdin_off += static_cast<size_t>(w);
-      if ((w < 0 && errno != EAGAIN) || stdin_off == options.stdin_data.size()) in.write.Reset();
-    }
-    if (fds[4].revents && !exited) {
-      ScopedFd extra;
-      if (!ReadInitMessage(control, &m, &extra)) {
-        // The init died (the sandbox with it): its processes are gone, so
-        // the pipes close and the loop ends; there is no status to report.
-        init_lost = true;
-        continue;
-      }
-      if (m.type != kInitExited || m.pid != child) continue;
-      exited = true;
-      if (WIFEXITED(m.value)) result.exit_code = WEXITSTATUS(m.value);
-      if (WIFSIGNALED(m.value)) result.signal = WTERMSIG(m.value);
-      result.peak_rss_bytes = m.maxrss_kib * 1024;
-      // The init SIGKILLed what the process left in its group; wait until
-      // those members are gone, so that the exec returns without them.
-      if (m.group_left != 0 && !killed) {
-        if (pid_t g = host_pgid(); g > 0) {
-          auto left = target.cgroups->KillGroup(g, clock.NowNs() + kKillGraceNs);
-          if (!left.ok()) DSEC_LOG(warn, "container: exec group kill: {}", left.status().ToString());
+  pump.Watch(
+      [&](int64_t) {
+        return ExecPump::Interest{pump.exited() || init_lost ? -1 : control, POLLIN};
+      },
+      [&](short, int64_t) {
+        ScopedFd extra;
+        if (!ReadInitMessage(control, &m, &extra)) {
+          // The init died (the sandbox with it): its processes are gone, so
+          // the pipes close and the pump ends; there is no status to report.
+          init_lost = true;
+          pump.MarkExitUnknown();
+          return absl::OkStatus();
         }
-      }
-      if (!killed) stop_at = std::min(deadline, clock.NowNs() + kDrainNs);
-      if (killed) stop_at = std::min(stop_at, clock.NowNs() + kDrainNs);
-    }
-    if (init_lost && !out.read.valid() && !err.read.valid()) break;
+        if (m.type != kInitExited || m.pid != child) return absl::OkStatus();
+        if (WIFEXITED(m.value)) result.exit_code = WEXITSTATUS(m.value);
+        if (WIFSIGNALED(m.value)) result.signal = WTERMSIG(m.value);
+        result.peak_rss_bytes = m.maxrss_kib * 1024;
+        // The init SIGKILLed what the process left in its group; wait until
+        // those members are gone, so that the exec returns without them.
+        if (m.group_left != 0 && !pump.killed()) {
+          if (pid_t g = host_pgid(); g > 0) {
+            auto left = target.cgroups->KillGroup(g, clock.NowNs() + kKillGraceNs);
+            if (!left.ok()) {
+              DSEC_LOG(warn, "container: exec group kill: {}", left.status().ToString());
+            }
+          }
+        }
+        pump.MarkExited();
+        return absl::OkStatus();
+      });
+  if (absl::Status s = pump.Run(); !s.ok()) {
+    return Annotate(s, absl::StrCat("exec: process ", child));
   }
+  result.timed_out = pump.timed_out();
+  result.stdout_dropped = pump.dropped_bytes(1);
+  result.stderr_dropped = pump.dropped_bytes(2);
   result.wall_ns = clock.NowNs() - start;
-  result.output_dropped_bytes = limiter.dropped_bytes();
+  result.output_dropped_bytes = pump.dropped_bytes();
   result.cgroup_peak_bytes = target.cgroups->PeakMemoryBytes();
   result.oom_killed = target.cgroups->OomKills() > oom_before;
   if (have_error) {
     return ErrnoToStatus(absl::StrCat("exec ", options.argv[0], ": ", ChildStepName(exec_error.step)),
                          exec_error.err);
   }
-  if (!exited) return InitGone();
+  if (!pump.exited()) return InitGone();
   return result;
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
+#include "base/exec_pump.h"
 #include "base/scoped_fd.h"
 
 namespace dsec::container {
@@ -82,9 +83,8 @@ struct ExecTarget {
 // Threads: any thread; blocks until the command finishes or times out.
 absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options);
 
-// write(2) to a pipe whose reader may be gone, without raising SIGPIPE in
-// this process: SIGPIPE is blocked on the calling thread and a pending one
-// consumed; EPIPE is returned as errno. (Also used by sandbox/fncall.)
-ssize_t WriteNoSigpipe(int fd, const char* data, size_t len);
+// write(2) to a pipe whose reader may be gone, without SIGPIPE (the exec
+// pump's; sandbox.cc and init_pool.cc use it for the init's pipes).
+using dsec::WriteNoSigpipe;
 
 }  // namespace dsec::container
