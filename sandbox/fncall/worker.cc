@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/fncall/worker.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -21,11 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "sandbox/container/exec.h"
-#include "base/output_limiter.h"
 #include "sandbox/container/state_dir.h"
 #include "sched/isolation.h"
 #include "base/clone3.h"
+#include "base/exec_pump.h"
 #include "base/file_io.h"
 #include "base/fd_passing.h"
 #include "base/clock.h"
@@ -46,45 +44,12 @@ constexpr int64_t kCheckIntervalNs = 20'000'000;
 
 int64_t NowNs() { return MonotonicClock::Get().NowNs(); }
 
-struct Pipe {
-  ScopedFd read, write;
-  static absl::StatusOr<Pipe> Create() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-    return Pipe{ScopedFd(fds[0]), ScopedFd(fds[1])};
-  }
-};
-
 absl::Status MkdirMode(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
     return ErrnoToStatus(absl::StrCat("mkdir ", path));
   }
   if (::chmod(path.c_str(), mode) != 0) return ErrnoToStatus(absl::StrCat("chmod ", path));
   return absl::OkStatus();
-}
-
-// Reads all the fd has now into the limiter, counting what it drops in
-// *dropped and handing what it admits to `on_output` (stream 1 or 2).
-// False on EOF.
-bool Drain(int fd, int stream, OutputLimiter& limiter, std::string* out,
-           uint64_t* dropped, const std::function<void(int, std::string_view)>& on_output) {
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n > 0) {
-      const size_t kept_before = out->size();
-      const uint64_t dropped_before = limiter.dropped_bytes();
-      limiter.Admit(std::string_view(buf, static_cast<size_t>(n)), out);
-      *dropped += limiter.dropped_bytes() - dropped_before;
-      if (on_output && out->size() > kept_before) {
-        on_output(stream, std::string_view(*out).substr(kept_before));
-      }
-      continue;
-    }
-    if (n == 0) return false;
-    if (errno == EINTR) continue;
-    return errno == EAGAIN;
-  }
 }
 
 // Sends `frame` with `fds` attached to its first byte.
@@ -331,85 +296,74 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
   in.read.Reset();
   out.write.Reset();
   err.write.Reset();
-  for (ScopedFd* fd : {&out.read, &err.read, &in.write}) ::fcntl(fd->get(), F_SETFL, O_NONBLOCK);
-  if (request.stdin_data.empty()) in.write.Reset();
-  size_t stdin_off = 0;
 
   CallResult result;
-  OutputLimiter limiter(limits.output_cap_bytes, limits.output_rate_bytes_per_s, &clock);
+  ExecPumpOptions pump_options;
+  pump_options.clock = &clock;
+  pump_options.output_cap_bytes = limits.output_cap_bytes;
+  pump_options.output_rate_bytes_per_s = limits.output_rate_bytes_per_s;
+  pump_options.kill_at_cap = true;
+  pump_options.deadline_ns = deadline;
+  pump_options.exit_grace_ns = kKillGraceNs;
+  // After "done" every process of the call is gone and the pipes are at
+  // EOF once read: the bound only keeps a broken zygote from hanging us.
+  pump_options.drain_after_exit_ns = kKillGraceNs;
+  StringOutputSink sink(&result.stdout_data, &result.stderr_data, request.on_output);
+  ExecPump pump(pump_options, std::move(in.write), std::move(out.read), std::move(err.read), &sink,
+                [&child] {
+                  // Only the call's own process: once it is gone the zygote, PID 1
+                  // of the namespace, kills everything else in it (kill(-1),
+                  // atomic against forks), reaps, and reports. A sweep of the
+                  // cgroup from here could also hit the child the zygote
+                  // pre-forks for the next call right after it reports, which
+                  // would then die before it gets its call.
+                  if (::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0) != 0 &&
+                      errno != ESRCH) {
+                    DSEC_LOG(warn, "fncall: killing a call: pidfd_send_signal: {}",
+                             std::strerror(errno));
+                  }
+                });
+  pump.AppendStdin(request.stdin_data);
+  pump.CloseStdin();
+  // The zygote's "done" frame is the call's exit; until then the cgroup's
+  // pids and OOM counters are looked at every kCheckIntervalNs.
   std::optional<std::vector<std::string>> done;
-  bool killed = false;
+  KilledBy limit_kill = KilledBy::kNone;
   int64_t next_check = start + kCheckIntervalNs;
-  int64_t stop_at = deadline;
-  auto kill_call = [&](KilledBy why) {
-    if (killed) return;
-    killed = true;
-    result.killed_by = why;
-    // Only the call's own process: once it is gone the zygote, PID 1 of the
-    // namespace, kills everything else in it (kill(-1), atomic against
-    // forks), reaps, and reports. A sweep of the cgroup from here could
-    // also hit the child the zygote pre-forks for the next call right
-    // after it reports, which would then die before it gets its call.
-    if (::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0) != 0 && errno != ESRCH) {
-      DSEC_LOG(warn, "fncall: killing a call: pidfd_send_signal: {}", std::strerror(errno));
-    }
-    stop_at = clock.NowNs() + kKillGraceNs;
-  };
-  while (true) {
-    if (done && !out.read.valid() && !err.read.valid()) break;
-    int64_t now = clock.NowNs();
-    if (now >= stop_at) {
-      if (done) break;  // pipes held open past the end: cannot happen, but never hang
-      if (killed) return absl::InternalError("fncall: zygote did not report a killed call");
-      kill_call(KilledBy::kTimeout);
-      continue;
-    }
-    if (!done && !killed && now >= next_check) {
-      next_check = now + kCheckIntervalNs;
-      if (cgroups_.PidsLimitHits() > pids_before) kill_call(KilledBy::kPids);
-      else if (cgroups_.OomKills() > oom_before) kill_call(KilledBy::kMemory);
-      continue;
-    }
-    pollfd p[4];
-    p[0] = {out.read.get(), POLLIN, 0};
-    p[1] = {err.read.get(), POLLIN, 0};
-    p[2] = {in.write.get(), POLLOUT, 0};
-    p[3] = {done ? -1 : control_.get(), POLLIN, 0};
-    int64_t until = done ? stop_at : std::min(stop_at, next_check);
-    int wait_ms = static_cast<int>(std::min<int64_t>((until - now + 999'999) / 1'000'000, 1000));
-    int ready = ::poll(p, 4, wait_ms);
-    if (ready < 0 && errno != EINTR) return ErrnoToStatus("fncall: poll");
-    if (ready <= 0) continue;
-    if (p[0].revents && !Drain(out.read.get(), 1, limiter, &result.stdout_data,
-                               &result.stdout_dropped, request.on_output)) {
-      out.read.Reset();
-    }
-    if (p[1].revents && !Drain(err.read.get(), 2, limiter, &result.stderr_data,
-                               &result.stderr_dropped, request.on_output)) {
-      err.read.Reset();
-    }
-    if (limiter.dropped_by_cap() > 0 && !done) kill_call(KilledBy::kOutputCap);
-    if (p[2].revents) {
-      ssize_t w = container::WriteNoSigpipe(in.write.get(), request.stdin_data.data() + stdin_off,
-                                 request.stdin_data.size() - stdin_off);
-      if (w > 0) stdin_off += static_cast<size_t>(w);
-      if ((w < 0 && errno != EAGAIN) || stdin_off == request.stdin_data.size()) in.write.Reset();
-    }
-    if (p[3].revents) {
-      char buf[512];
-      ssize_t r = ::recv(control_.get(), buf, sizeof(buf), MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-        return absl::InternalError("fncall: the worker's zygote died during the call");
-      }
-      if (r > 0) reader_.Append(std::string_view(buf, static_cast<size_t>(r)));
-      DSEC_ASSIGN_OR_RETURN(done, reader_.Next());
-      if (done) {
-        // Every process of the call is gone: the pipes are at EOF once read.
-        in.write.Reset();
-        stop_at = clock.NowNs() + kKillGraceNs;
-      }
-    }
+  pump.Watch(
+      [&](int64_t) {
+        return ExecPump::Interest{done ? -1 : control_.get(), POLLIN,
+                                  done || pump.killed() ? kExecNoDeadline : next_check};
+      },
+      [&](short revents, int64_t now) -> absl::Status {
+        if (revents != 0) {
+          char buf[512];
+          ssize_t r = ::recv(control_.get(), buf, sizeof(buf), MSG_DONTWAIT);
+          if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            return absl::InternalError("the worker's zygote died during it");
+          }
+          if (r > 0) reader_.Append(std::string_view(buf, static_cast<size_t>(r)));
+          DSEC_ASSIGN_OR_RETURN(done, reader_.Next());
+          if (done) pump.MarkExited();
+        }
+        if (!done && !pump.killed() && now >= next_check) {
+          next_check = now + kCheckIntervalNs;
+          KilledBy why = KilledBy::kNone;
+          if (cgroups_.PidsLimitHits() > pids_before) why = KilledBy::kPids;
+          else if (cgroups_.OomKills() > oom_before) why = KilledBy::kMemory;
+          if (why != KilledBy::kNone && pump.Kill()) limit_kill = why;
+        }
+        return absl::OkStatus();
+      });
+  if (absl::Status s = pump.Run(); !s.ok()) return Annotate(s, "fncall call");
+  switch (pump.kill_reason()) {
+    case ExecKill::kNone: break;
+    case ExecKill::kTimeout: result.killed_by = KilledBy::kTimeout; break;
+    case ExecKill::kOutput: result.killed_by = KilledBy::kOutputCap; break;
+    case ExecKill::kCaller: result.killed_by = limit_kill; break;
   }
+  result.stdout_dropped = pump.dropped_bytes(1);
+  result.stderr_dropped = pump.dropped_bytes(2);
   const std::vector<std::string>& d = *done;
   int value = 0;
   long long rss_kib = 0;
@@ -421,7 +375,7 @@ absl::StatusOr<CallResult> Worker::Call(const CallRequest& request,
   else result.signal = value;
   result.peak_rss_bytes = static_cast<uint64_t>(std::max<long long>(rss_kib, 0)) * 1024;
   result.wall_ns = clock.NowNs() - start;
-  result.output_dropped_bytes = limiter.dropped_bytes();
+  result.output_dropped_bytes = pump.dropped_bytes();
   if (auto peak = cgroups_.PeakMemoryBytes(); peak) {
     result.peak_memory_bytes = *peak > usage_before ? *peak - usage_before : 0;
   }
