@@ -24,9 +24,9 @@
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/daemon_testing.h"
 #include "sandbox/daemon/http_server.h"
-#include "sandbox/daemon/microvm_tier.h"
 #include "sandbox/microvm/cpl0_probe.h"
 #include "sandbox/microvm/host_agent_launcher.h"
+#include "sandbox/microvm/microvm_tier.h"
 
 namespace dsec::daemon {
 namespace {
@@ -109,11 +109,11 @@ class MicrovmDaemonTest : public ::testing::Test {
     service_.reset();
   }
 
-  void Start(MicrovmTierOptions o, LayerResolver resolver, const std::string& store,
+  void Start(microvm::MicrovmTierOptions o, LayerResolver resolver, const std::string& store,
              std::shared_ptr<QosPlacer> qos = nullptr) {
     o.state_root = state_root_;
-    std::vector<std::unique_ptr<Tier>> tiers;
-    tiers.push_back(std::make_unique<MicrovmTier>(std::move(o)));
+    std::vector<std::unique_ptr<tier::Tier>> tiers;
+    tiers.push_back(std::make_unique<microvm::MicrovmTier>(std::move(o)));
     ServiceOptions so;
     so.resolve_layers = std::move(resolver);
     so.layer_store = store;
@@ -145,7 +145,7 @@ TEST_F(MicrovmDaemonTest, OnAHostWithEmulatedCpl0CreateFailsFastWith503) {
     GTEST_SKIP() << "this host runs guest CPL0 code on hardware (" << probe->cycles_per_round()
                  << " cycles per round): the Linux boot test (tests/integration/linux_boot_test) covers it";
   }
-  MicrovmTierOptions o;
+  microvm::MicrovmTierOptions o;
   o.vm.monitor_binary = DSEC_MONITOR_BINARY_PATH;
   o.vm.testguest = DSEC_TESTGUEST_ELF_PATH;
   // Resolving the default layers may build base:bookworm (minutes): a tier
@@ -211,7 +211,7 @@ class MicrovmDaemonPathTest : public MicrovmDaemonTest {
     if (!s.ok()) {
       GTEST_SKIP() << "busybox layer: " << s;
     }
-    MicrovmTierOptions o;
+    microvm::MicrovmTierOptions o;
     o.launcher = std::make_shared<microvm::HostAgentLauncher>(
         microvm::HostAgentLauncherOptions{DSEC_AGENT_BINARY_PATH});
     placer_ = QosPlacer::ForHost();
@@ -353,11 +353,11 @@ TEST_F(MicrovmDaemonPathTest, CleanupOrphansRemovesWhatADeadDaemonLeft) {
     owner << "2147483646 1";
   }
   // A second tier object over the same root, as a restarted daemon has.
-  MicrovmTierOptions o;
+  microvm::MicrovmTierOptions o;
   o.state_root = state_root_;
   o.launcher = std::make_shared<microvm::HostAgentLauncher>(
       microvm::HostAgentLauncherOptions{DSEC_AGENT_BINARY_PATH});
-  MicrovmTier restarted(o);
+  microvm::MicrovmTier restarted(o);
   auto removed = restarted.CleanupOrphans();
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(*removed, 1);
