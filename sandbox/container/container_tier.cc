@@ -144,18 +144,13 @@ class ContainerTierSandbox : public tier::TierSandbox {
     o.timeout_ms = spec.timeout_ms;
     o.output_cap_bytes = spec.output_cap_bytes;
     o.on_output = spec.on_output;
-    tier::ExecOutcome out;
     auto r = sandbox_->Exec(o);
     if (!r.ok()) {
-      // The command could not be started inside the sandbox: report it as
-      // a shell would (127 not found, 126 not executable).
-      if (absl::IsNotFound(r.status()) || absl::IsPermissionDenied(r.status())) {
-        out.exit_code = absl::IsNotFound(r.status()) ? 127 : 126;
-        out.stderr_data = absl::StrCat("dsec: ", r.status().message(), "\n");
-        return out;
-      }
+      // Not started inside the sandbox: 127 or 126, as a shell reports it.
+      if (std::optional<tier::ExecOutcome> shell = tier::ShellOutcomeOf(r.status())) return *shell;
       return r.status();
     }
+    tier::ExecOutcome out;
     out.exit_code = r->exit_code;
     out.signal = r->signal;
     out.timed_out = r->timed_out;

@@ -47,13 +47,8 @@ class MicrovmTierSandbox : public tier::TierSandbox {
     };
     auto done = sb_->Exec(req, on_chunk, spec.stdin_data);
     if (!done.ok()) {
-      // The command could not be started: report it as a shell would (127
-      // not found, 126 not executable), like the container tier.
-      if (absl::IsNotFound(done.status()) || absl::IsPermissionDenied(done.status())) {
-        out.exit_code = absl::IsNotFound(done.status()) ? 127 : 126;
-        out.stderr_data = absl::StrCat("dsec: ", done.status().message(), "\n");
-        return out;
-      }
+      // Not started in the guest: 127 or 126, as a shell reports it.
+      if (std::optional<tier::ExecOutcome> shell = tier::ShellOutcomeOf(done.status())) return *shell;
       return done.status();
     }
     out.exit_code = done->exit_code;

@@ -69,6 +69,11 @@ struct ExecOutcome {
   double duration_ms = 0;
 };
 
+// A command the tier could not start (NotFound: no such program;
+// PermissionDenied: not executable), reported as a shell would: exit 127
+// or 126, the reason on stderr. nullopt for any other status.
+std::optional<ExecOutcome> ShellOutcomeOf(const absl::Status& start_error);
+
 struct FileEntry {
   std::string name;
   std::string type;  // file | dir | symlink | other

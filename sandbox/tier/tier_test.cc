@@ -155,6 +155,17 @@ TEST(TierRegistryTest, ParsesEachTiersOptionsAgainstAllOfThem) {
   EXPECT_EQ(Field(r.ParseOptions(f, {{"user_namespace", true}}).status()), "user_namespace");
 }
 
+TEST(ShellOutcomeTest, CommandsThatCannotStartExitAsInAShell) {
+  auto missing = ShellOutcomeOf(absl::NotFoundError("no such program: frob"));
+  ASSERT_TRUE(missing.has_value());
+  EXPECT_EQ(missing->exit_code, 127);
+  EXPECT_EQ(missing->stderr_data, "dsec: no such program: frob\n");
+  auto denied = ShellOutcomeOf(absl::PermissionDeniedError("not executable"));
+  ASSERT_TRUE(denied.has_value());
+  EXPECT_EQ(denied->exit_code, 126);
+  EXPECT_FALSE(ShellOutcomeOf(absl::InternalError("fork: EAGAIN")).has_value());
+}
+
 TEST(NotBuiltTierTest, MakeAnswersUnavailableWithTheReason) {
   auto setup = NotBuiltTier("fullvm", "the full-VM tier is not built yet");
   EXPECT_EQ(setup->traits().name, "fullvm");
