@@ -276,9 +276,7 @@ const tier::TierTraits& ContainerTierTraits() {
     userns.neutral = false;  // other tiers take "false" (clients send it)
     userns.shown = true;     // GET shows it for every sandbox
     t.options = {userns};
-    t.exec_form = tier::TierTraits::ExecForm::kArgv;
-    t.default_cwd = "/";
-    t.persistent_files = true;
+    // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;
   }();

@@ -94,9 +94,7 @@ const tier::TierTraits& MicrovmTierTraits() {
   static const tier::TierTraits kTraits = [] {
     tier::TierTraits t;
     t.name = "microvm";
-    t.exec_form = tier::TierTraits::ExecForm::kArgv;
-    t.default_cwd = "/";
-    t.persistent_files = true;
+    // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;
   }();
