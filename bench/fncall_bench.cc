@@ -30,8 +30,6 @@ struct Series {
   double PerSecond() const { return wall_s > 0 ? static_cast<double>(ms.size()) / wall_s : 0; }
 };
 
-int64_t NowNs() { return MonotonicClock::Get().NowNs(); }
-
 // `calls` calls of `code` split over `callers` threads.
 Series Measure(fncall::Pool& pool, const std::string& code, int calls, int callers,
                const std::string& expect) {
@@ -39,16 +37,16 @@ Series Measure(fncall::Pool& pool, const std::string& code, int calls, int calle
   std::vector<std::vector<double>> per(static_cast<size_t>(callers));
   std::atomic<int> failures{0};
   std::atomic<int> next{0};
-  const int64_t start = NowNs();
+  const int64_t start = MonotonicNowNs();
   std::vector<std::thread> threads;
   for (int t = 0; t < callers; ++t) {
     threads.emplace_back([&, t] {
       fncall::CallRequest req;
       req.code = code;
       while (next.fetch_add(1) < calls) {
-        int64_t t0 = NowNs();
+        int64_t t0 = MonotonicNowNs();
         auto r = pool.Call(req);
-        double ms = static_cast<double>(NowNs() - t0) / 1e6;
+        double ms = static_cast<double>(MonotonicNowNs() - t0) / 1e6;
         if (!r.ok() || r->status() != 0 || r->stdout_data != expect) {
           if (failures.fetch_add(1) == 0) {
             fprintf(stderr, "fncall bench: call failed: %s\n",
@@ -62,7 +60,7 @@ Series Measure(fncall::Pool& pool, const std::string& code, int calls, int calle
     });
   }
   for (auto& th : threads) th.join();
-  s.wall_s = static_cast<double>(NowNs() - start) / 1e9;
+  s.wall_s = static_cast<double>(MonotonicNowNs() - start) / 1e9;
   for (auto& v : per) s.ms.insert(s.ms.end(), v.begin(), v.end());
   s.failures = failures.load();
   return s;
@@ -89,7 +87,7 @@ absl::StatusOr<std::unique_ptr<fncall::Pool>> MakePool(const FncallBenchOptions&
 absl::StatusOr<std::vector<double>> ColdContainer(const FncallBenchOptions& o) {
   std::vector<double> ms;
   for (int i = 0; i < o.cold_runs; ++i) {
-    int64_t t0 = NowNs();
+    int64_t t0 = MonotonicNowNs();
     container::SandboxConfig c;
     c.id = absl::StrFormat("fncall-bench-cold-%d-%d", ::getpid(), i);
     c.layers = o.python_layers;
@@ -104,7 +102,7 @@ absl::StatusOr<std::vector<double>> ColdContainer(const FncallBenchOptions& o) {
       return absl::InternalError(absl::StrCat("cold container python3 failed: ", r.stderr_data));
     }
     DSEC_RETURN_IF_ERROR(sb->Destroy());
-    ms.push_back(static_cast<double>(NowNs() - t0) / 1e6);
+    ms.push_back(static_cast<double>(MonotonicNowNs() - t0) / 1e6);
   }
   return ms;
 }

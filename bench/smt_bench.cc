@@ -33,8 +33,6 @@ namespace {
 
 using sched::ThreadPlacement;
 
-double NowMs() { return static_cast<double>(MonotonicClock::Get().NowNs()) / 1e6; }
-
 // How one side (the LS thread, or every BE thread) is placed in a mode.
 struct Side {
   ThreadPlacement placement;
@@ -160,9 +158,9 @@ using Unit = std::function<absl::StatusOr<double>()>;
 Unit ThreadUnit(const std::vector<uint32_t>* ring, uint64_t steps) {
   return [ring, steps]() -> absl::StatusOr<double> {
     static std::atomic<uint64_t> sink;
-    double t0 = NowMs();
+    const int64_t t0 = MonotonicNowNs();
     sink.fetch_add(ChaseRing(*ring, steps), std::memory_order_relaxed);
-    return NowMs() - t0;
+    return static_cast<double>(MonotonicNowNs() - t0) / 1e6;
   };
 }
 
@@ -201,7 +199,7 @@ absl::StatusOr<std::vector<double>> TimeUnits(const Side& side, const Unit& unit
   std::thread t([&] {
     SideCookie cookie;
     status = PlaceCurrentThread(side, &cookie);
-    for (int i = 0; status.ok() && i < samples && (i < 5 || NowMs() < deadline_ms); ++i) {
+    for (int i = 0; status.ok() && i < samples && (i < 5 || MonotonicNowMs() < deadline_ms); ++i) {
       absl::StatusOr<double> one = unit();
       if (!one.ok()) {
         status = one.status();
@@ -334,7 +332,7 @@ int RunSmtBench(const SmtBenchOptions& o) {
   }
 
   std::vector<ModeResult> results;
-  const double start_ms = NowMs();
+  const int64_t start_ms = MonotonicNowMs();
   const double budget_ms = o.budget_s * 1000;
   const double runs = static_cast<double>(modes.size() * workloads.size());
   for (size_t m = 0; m < modes.size(); ++m) {
@@ -358,8 +356,8 @@ int RunSmtBench(const SmtBenchOptions& o) {
     for (size_t w = 0; w < workloads.size(); ++w) {
       // An equal share of what is left of the budget for each remaining run.
       const double index = static_cast<double>(m * workloads.size() + w);
-      const double left = budget_ms - (NowMs() - start_ms);
-      const double deadline = NowMs() + std::max(0.0, left / (runs - index));
+      const double left = budget_ms - (MonotonicNowMs() - start_ms);
+      const double deadline = MonotonicNowMs() + std::max(0.0, left / (runs - index));
       auto ms = TimeUnits(mode.ls, workloads[w].unit, workloads[w].samples, deadline);
       if (!ms.ok()) return fail(Annotate(ms.status(), mode.name));
       results.push_back({mode.name, workloads[w].name, Percentile(*ms, 50), Percentile(*ms, 99),

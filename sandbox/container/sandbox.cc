@@ -17,6 +17,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
+#include "base/file_io.h"
+#include "sandbox/container/cgroup_events.h"
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_launch.h"
 #include "sandbox/container/init_pool.h"
@@ -433,14 +435,28 @@ absl::Status Sandbox::Destroy() {
       return first;
     }
   }
-  // A killed task keeps its cgroup busy until it has finished exiting,
-  // which on a loaded host can outlast KillAndRemoveCgroup's quick retries
-  // (bench container leaked cgroups under CI load): retry what is left with
-  // a growing pause, for up to ~0.8 s.
+  // A killed task keeps its cgroup busy until it has finished exiting and
+  // its parent has reaped it, which on a loaded host can outlast
+  // KillAndRemoveCgroup's quick retries (bench container leaked cgroups
+  // under CI load): retry what is left, for up to ~0.8 s. A v2 cgroup says
+  // when it is empty (cgroup.events "populated 0", notified): wait for
+  // that. v1 has no notification that reaches a descriptor, and the
+  // members' pidfds fire at their exit, before the reap: there the wait is
+  // a growing pause.
   std::vector<std::string> cgroup_dirs = cgroups_.dirs();
   absl::Status removed = cgroups_.Remove();
   for (int64_t pause_us = 200; !removed.ok() && pause_us <= 204'800; pause_us *= 2) {
-    ::usleep(static_cast<useconds_t>(pause_us));
+    const int64_t until_ns = MonotonicNowNs() + pause_us * 1000;
+    bool v1_left = false;
+    for (const std::string& d : cgroup_dirs) {
+      if (HasCgroupEvents(d)) {
+        (void)WaitCgroupEvent(d, "populated", "0", until_ns);
+      } else if (PathExists(d)) {
+        v1_left = true;
+      }
+    }
+    const int64_t left_us = (until_ns - MonotonicNowNs()) / 1000;
+    if (v1_left && left_us > 0) ::usleep(static_cast<useconds_t>(left_us));
     removed = absl::OkStatus();
     for (const std::string& d : cgroup_dirs) {
       absl::Status s = KillAndRemoveCgroup(d);

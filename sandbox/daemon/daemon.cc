@@ -7,48 +7,34 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/container/state_dir.h"
-#include "sandbox/daemon/container_tier.h"
-#include "sandbox/daemon/fncall_tier.h"
-#include "sandbox/daemon/microvm_tier.h"
 #include "base/logging.h"
 
 namespace dsec::daemon {
 
 using nlohmann::json;
 
-namespace {
-FncallTierOptions FncallOptions(const DaemonOptions& o) {
-  FncallTierOptions fo;
-  fo.state_root = o.fncall_state_root;
-  fo.max_workers_per_pool = o.fncall_max_workers;
-  fo.max_unused_pools = o.fncall_max_unused_pools;
-  return fo;
-}
-
-MicrovmTierOptions MicrovmOptions(const DaemonOptions& o) {
-  MicrovmTierOptions m;
-  if (!o.microvm_state_root.empty()) m.state_root = o.microvm_state_root;
-  m.vm.kernel = o.microvm_kernel;
-  m.vm.rootfs = o.microvm_rootfs;
-  return m;
-}
-}  // namespace
-
-std::vector<std::unique_ptr<Tier>> MakeTiers(const DaemonOptions& o) {
-  // The tiers this node offers: one registration line each.
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::make_unique<ContainerTier>(
-      ContainerTierOptions{o.container_state_root, o.upper_size_bytes, o.container_init_pool}));
-  tiers.push_back(std::make_unique<FncallTier>(FncallOptions(o)));
-  tiers.push_back(std::make_unique<MicrovmTier>(MicrovmOptions(o)));
+absl::StatusOr<std::vector<std::unique_ptr<tier::Tier>>> MakeTiers(
+    const std::vector<std::unique_ptr<tier::TierSetup>>& setups,
+    std::map<std::string, std::string>* unavailable) {
+  std::vector<std::unique_ptr<tier::Tier>> tiers;
+  for (const auto& setup : setups) {
+    const std::string& name = setup->traits().name;
+    absl::StatusOr<std::unique_ptr<tier::Tier>> t = setup->Make();
+    if (t.ok()) {
+      tiers.push_back(std::move(*t));
+    } else if (absl::IsUnavailable(t.status())) {
+      (*unavailable)[name] = std::string(t.status().message());
+    } else {
+      return absl::Status(t.status().code(), absl::StrCat("the ", name, " tier: ", t.status().message()));
+    }
+  }
   return tiers;
 }
 
-json CleanupPreviousRun(const std::vector<std::unique_ptr<Tier>>& tiers) {
+json CleanupPreviousRun(const std::vector<std::unique_ptr<tier::Tier>>& tiers) {
   json found = json::object();
   for (const auto& t : tiers) {
-    const TierTraits& traits = t->traits();
+    const tier::TierTraits& traits = t->traits();
     auto n = t->CleanupOrphans();
     found[absl::StrCat(traits.name, "_", traits.orphans)] = n.ok() ? *n : 0;
     if (!n.ok()) found[absl::StrCat(traits.name, "_error")] = n.status().ToString();
@@ -56,7 +42,7 @@ json CleanupPreviousRun(const std::vector<std::unique_ptr<Tier>>& tiers) {
   return found;
 }
 
-int RunDaemon(DaemonOptions o) {
+int RunDaemon(DaemonOptions o, const std::vector<std::unique_ptr<tier::TierSetup>>& setups) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -64,18 +50,12 @@ int RunDaemon(DaemonOptions o) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  for (const std::string& root : {o.container_state_root, o.fncall_state_root}) {
-    ::mkdir(root.c_str(), 0700);  // parents: /run/dsec-vmm may be missing
+  auto tiers = MakeTiers(setups, &o.service.unavailable_tiers);
+  if (!tiers.ok()) {
+    fprintf(stderr, "dsec-vmmd: %s\n", tiers.status().ToString().c_str());
+    return 1;
   }
-  if (o.container_state_root == container::kDefaultStateRoot) {
-    ::mkdir("/run/dsec-vmm", 0755);
-    ::mkdir(o.container_state_root.c_str(), 0700);
-    if (auto m = container::MountStateRootTmpfs(o.container_state_root); !m.ok()) {
-      DSEC_LOG(warn, "daemon: state root on tmpfs: {}", m.status().ToString());
-    }
-  }
-  std::vector<std::unique_ptr<Tier>> tiers = MakeTiers(o);
-  json recovered = CleanupPreviousRun(tiers);
+  json recovered = CleanupPreviousRun(*tiers);
 
   std::unique_ptr<trajectory::TrajectoryStore> store;
   if (!o.trajectory_dir.empty()) {
@@ -100,8 +80,7 @@ int RunDaemon(DaemonOptions o) {
   // previous run's QoS cgroups went with its sandboxes' records above.
   if (o.qos_placement && o.service.qos == nullptr) o.service.qos = QosPlacer::ForHost();
 
-  o.service.unavailable_tiers.emplace("fullvm", "the full-VM tier (libvirt/QEMU) is not built yet");
-  Service service(o.service, std::move(tiers), std::move(store));
+  Service service(o.service, std::move(*tiers), std::move(store));
   service.SetRecovered(recovered);
 
   auto server = HttpServer::Start(&service, o.http);

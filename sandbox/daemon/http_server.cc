@@ -9,8 +9,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/exec_stream.h"
 #include "base/logging.h"
@@ -284,12 +286,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
     hs->threads_.emplace_back([raw] { raw->listen_after_bind(); });
   }
   // httplib's stop() is a no-op until the listener thread has entered its
-  // accept loop (0.11.4 has no wait_until_ready): wait for that, so that a
-  // Stop right after Start cannot leave a listener running.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // accept loop: wait for that, so that a Stop right after Start cannot
+  // leave a listener running. No event says so (0.11.4 has no
+  // wait_until_ready, and the socket accepts connections into its backlog
+  // before the loop runs), so the flag is re-read every 200 us until a
+  // deadline; the loop is entered within microseconds.
+  const int64_t deadline = MonotonicNowNs() + 10'000'000'000;
   for (auto& s : hs->servers_) {
     while (!s->is_running()) {
-      if (std::chrono::steady_clock::now() > deadline) return absl::InternalError("the HTTP listener did not start");
+      if (MonotonicNowNs() > deadline) return absl::InternalError("the HTTP listener did not start");
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }

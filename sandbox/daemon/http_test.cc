@@ -17,12 +17,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
-#include "sandbox/daemon/container_tier.h"
 #include "sandbox/daemon/daemon_testing.h"
-#include "sandbox/daemon/fncall_tier.h"
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/fncall/fncall_testing.h"
+#include "sandbox/fncall/fncall_tier.h"
 
 extern char** environ;
 
@@ -72,12 +72,12 @@ class DaemonHttpTest : public ::testing::Test {
     so.resolve_layers = testing::StoreResolver(Store(), fncall_image);
     so.layer_store = Store();
     so.start_reaper = true;
-    std::vector<std::unique_ptr<Tier>> tiers;
-    tiers.push_back(std::make_unique<ContainerTier>(ContainerTierOptions{run + "/ctr", 16 << 20}));
-    FncallTierOptions fo;
+    std::vector<std::unique_ptr<tier::Tier>> tiers;
+    tiers.push_back(std::make_unique<container::ContainerTier>(container::ContainerTierOptions{run + "/ctr", 16 << 20}));
+    fncall::FncallTierOptions fo;
     fo.state_root = run + "/fn";
     fo.max_workers_per_pool = 2;
-    tiers.push_back(std::make_unique<FncallTier>(fo));
+    tiers.push_back(std::make_unique<fncall::FncallTier>(fo));
     ::mkdir((run + "/ctr").c_str(), 0700);
     ::mkdir((run + "/fn").c_str(), 0700);
     auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});
@@ -250,7 +250,7 @@ TEST_F(DaemonHttpTest, PauseFreezesAndResumeThaws) {
   auto p = client_->Post(absl::StrCat("/v1/sandboxes/", id, "/pause"), "", kJson);
   ASSERT_TRUE(p);
   EXPECT_EQ(testing::JsonOf(p)["state"], "paused");
-  std::ifstream st(absl::StrCat("/sys/fs/cgroup/freezer/", FreezerCgroupName(id), "/freezer.state"));
+  std::ifstream st(absl::StrCat("/sys/fs/cgroup/freezer/", container::FreezerCgroupName(id), "/freezer.state"));
   std::string state;
   if (st >> state) {
     EXPECT_EQ(state, "FROZEN");

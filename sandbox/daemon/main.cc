@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// dsec-vmmd: the node daemon (`dsec-vmm serve` execs it). Parses flags,
-// wires the layer references of create requests to the layer store
-// (sandbox/layers/layer_refs.h: base:bookworm is built on first use) and runs
-// sandbox/daemon.
+// dsec-vmmd: the node daemon (`dsec-vmm serve` execs it). Parses flags (its
+// own and each tier's, node_tiers.h), wires the layer references of create
+// requests to the layer store (sandbox/layers/layer_refs.h: base:bookworm is
+// built on first use) and runs sandbox/daemon.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,9 +15,8 @@
 #include "absl/strings/strip.h"
 #include "sandbox/layers/layer_refs.h"
 #include "base/file_io.h"
-#include "sandbox/container/state_dir.h"
 #include "sandbox/daemon/daemon.h"
-#include "sandbox/fncall/pool.h"
+#include "sandbox/daemon/node_tiers.h"
 #include "sandbox/layers/layer_store.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -31,12 +30,11 @@ constexpr char kPythonToolkit[] = "python:1";
 int main(int argc, char** argv) {
   CLI::App app{"dsec-vmmd: the dsec-vmm node daemon (REST/JSON API, docs/api.yaml)"};
   dsec::daemon::DaemonOptions o;
-  o.container_state_root = dsec::container::kDefaultStateRoot;
-  o.fncall_state_root = dsec::fncall::kDefaultStateRoot;
+  const std::vector<std::unique_ptr<dsec::tier::TierSetup>> tiers = dsec::daemon::NodeTiers();
   std::string listen, token_file, log_level = "info";
   const char* store_env = std::getenv("DSEC_LAYER_STORE");
   std::string store = store_env != nullptr && *store_env != '\0' ? store_env : dsec::layers::kDefaultStoreRoot;
-  uint64_t task_quota_mib = 64, node_quota_mib = 4096, upper_mib = 1024;
+  uint64_t task_quota_mib = 64, node_quota_mib = 4096;
   app.add_option("--socket", o.http.socket_path, "Unix socket of the API (mode 0600, directory 0700)")
       ->capture_default_str();
   app.add_option("--listen", listen, "Also listen on TCP HOST:PORT (needs --token-file)");
@@ -45,33 +43,15 @@ int main(int argc, char** argv) {
   app.add_option("--task-quota-mib", task_quota_mib, "Trajectory bytes per task")->capture_default_str();
   app.add_option("--node-quota-mib", node_quota_mib, "Trajectory bytes per node")->capture_default_str();
   app.add_option("--store", store, "Layer store (env DSEC_LAYER_STORE)")->capture_default_str();
-  app.add_option("--container-state-dir", o.container_state_root, "Container sandboxes' state")
-      ->capture_default_str();
-  app.add_option("--container-init-pool", o.container_init_pool,
-                 "Container sandbox inits made ahead and kept ready (0: each create from scratch)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 64));
-  app.add_option("--fncall-state-dir", o.fncall_state_root, "fncall pools' state")->capture_default_str();
-  app.add_option("--microvm-state-dir", o.microvm_state_root, "microVM sandboxes' state (default /run/dsec-vmm/microvm)");
-  app.add_option("--microvm-kernel", o.microvm_kernel,
-                 "Guest kernel of the microvm tier (default <cache>/guest-kernel/current/vmlinux, "
-                 "cache ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm})");
-  app.add_option("--microvm-rootfs", o.microvm_rootfs,
-                 "Guest root image (dsec-agent as PID 1; default <cache>/guest-image/rootfs.erofs, "
-                 "tools/build-guest-image.sh)");
-  app.add_option("--upper-mib", upper_mib, "Writable layer size of container sandboxes")->capture_default_str();
   app.add_option("--max-sandboxes", o.service.max_sandboxes, "Sandboxes per node")->capture_default_str();
   app.add_option("--max-concurrent-execs", o.service.max_concurrent_execs, "Execs running at once")
       ->capture_default_str();
   app.add_option("--threads", o.http.threads, "HTTP worker threads per listener")->capture_default_str();
-  app.add_option("--fncall-max-workers", o.fncall_max_workers, "Workers per fncall pool")->capture_default_str();
-  app.add_option("--fncall-warm-pools", o.fncall_max_unused_pools,
-                 "fncall pools kept warm after their last sandbox is deleted")
-      ->capture_default_str();
   bool no_qos_placement = false;
   app.add_flag("--no-qos-placement", no_qos_placement,
                "Do not place sandboxes by their qos through sched/ (they report qos_applied=false)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  for (const auto& t : tiers) t->AddFlags(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,7 +61,6 @@ int main(int argc, char** argv) {
   dsec::log::SetLevel(log_level);
   o.max_task_bytes = task_quota_mib << 20;
   o.max_node_bytes = node_quota_mib << 20;
-  o.upper_size_bytes = upper_mib << 20;
   o.qos_placement = !no_qos_placement;
   if (o.http.threads < 2 || o.http.threads > 1024) {
     fprintf(stderr, "dsec-vmmd: --threads must be in [2, 1024]\n");
@@ -132,5 +111,5 @@ int main(int argc, char** argv) {
     }
     return images;
   };
-  return dsec::daemon::RunDaemon(std::move(o));
+  return dsec::daemon::RunDaemon(std::move(o), tiers);
 }

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/daemon/requests.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/json_fields.h"
@@ -24,6 +27,10 @@ constexpr size_t kMaxStdinText = 1u << 20;
 
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
+// The create fields every tier takes; the others are the tier's own.
+constexpr std::string_view kCommonCreateFields[] = {"tier", "layers", "cpus", "memory_mib",
+                                                    "pids", "qos",    "ttl_s", "task_id"};
+
 absl::StatusOr<std::string> LayerNamePart(JsonFields& f, std::string_view key) {
   absl::StatusOr<std::optional<std::string>> v = f.OptString(key, 128);
   const std::string path = f.Path(key);
@@ -41,7 +48,6 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, const Request
   DSEC_ASSIGN_OR_RETURN(auto tier, f.OptString("tier", 64));
   if (!tier || tier->empty()) return InvalidField("tier", "tier is required");
   r.tier = *tier;
-  DSEC_ASSIGN_OR_RETURN(r.lang, f.OptString("lang", 64));
   DSEC_ASSIGN_OR_RETURN(auto layers, f.OptStringList("layers", kMaxLayers, kMaxLayerRef));
   if (layers) r.layers = std::move(*layers);
   DSEC_ASSIGN_OR_RETURN(r.cpus, f.OptNumber("cpus", 0, 1024));
@@ -55,8 +61,12 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, const Request
     return InvalidField("task_id",
                         "task_id must be 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
   }
-  DSEC_ASSIGN_OR_RETURN(r.user_namespace, f.OptBool("user_namespace"));
-  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (std::find(std::begin(kCommonCreateFields), std::end(kCommonCreateFields), it.key()) ==
+        std::end(kCommonCreateFields)) {
+      r.tier_fields[it.key()] = *it;
+    }
+  }
   return r;
 }
 
@@ -120,6 +130,17 @@ absl::StatusOr<PackDiffRequest> ParsePackDiffRequest(const json& body) {
   DSEC_ASSIGN_OR_RETURN(r.version, LayerNamePart(f, "version"));
   DSEC_RETURN_IF_ERROR(f.RejectUnknown());
   return r;
+}
+
+absl::StatusOr<uint32_t> ParseFileMode(std::string_view mode) {
+  if (mode.empty()) return 0644;
+  if (mode.size() > 5 || mode.find_first_not_of("01234567") != std::string_view::npos) {
+    return InvalidField("mode", "mode must be octal, e.g. 0644");
+  }
+  uint32_t m = 0;
+  for (char c : mode) m = m * 8 + static_cast<uint32_t>(c - '0');
+  if (m > 07777) return InvalidField("mode", "mode must be at most 07777");
+  return m;
 }
 
 absl::StatusOr<AddLayerRequest> ParseAddLayerRequest(const json& body) {

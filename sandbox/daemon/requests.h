@@ -2,14 +2,16 @@
 // The daemon's request bodies (docs/api.yaml) as typed structs, parsed by
 // pure functions: types, ranges and unknown fields are checked here, every
 // error an InvalidArgument naming the field (base/json_fields.h). What
-// depends on the tier (which fields apply, defaults) is checked against
-// the tier's traits afterwards (tier.h). Fuzzed: fuzz/requests_fuzzer.cc.
+// depends on the tier (its own create options, whether it runs argv or
+// code, defaults) is checked against the tier's traits afterwards
+// (sandbox/tier). Fuzzed: fuzz/requests_fuzzer.cc.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,7 +28,6 @@ struct RequestLimits {
 // POST /v1/sandboxes, and the body of POST /v1/tasks/{t}/resume.
 struct CreateRequest {
   std::string tier;
-  std::optional<std::string> lang;
   std::vector<std::string> layers;  // references; empty = the tier's defaults
   std::optional<double> cpus;
   std::optional<uint64_t> memory_mib;
@@ -34,7 +35,10 @@ struct CreateRequest {
   std::optional<std::string> qos;  // "ls" | "be"
   std::optional<int64_t> ttl_s;
   std::optional<std::string> task_id;
-  std::optional<bool> user_namespace;
+  // Every other field, unread: the named tier's own options ("lang",
+  // "user_namespace"), which its traits check (tier::ParseTierOptions),
+  // refusing unknown ones.
+  nlohmann::json tier_fields = nlohmann::json::object();
 };
 absl::StatusOr<CreateRequest> ParseCreateRequest(const nlohmann::json& body, const RequestLimits& limits);
 
@@ -56,6 +60,10 @@ struct PackDiffRequest {
   std::string version;
 };
 absl::StatusOr<PackDiffRequest> ParsePackDiffRequest(const nlohmann::json& body);
+
+// The `mode` query parameter of PUT /v1/sandboxes/{id}/files: octal, at
+// most 07777; "" is 0644.
+absl::StatusOr<uint32_t> ParseFileMode(std::string_view mode);
 
 // POST /v1/layers.
 struct AddLayerRequest {

@@ -5,14 +5,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/requests.h"
 #include "sandbox/daemon/service_internal.h"
@@ -39,36 +37,25 @@ std::string NewId() {
 }  // namespace
 
 namespace {
-std::vector<std::string> TierNames(const std::vector<std::unique_ptr<Tier>>& tiers) {
+std::vector<std::string> TierNames(const tier::TierRegistry& registry) {
   std::vector<std::string> names;
-  for (const auto& t : tiers) names.push_back(t->name());
+  for (tier::TierId t : registry.ids()) names.push_back(registry.name(t));
   return names;
 }
 }  // namespace
 
-Service::Service(ServiceOptions options, std::vector<std::unique_ptr<Tier>> tiers,
+Service::Service(ServiceOptions options, std::vector<std::unique_ptr<tier::Tier>> tiers,
                  std::unique_ptr<trajectory::TrajectoryStore> trajectories)
-    : options_(std::move(options)), trajectories_(std::move(trajectories)), metrics_(TierNames(tiers)) {
-  for (auto& t : tiers) {
-    const std::string name = t->name();
-    DSEC_CHECK(tiers_.emplace(name, std::move(t)).second);  // one registration per tier
-  }
+    : options_(std::move(options)),
+      registry_(std::move(tiers), options_.unavailable_tiers),
+      trajectories_(std::move(trajectories)),
+      metrics_(TierNames(registry_)) {
   if (options_.start_reaper) reaper_ = std::thread([this] { ReaperLoop(); });
 }
 
 int64_t Service::NowMs() const {
   const Clock& clock = options_.wall_clock != nullptr ? *options_.wall_clock : WallClock::Get();
   return clock.NowNs() / 1'000'000;
-}
-
-absl::StatusOr<Tier*> Service::FindTier(const std::string& name) const {
-  if (auto it = tiers_.find(name); it != tiers_.end()) return it->second.get();
-  if (auto it = options_.unavailable_tiers.find(name); it != options_.unavailable_tiers.end()) {
-    return absl::UnavailableError(absl::StrCat("the ", name, " tier is not available on this node: ", it->second));
-  }
-  std::vector<std::string> names;
-  for (const auto& [n, t] : tiers_) names.push_back(n);
-  return InvalidField("tier", absl::StrCat("tier must be one of ", absl::StrJoin(names, ", ")));
 }
 
 Service::~Service() {
@@ -127,16 +114,16 @@ json Service::Health() const {
   h["status"] = "ok";
   h["version"] = kVersion;
   h["tiers"] = json::object();
-  for (const auto& [name, why] : options_.unavailable_tiers) {
+  for (const auto& [name, why] : registry_.unavailable()) {
     h["tiers"][name] = false;
     h["tiers_unavailable"][name] = why;
   }
   // A tier present but unusable on this host (microvm where guest kernel
   // code is emulated) is false, with the reason.
-  for (const auto& [name, tier] : tiers_) {
-    absl::Status a = tier->Availability();
-    h["tiers"][name] = a.ok();
-    if (!a.ok()) h["tiers_unavailable"][name] = std::string(a.message());
+  for (tier::TierId t : registry_.ids()) {
+    absl::Status a = registry_.tier(t).Availability();
+    h["tiers"][registry_.name(t)] = a.ok();
+    if (!a.ok()) h["tiers_unavailable"][registry_.name(t)] = std::string(a.message());
   }
   std::lock_guard<std::mutex> lock(mu_);
   h["sandboxes"] = sandboxes_.size();
@@ -149,13 +136,13 @@ json Service::Health() const {
 std::string Service::MetricsText() const {
   std::string out;
   std::map<std::pair<std::string, std::string>, int> counts;
-  for (const auto& [t, tier] : tiers_) {
-    counts[{t, "running"}] = 0;
-    counts[{t, "paused"}] = 0;
+  for (tier::TierId t : registry_.ids()) {
+    counts[{registry_.name(t), "running"}] = 0;
+    counts[{registry_.name(t), "paused"}] = 0;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, e] : sandboxes_) counts[{e->tier, e->paused ? "paused" : "running"}]++;
+    for (const auto& [id, e] : sandboxes_) counts[{registry_.name(e->tier), e->paused ? "paused" : "running"}]++;
   }
   // QoS class ("none" without one) -> {placed, not placed}.
   std::map<std::string, std::pair<int, int>> by_qos = {{"ls", {0, 0}}, {"be", {0, 0}}, {"none", {0, 0}}};
@@ -219,6 +206,8 @@ std::string Service::MetricsText() const {
                         metrics_.dropped_output_bytes.load(), metrics_.replayed_execs.load(),
                         metrics_.rejected_limit.load(), running_execs_.load(),
                         metrics_.unrecorded_execs.load());
+  // Each tier's own figures (warm pools, id ranges, ...).
+  for (tier::TierId t : registry_.ids()) out += registry_.tier(t).MetricsText();
   if (trajectories_) {
     absl::StrAppendFormat(&out,
                           "# HELP dsec_trajectory_bytes Bytes of trajectory logs on this node.\n"
@@ -233,14 +222,19 @@ std::string Service::MetricsText() const {
 json Service::Describe(const Entry& e) const {
   json j;
   j["id"] = e.id;
-  j["tier"] = e.tier;
+  j["tier"] = registry_.name(e.tier);
   j["state"] = e.paused ? "paused" : "running";
   j["layers"] = e.layers;
   j["cpus"] = e.cpus;
   j["memory_mib"] = e.memory_mib;
   j["pids"] = e.pids;
   j["qos"] = e.qos.empty() ? json(nullptr) : json(e.qos);
-  j["user_namespace"] = e.user_namespace;
+  // The tier options the API shows for every sandbox (user_namespace).
+  for (const tier::OptionSpec& o : registry_.known_options()) {
+    if (!o.shown) continue;
+    auto v = e.options.find(o.name);
+    j[o.name] = v != e.options.end() ? *v : o.default_value;
+  }
   {
     std::lock_guard<std::mutex> lock(e.qos_mu);
     j["qos_applied"] = e.qos_lease != nullptr;
@@ -271,31 +265,16 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
                                                                     std::optional<std::string> forced_task) {
   DSEC_ASSIGN_OR_RETURN(CreateRequest req, ParseCreateRequest(body, RequestLimits{options_.max_ttl_s,
                                                                                   options_.max_timeout_s}));
-  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(req.tier));
-  const TierTraits& traits = tier->traits();
-  auto e = std::make_shared<Entry>();
-  e->tier = traits.name;
-  if (req.lang) {
-    if (traits.langs.empty()) return InvalidField("lang", absl::StrCat("the ", traits.name, " tier takes no lang"));
-    if (std::find(traits.langs.begin(), traits.langs.end(), *req.lang) == traits.langs.end()) {
-      return InvalidField("lang", absl::StrCat("lang must be one of ", absl::StrJoin(traits.langs, ", ")));
-    }
-    e->lang = *req.lang;
-  } else if (!traits.langs.empty()) {
-    e->lang = traits.langs.front();
-  }
+  DSEC_ASSIGN_OR_RETURN(tier::TierId tier_id, registry_.Find(req.tier));
+  const tier::TierTraits& traits = registry_.traits(tier_id);
+  auto e = std::make_shared<Entry>(tier_id);
+  DSEC_ASSIGN_OR_RETURN(e->options, registry_.ParseOptions(tier_id, req.tier_fields));
   e->refs = req.layers;
-  e->layers = e->refs.empty() ? traits.default_layers(e->lang) : e->refs;
+  e->layers = e->refs.empty() ? traits.default_layers(e->options) : e->refs;
   if (req.cpus) e->cpus = *req.cpus;
   if (req.memory_mib) e->memory_mib = *req.memory_mib;
   if (req.pids) e->pids = *req.pids;
   if (req.qos) e->qos = *req.qos;
-  if (req.user_namespace.value_or(false)) {
-    if (!traits.user_namespace) {
-      return InvalidField("user_namespace", absl::StrCat("the ", traits.name, " tier takes no user_namespace"));
-    }
-    e->user_namespace = true;
-  }
   std::optional<std::string> task = req.task_id;
   if (forced_task) {
     if (task) return InvalidField("task_id", "task_id comes from the URL on resume");
@@ -337,7 +316,7 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
       task_owner_.erase(*e->task_id);
     }
   };
-  const auto start = std::chrono::steady_clock::now();
+  const int64_t start_ns = MonotonicNowNs();
   PlaceQos(*e);
   auto sb = MakeTierSandbox(*e, {});
   if (!sb.ok()) {
@@ -347,45 +326,43 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
     return sb.status();
   }
   e->sandbox = std::move(*sb);
-  metrics_.create_ms.at(e->tier).Observe(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  metrics_.create_ms.at(registry_.name(e->tier)).Observe(static_cast<double>(MonotonicNowNs() - start_ns) / 1e6);
   release(true);
-  DSEC_LOG(info, "daemon: sandbox={} tier={} created", e->id, e->tier);
+  DSEC_LOG(info, "daemon: sandbox={} tier={} created", e->id, registry_.name(e->tier));
   return e;
 }
 
-absl::StatusOr<std::unique_ptr<TierSandbox>> Service::MakeTierSandbox(
+absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
     Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id) {
   if (!options_.resolve_layers) return absl::InternalError("no layer resolver configured");
   // A tier this host cannot run fails before its layers are resolved (a
   // default layer may be built first, which takes minutes).
-  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(e.tier));
-  DSEC_RETURN_IF_ERROR(tier->Availability());
+  tier::Tier& tier = registry_.tier(e.tier);
+  DSEC_RETURN_IF_ERROR(tier.Availability());
   // The requested layers or the tier's defaults, a checkpoint layer
   // (extra_refs, which brings its parents) on top.
-  std::vector<std::string> refs = e.refs.empty() ? tier->traits().default_layers(e.lang) : e.refs;
+  std::vector<std::string> refs = e.refs.empty() ? tier.traits().default_layers(e.options) : e.refs;
   refs.insert(refs.end(), extra_refs.begin(), extra_refs.end());
-  auto images = options_.resolve_layers(e.tier, refs);
+  auto images = options_.resolve_layers(tier.name(), refs);
   if (!images.ok()) {
     if (absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())) {
       return InvalidField("layers", std::string(images.status().message()));
     }
     return images.status();
   }
-  CreateSpec spec;
+  tier::CreateSpec spec;
   spec.id = tier_id.empty() ? e.id : tier_id;
   spec.images = *images;
-  spec.lang = e.lang;
   spec.cpus = e.cpus;
   spec.memory_mib = e.memory_mib;
   spec.pids = e.pids;
   spec.qos = e.qos;
-  spec.user_namespace = e.user_namespace;
+  spec.options = e.options;
   {
     std::lock_guard<std::mutex> lock(e.qos_mu);
     if (e.qos_lease) spec.isolation = e.qos_lease->isolation();
   }
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<TierSandbox> sb, tier->Create(spec));
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<tier::TierSandbox> sb, tier.Create(spec));
   e.images = *images;
   return sb;
 }
@@ -499,14 +476,7 @@ absl::StatusOr<std::string> Service::ReadFile(const std::string& id, const std::
 absl::Status Service::WriteFile(const std::string& id, const std::string& path, const std::string& mode,
                                 const std::string& data) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  uint32_t m = 0644;
-  if (!mode.empty()) {
-    if (mode.size() > 5 || mode.find_first_not_of("01234567") != std::string::npos) {
-      return InvalidField("mode", "mode must be octal, e.g. 0644");
-    }
-    m = static_cast<uint32_t>(std::stoul(mode, nullptr, 8));
-    if (m > 07777) return InvalidField("mode", "mode must be at most 07777");
-  }
+  DSEC_ASSIGN_OR_RETURN(const uint32_t m, ParseFileMode(mode));
   if (data.size() > options_.max_file_bytes) {
     return absl::ResourceExhaustedError("file larger than the upload limit");
   }
@@ -527,7 +497,7 @@ absl::StatusOr<json> Service::ListFiles(const std::string& id, const std::string
   }
   if (!entries.ok()) return entries.status();
   json list = json::array();
-  for (const FileEntry& f : *entries) {
+  for (const tier::FileEntry& f : *entries) {
     list.push_back({{"name", ToValidUtf8(f.name)}, {"type", f.type}, {"size", f.size}, {"mode", f.mode}});
   }
   return json{{"entries", list}};

@@ -26,7 +26,8 @@
 #include "base/clock.h"
 #include "sandbox/daemon/metrics.h"
 #include "sandbox/daemon/qos_placer.h"
-#include "sandbox/daemon/tier.h"
+#include "sandbox/tier/registry.h"
+#include "sandbox/tier/tier.h"
 #include "sandbox/trajectory/log.h"
 #include "sandbox/trajectory/replay.h"
 
@@ -36,7 +37,7 @@ inline constexpr char kVersion[] = "0.1.0";
 inline constexpr char kDefaultTrajectoryDir[] = "/var/lib/dsec-vmm/trajectories";
 
 // Turns a sandbox's layer references (the request's, or the tier's
-// defaults from its TierTraits, a checkpoint layer possibly on top) into
+// defaults from its tier::TierTraits, a checkpoint layer possibly on top) into
 // image files, lowest first.
 using LayerResolver = std::function<absl::StatusOr<std::vector<std::string>>(
     const std::string& tier, const std::vector<std::string>& refs)>;
@@ -55,8 +56,9 @@ struct ServiceOptions {
   // Places sandboxes created with a qos (null: none is placed, each says
   // why in qos_reason).
   std::shared_ptr<QosPlacer> qos;
-  // Tiers the API names that this node does not offer, with why: a create
-  // asking for one is answered 503 with the reason, and health lists them.
+  // Tiers the API names that this node does not offer, with why (a
+  // tier::TierSetup whose Make answered Unavailable): a create asking for
+  // one is answered 503 with the reason, and health lists them.
   std::map<std::string, std::string> unavailable_tiers;
   // For TTLs (wall time, as expires_unix_ms shows them); null: the real
   // wall clock. Tests drive the reaper with a FakeClock.
@@ -70,7 +72,7 @@ struct ExecObserver {
   // (or is answered from the trajectory) now. Errors after this one are
   // the exec's, not the request's.
   std::function<void()> on_start;
-  // Live output (ExecSpec::on_output). Not called for replayed execs.
+  // Live output (tier::ExecSpec::on_output). Not called for replayed execs.
   std::function<void(int stream, std::string_view bytes)> on_output;
 };
 
@@ -81,7 +83,7 @@ class Service {
  public:
   // Takes the tiers this node offers (each registered once, by its traits'
   // name) and the trajectory store (may be null: no task support).
-  Service(ServiceOptions options, std::vector<std::unique_ptr<Tier>> tiers,
+  Service(ServiceOptions options, std::vector<std::unique_ptr<tier::Tier>> tiers,
           std::unique_ptr<trajectory::TrajectoryStore> trajectories);
   ~Service();
   Service(const Service&) = delete;
@@ -124,29 +126,25 @@ class Service {
   struct Entry;
   struct Parsed;
   absl::StatusOr<std::shared_ptr<Entry>> Find(const std::string& id) const;
-  // The tier a request names: InvalidArgument (field "tier") for a name
-  // the node does not know, Unavailable for one it lists as unavailable.
-  absl::StatusOr<Tier*> FindTier(const std::string& name) const;
   int64_t NowMs() const;
   absl::StatusOr<std::shared_ptr<Entry>> CreateEntry(const nlohmann::json& body,
                                                      std::optional<std::string> forced_task);
   // Resolves e's layers (plus extra_refs on top) and creates the tier
   // sandbox, under e.id unless tier_id is given.
-  absl::StatusOr<std::unique_ptr<TierSandbox>> MakeTierSandbox(Entry& e,
-                                                               const std::vector<std::string>& extra_refs,
-                                                               const std::string& tier_id = "");
+  absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MakeTierSandbox(
+      Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id = "");
   nlohmann::json Describe(const Entry& e) const;
   // Places e (qos "ls"/"be") through options_.qos; records the lease or why not.
   void PlaceQos(Entry& e);
   absl::StatusOr<nlohmann::json> GoLive(Entry& e, const trajectory::ExecRequest& req,
-                                        const ExecSpec& spec) ;
+                                        const tier::ExecSpec& spec);
   absl::StatusOr<nlohmann::json> RunLive(Entry& e, const trajectory::ExecRequest& req,
-                                         const ExecSpec& spec);
+                                         const tier::ExecSpec& spec);
   void DestroyEntry(Entry& e);
   void ReaperLoop();
 
   const ServiceOptions options_;
-  std::map<std::string, std::unique_ptr<Tier>> tiers_;  // by traits().name
+  const tier::TierRegistry registry_;
   std::unique_ptr<trajectory::TrajectoryStore> trajectories_;
   mutable Metrics metrics_;
   std::atomic<int> running_execs_{0};
@@ -164,7 +162,7 @@ class Service {
 };
 
 // Result JSON of an exec (the contract's exec result object).
-nlohmann::json ExecResultJson(const ExecOutcome& out);
+nlohmann::json ExecResultJson(const tier::ExecOutcome& out);
 std::string Base64Encode(const std::string& bytes);
 absl::StatusOr<std::string> Base64Decode(const std::string& text);
 // Valid UTF-8 with invalid sequences replaced by U+FFFD.

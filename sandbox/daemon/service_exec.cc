@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Service: exec (live and replayed), the trajectory log, pack_diff and the
 // layer store.
-#include <chrono>
 #include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "sandbox/container/layer_mounts.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/service.h"
 #include "sandbox/daemon/requests.h"
@@ -59,7 +57,7 @@ std::string ToValidUtf8(const std::string& s) {
   return out;
 }
 
-json ExecResultJson(const ExecOutcome& out) {
+json ExecResultJson(const tier::ExecOutcome& out) {
   json j;
   j["exit_code"] = out.exit_code ? json(*out.exit_code) : json(nullptr);
   j["signal"] = out.signal ? json(*out.signal) : json(nullptr);
@@ -83,17 +81,17 @@ namespace {
 bool ValidTaskIdLocal(const std::string& t) { return trajectory::ValidateTaskId(t).ok(); }
 
 struct ParsedExec {
-  ExecSpec spec;
+  tier::ExecSpec spec;
   trajectory::ExecRequest request;
 };
 
-absl::StatusOr<ParsedExec> ParseExec(const json& body, const TierTraits& traits, const std::string& lang,
-                                     const ServiceOptions& options) {
+absl::StatusOr<ParsedExec> ParseExec(const json& body, const tier::TierTraits& traits,
+                                     const tier::TierOptions& tier_options, const ServiceOptions& options) {
   DSEC_ASSIGN_OR_RETURN(ExecRequestBody b, ParseExecRequest(body, RequestLimits{options.max_ttl_s,
                                                                                 options.max_timeout_s}));
   ParsedExec p;
   p.spec.argv = std::move(b.argv);
-  const bool script = traits.exec_form == TierTraits::ExecForm::kCode;
+  const bool script = traits.exec_form == tier::TierTraits::ExecForm::kCode;
   if (b.code) {
     if (!script) return InvalidField("code", absl::StrCat("the ", traits.name, " tier runs argv, not code"));
     p.spec.code = std::move(*b.code);
@@ -109,14 +107,9 @@ absl::StatusOr<ParsedExec> ParseExec(const json& body, const TierTraits& traits,
   p.spec.timeout_ms = b.timeout_s.value_or(options.default_timeout_s) * 1000;
   p.request.idempotent = b.idempotent;
   p.spec.output_cap_bytes = options.output_cap_bytes;
-  // What identifies the command in the trajectory: a script by its
-  // language and text, then its arguments.
-  if (script) {
-    p.request.argv = {lang, "-c", p.spec.code};
-    p.request.argv.insert(p.request.argv.end(), p.spec.argv.begin(), p.spec.argv.end());
-  } else {
-    p.request.argv = p.spec.argv;
-  }
+  // What identifies the command in the trajectory: as the tier says, else
+  // its argv.
+  p.request.argv = traits.recorded_command ? traits.recorded_command(tier_options, p.spec) : p.spec.argv;
   p.request.cwd = p.spec.cwd.empty() ? traits.default_cwd : p.spec.cwd;
   std::vector<std::string> env;
   for (const auto& [k, v] : p.spec.env) env.push_back(absl::StrCat(k, "=", v));
@@ -125,8 +118,8 @@ absl::StatusOr<ParsedExec> ParseExec(const json& body, const TierTraits& traits,
   return p;
 }
 
-ExecOutcome FromRecord(const trajectory::Record& r) {
-  ExecOutcome o;
+tier::ExecOutcome FromRecord(const trajectory::Record& r) {
+  tier::ExecOutcome o;
   if (r.result.signal != 0) {
     o.signal = r.result.signal;
   } else {
@@ -146,8 +139,7 @@ ExecOutcome FromRecord(const trajectory::Record& r) {
 
 absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, const ExecObserver* observer) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(e->tier));
-  DSEC_ASSIGN_OR_RETURN(ParsedExec p, ParseExec(body, tier->traits(), e->lang, options_));
+  DSEC_ASSIGN_OR_RETURN(ParsedExec p, ParseExec(body, registry_.traits(e->tier), e->options, options_));
   if (observer != nullptr) p.spec.on_output = observer->on_output;
   if (running_execs_.fetch_add(1) >= options_.max_concurrent_execs) {
     running_execs_.fetch_sub(1);
@@ -168,7 +160,7 @@ absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, cons
     std::optional<trajectory::Record> rec = e->replayer->Next(p.request);
     if (rec) {
       metrics_.replayed_execs++;
-      metrics_.execs_total[e->tier]++;
+      metrics_.execs_total[registry_.name(e->tier)]++;
       e->execs++;
       json j = ExecResultJson(FromRecord(*rec));
       j["seq"] = rec->seq;
@@ -180,7 +172,8 @@ absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, cons
   return RunLive(*e, p.request, p.spec);
 }
 
-absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& req, const ExecSpec& spec) {
+absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& req,
+                                     const tier::ExecSpec& spec) {
   const trajectory::Divergence div = *e.replayer->divergence();
   const trajectory::RestorePlan plan = e.replayer->Plan();
   e.replayer.reset();
@@ -190,7 +183,7 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
     // The files after the matched prefix: a fresh sandbox with the latest
     // checkpoint layer on top (made before the old one goes: a failure
     // leaves the sandbox as it was).
-    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<TierSandbox> fresh,
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<tier::TierSandbox> fresh,
                           MakeTierSandbox(e, {*plan.checkpoint_layer}, absl::StrCat(e.id, "-r")));
     if (absl::Status s = e.sandbox->Destroy(); !s.ok()) {
       DSEC_LOG(warn, "daemon: sandbox={} replacing: {}", e.id, s.ToString());
@@ -198,10 +191,9 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
     e.sandbox = std::move(fresh);
     e.layers.push_back(*plan.checkpoint_layer);
   }
-  DSEC_ASSIGN_OR_RETURN(Tier * tier, FindTier(e.tier));
   for (const trajectory::Record& r : plan.rerun) {
-    if (!tier->traits().persistent_files) break;  // such calls leave no files behind
-    ExecSpec again;
+    if (!registry_.traits(e.tier).persistent_files) break;  // such calls leave no files behind
+    tier::ExecSpec again;
     again.argv = r.request.argv;
     again.cwd = r.request.cwd;
     again.timeout_ms = spec.timeout_ms;
@@ -223,11 +215,13 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
   return j;
 }
 
-absl::StatusOr<json> Service::RunLive(Entry& e, const trajectory::ExecRequest& req, const ExecSpec& spec) {
+absl::StatusOr<json> Service::RunLive(Entry& e, const trajectory::ExecRequest& req,
+                                      const tier::ExecSpec& spec) {
   const int64_t start_ns = NowMs() * 1'000'000;
-  DSEC_ASSIGN_OR_RETURN(ExecOutcome out, e.sandbox->Exec(spec));
-  metrics_.exec_ms.at(e.tier).Observe(out.duration_ms);
-  metrics_.execs_total[e.tier]++;
+  DSEC_ASSIGN_OR_RETURN(tier::ExecOutcome out, e.sandbox->Exec(spec));
+  const std::string& tier_name = registry_.name(e.tier);
+  metrics_.exec_ms.at(tier_name).Observe(out.duration_ms);
+  metrics_.execs_total[tier_name]++;
   metrics_.dropped_output_bytes += out.stdout_dropped + out.stderr_dropped;
   e.execs++;
   json j = ExecResultJson(out);
@@ -360,9 +354,9 @@ absl::Status Service::RemoveLayer(const std::string& ref) {
     }
   }
   DSEC_RETURN_IF_ERROR(store.Remove(ref));
-  // A cached shared mount of the image (sandbox/container/layer_mounts.h)
-  // holds the deleted file open: drop it so that its blocks are freed.
-  container::LayerMountCache::Default().Forget(image);
+  // A tier's cached mount of the image holds the deleted file open: each
+  // drops what it keeps, so that its blocks are freed.
+  for (tier::TierId t : registry_.ids()) registry_.tier(t).LayerRemoved(image);
   return absl::OkStatus();
 }
 

@@ -14,9 +14,10 @@
 namespace dsec::daemon {
 
 struct Service::Entry {
+  explicit Entry(tier::TierId t) : tier(t) {}
   std::string id;
-  std::string tier;
-  std::string lang;
+  const tier::TierId tier;
+  tier::TierOptions options;        // the tier's own create options
   std::vector<std::string> layers;  // references as requested (or the tier default's names)
   std::vector<std::string> refs;    // as requested (empty = tier default)
   std::vector<std::string> images;  // resolved image files
@@ -24,7 +25,6 @@ struct Service::Entry {
   uint64_t memory_mib = 512;
   uint64_t pids = 512;
   std::string qos;
-  bool user_namespace = false;  // container tier only
   // The sandbox's placement (released on destroy), or why it has none.
   mutable std::mutex qos_mu;
   std::shared_ptr<QosLease> qos_lease;  // guarded by qos_mu
@@ -37,7 +37,7 @@ struct Service::Entry {
 
   // Serialises every operation on the tier sandbox.
   std::mutex mu;
-  std::unique_ptr<TierSandbox> sandbox;  // guarded by mu
+  std::unique_ptr<tier::TierSandbox> sandbox;  // guarded by mu
   bool destroyed = false;                // guarded by mu
   // Replay mode (a resumed task) until the first live exec; guarded by mu.
   std::unique_ptr<trajectory::Replayer> replayer;

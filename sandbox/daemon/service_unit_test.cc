@@ -27,7 +27,13 @@ struct FakeState {
   std::atomic<int> runs{0};
   std::atomic<int> live{0};
   std::atomic<int> isolated{0};  // creates that were handed a QoS isolation
+  tier::TierOptions last_options;  // of the last create
 };
+
+using tier::ExecOutcome;
+using tier::ExecSpec;
+using tier::FileEntry;
+using tier::TierSandbox;
 
 class FakeSandbox : public TierSandbox {
  public:
@@ -66,26 +72,30 @@ class FakeSandbox : public TierSandbox {
   bool destroyed_ = false;
 };
 
-class FakeTier : public Tier {
+// A tier named "container" by default, taking no options of its own.
+class FakeTier : public tier::Tier {
  public:
-  explicit FakeTier(FakeState* s) : s_(s) {}
-  const TierTraits& traits() const override {
-    static const TierTraits kTraits = [] {
-      TierTraits t;
-      t.name = "container";
-      t.default_layers = [](const std::string&) { return std::vector<std::string>{"base:bookworm"}; };
-      return t;
-    }();
-    return kTraits;
+  explicit FakeTier(FakeState* s, tier::TierTraits traits = ContainerLike()) : s_(s), traits_(std::move(traits)) {}
+  static tier::TierTraits ContainerLike() {
+    tier::TierTraits t;
+    t.name = "container";
+    t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
+    return t;
   }
-  absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) override {
+  const tier::TierTraits& traits() const override { return traits_; }
+  absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const tier::CreateSpec& spec) override {
     if (spec.isolation) s_->isolated++;
+    s_->last_options = spec.options;
     return std::unique_ptr<TierSandbox>(new FakeSandbox(s_));
   }
   absl::StatusOr<int> CleanupOrphans() override { return 0; }
+  std::string MetricsText() const override {
+    return absl::StrCat("dsec_", traits_.name, "_fake_figure 7\n");
+  }
 
  private:
   FakeState* s_;
+  tier::TierTraits traits_;
 };
 
 class ServiceUnitTest : public ::testing::Test {
@@ -111,7 +121,7 @@ class ServiceUnitTest : public ::testing::Test {
       }
       return std::vector<std::string>{"/fake.erofs"};
     };
-    std::vector<std::unique_ptr<Tier>> tiers;
+    std::vector<std::unique_ptr<tier::Tier>> tiers;
     tiers.push_back(std::make_unique<FakeTier>(&state_));
     auto store = trajectory::TrajectoryStore::Open(dir_->path() + "/trj", {});
     EXPECT_TRUE(store.ok());
@@ -245,6 +255,76 @@ TEST_F(ServiceUnitTest, MetricsAndHealth) {
   EXPECT_EQ(h["tiers"]["fullvm"], false);
   EXPECT_EQ(h["tiers_unavailable"]["fullvm"], "not built here");
   EXPECT_FALSE(h["tiers"].contains("microvm")) << "only the tiers this node registers";
+}
+
+// A second fake tier that runs scripts and takes a "lang"; the first one
+// gets a shown option of its own ("flag", neutral false).
+TEST_F(ServiceUnitTest, TierOptionsComeFromTheTiersTraits) {
+  tier::TierTraits script;
+  script.name = "script";
+  tier::OptionSpec lang;
+  lang.name = "lang";
+  lang.choices = {"a", "b"};
+  lang.default_value = "a";
+  script.options = {lang};
+  script.exec_form = tier::TierTraits::ExecForm::kCode;
+  script.default_layers = [](const tier::TierOptions& o) {
+    return std::vector<std::string>{tier::OptionString(o, "lang") + ":1"};
+  };
+  script.recorded_command = [](const tier::TierOptions& o, const ExecSpec& spec) {
+    return std::vector<std::string>{tier::OptionString(o, "lang"), "-c", spec.code};
+  };
+  tier::TierTraits container = FakeTier::ContainerLike();
+  tier::OptionSpec flag;
+  flag.name = "flag";
+  flag.type = tier::OptionSpec::Type::kBool;
+  flag.default_value = false;
+  flag.neutral = false;
+  flag.shown = true;
+  container.options = {flag};
+  FakeState other;
+  ServiceOptions o;
+  o.start_reaper = false;
+  o.resolve_layers = [](const std::string&, const std::vector<std::string>&)
+      -> absl::StatusOr<std::vector<std::string>> { return std::vector<std::string>{"/fake.erofs"}; };
+  std::vector<std::unique_ptr<tier::Tier>> tiers;
+  tiers.push_back(std::make_unique<FakeTier>(&state_, container));
+  tiers.push_back(std::make_unique<FakeTier>(&other, script));
+  auto store = trajectory::TrajectoryStore::Open(dir_->path() + "/trj", {});
+  ASSERT_TRUE(store.ok());
+  Service svc(o, std::move(tiers), std::move(*store));
+
+  auto sb = svc.Create({{"tier", "script"}, {"lang", "b"}, {"flag", false}, {"task_id", "opt"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_EQ(other.last_options, json({{"lang", "b"}})) << "the tier gets its own options only";
+  EXPECT_EQ((*sb)["layers"], json({"b:1"})) << "the tier's default layers, from its options";
+  EXPECT_EQ((*sb)["flag"], false) << "a shown option appears for every sandbox";
+  EXPECT_FALSE(sb->contains("lang")) << "an option not shown stays out of GET";
+  auto r = svc.Exec((*sb)["id"], {{"code", "x"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto log = svc.TaskLog("opt");
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ((*log)["records"][0]["argv"], json({"b", "-c", "x"})) << "recorded as the tier says";
+  EXPECT_EQ(FieldName(svc.Exec((*sb)["id"], {{"argv", {"x"}}})), "code");
+
+  auto flagged = svc.Create({{"tier", "container"}, {"flag", true}});
+  ASSERT_TRUE(flagged.ok()) << flagged.status();
+  EXPECT_EQ((*flagged)["flag"], true);
+  EXPECT_EQ(state_.last_options, json({{"flag", true}}));
+  EXPECT_EQ(FieldName(svc.Create({{"tier", "container"}, {"lang", "a"}})), "lang");
+  auto refused = svc.Create({{"tier", "script"}, {"flag", true}});
+  EXPECT_EQ(FieldName(refused), "flag");
+  EXPECT_EQ(refused.status().message(), "the script tier takes no flag");
+  EXPECT_EQ(FieldName(svc.Create({{"tier", "script"}, {"lang", "c"}})), "lang");
+  EXPECT_EQ(FieldName(svc.Create({{"tier", "script"}, {"colour", "red"}})), "colour");
+
+  // Metrics: per registered tier, and each tier's own lines.
+  const std::string m = svc.MetricsText();
+  EXPECT_NE(m.find("dsec_sandboxes{tier=\"script\",state=\"running\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("dsec_execs_total{tier=\"script\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("dsec_script_fake_figure 7\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("dsec_container_fake_figure 7\n"), std::string::npos) << m;
+  svc.DestroyAll();
 }
 
 TEST_F(ServiceUnitTest, TtlReaperDestroysExpiredSandboxes) {

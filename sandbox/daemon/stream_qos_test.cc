@@ -16,12 +16,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
-#include "sandbox/daemon/container_tier.h"
 #include "sandbox/daemon/daemon_testing.h"
-#include "sandbox/daemon/fncall_tier.h"
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/fncall/fncall_testing.h"
+#include "sandbox/fncall/fncall_tier.h"
 #include "sched/cpu_list.h"
 
 namespace dsec::daemon {
@@ -76,12 +76,12 @@ class StreamQosTest : public ::testing::Test {
     so.start_reaper = false;
     placer_ = QosPlacer::ForHost();
     so.qos = placer_;
-    std::vector<std::unique_ptr<Tier>> tiers;
-    tiers.push_back(std::make_unique<ContainerTier>(ContainerTierOptions{run + "/ctr", 16 << 20}));
-    FncallTierOptions fo;
+    std::vector<std::unique_ptr<tier::Tier>> tiers;
+    tiers.push_back(std::make_unique<container::ContainerTier>(container::ContainerTierOptions{run + "/ctr", 16 << 20}));
+    fncall::FncallTierOptions fo;
     fo.state_root = run + "/fn";
     fo.max_workers_per_pool = 2;
-    tiers.push_back(std::make_unique<FncallTier>(fo));
+    tiers.push_back(std::make_unique<fncall::FncallTier>(fo));
     auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});
     ASSERT_TRUE(store.ok());
     service_ = std::make_unique<Service>(so, std::move(tiers), std::move(*store));

@@ -26,7 +26,12 @@ constexpr uint64_t kBashZygoteEstimate = 8ull << 20;
 // Idle workers are looked at this often for retirement.
 constexpr int64_t kRetireCheckMs = 1000;
 
-int64_t NowNs() { return MonotonicClock::Get().NowNs(); }
+// Waits on `cv` until notified or until MonotonicNowNs() reaches
+// deadline_ns; true once the deadline has passed.
+bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, int64_t deadline_ns) {
+  const int64_t left_ns = deadline_ns - MonotonicNowNs();
+  return left_ns <= 0 || cv.wait_for(lock, std::chrono::nanoseconds(left_ns)) == std::cv_status::timeout;
+}
 
 absl::Status Mkdir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
@@ -180,7 +185,7 @@ void Pool::RefillLoop() {
         ++stats_.workers_started;
         consecutive_failures_ = 0;
         live_pids_.push_back((*worker)->pid());
-        (*worker)->idle_since_ns = NowNs();
+        (*worker)->idle_since_ns = MonotonicNowNs();
         idle_.push_back(std::move(*worker));
       } else {
         ++stats_.setup_failures;
@@ -198,7 +203,7 @@ void Pool::RefillLoop() {
     }
     // Retire the longest-idle worker beyond min_idle once it idled too long.
     if (!grow && idle > config_.min_idle + waiters_ &&
-        NowNs() - idle_.front()->idle_since_ns > config_.idle_timeout_ms * 1'000'000) {
+        MonotonicNowNs() - idle_.front()->idle_since_ns > config_.idle_timeout_ms * 1'000'000) {
       std::unique_ptr<Worker> old = std::move(idle_.front());
       idle_.pop_front();
       live_pids_.erase(std::remove(live_pids_.begin(), live_pids_.end(), old->pid()),
@@ -217,8 +222,7 @@ void Pool::RefillLoop() {
 
 absl::StatusOr<std::unique_ptr<Worker>> Pool::Acquire() {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.setup_timeout_ms);
+  const int64_t deadline = MonotonicNowNs() + config_.setup_timeout_ms * 1'000'000;
   ++waiters_;
   if (idle_.empty()) refill_cv_.notify_one();
   absl::Status error;
@@ -232,7 +236,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Pool::Acquire() {
           "fncall: workers cannot be set up: ", last_setup_error_.ToString()));
       break;
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty()) {
+    if (WaitUntil(cv_, lock, deadline) && idle_.empty()) {
       error = absl::DeadlineExceededError("fncall: no worker became ready in time");
       break;
     }
@@ -256,7 +260,7 @@ void Pool::Release(std::unique_ptr<Worker> worker) {
   --busy_;
   ++stats_.calls;
   if (!worker->broken()) {
-    worker->idle_since_ns = NowNs();
+    worker->idle_since_ns = MonotonicNowNs();
     idle_.push_back(std::move(worker));
     cv_.notify_all();
     return;
@@ -313,7 +317,7 @@ absl::StatusOr<CallResult> Pool::Call(const CallRequest& request) {
 
 absl::Status Pool::WaitReady(int n, int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const int64_t deadline = MonotonicNowNs() + timeout_ms * 1'000'000;
   waiters_ += n;  // ask the refill thread for them
   refill_cv_.notify_one();
   absl::Status error;
@@ -323,7 +327,7 @@ absl::Status Pool::WaitReady(int n, int64_t timeout_ms) {
                                                   last_setup_error_.ToString()));
       break;
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (WaitUntil(cv_, lock, deadline)) {
       error = absl::DeadlineExceededError(
           absl::StrCat("fncall: ", idle_.size(), " of ", n, " workers ready in time"));
       break;

@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -182,16 +181,15 @@ TEST_F(MicrovmSandboxTest, ExecRunsCommandsAndReportsTheirOutcome) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(c3.out, "hello from the layer\n");
 
+  // Killed at its timeout: a `sleep` that ran to its end would exit 0.
   Collected c4;
   req.argv = {"sleep", "30"};
   req.timeout_ms = 300;
-  const auto t0 = std::chrono::steady_clock::now();
   done = sb->Exec(req, c4.Callback());
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_TRUE(done->timed_out);
   EXPECT_EQ(done->killed_by, "timeout");
   EXPECT_FALSE(done->exit_code.has_value());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
 
   Collected c5;
   req.argv = {"cat"};
@@ -371,11 +369,12 @@ TEST_F(MicrovmSandboxTest, RefusesACompressedLayer) {
 
 TEST_F(MicrovmSandboxTest, AHostProcessThatDiesFailsTheCreateAtOnce) {
   HostAgentLauncher dying(HostAgentLauncherOptions{"/bin/false"});
-  options_.boot_timeout_ms = 60'000;
-  const auto t0 = std::chrono::steady_clock::now();
+  // A deadline past the test's own timeout: only the exit (its pidfd) can
+  // end the wait, and the answer says so (the deadline's would be
+  // DeadlineExceeded, "did not answer").
+  options_.boot_timeout_ms = 3'600'000;
   auto sb = MicrovmSandbox::Create(dying, Spec("dies"), options_);
   ASSERT_FALSE(sb.ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "waited for the boot deadline";
   EXPECT_TRUE(absl::IsUnavailable(sb.status())) << sb.status();
   EXPECT_NE(sb.status().message().find("exited with status 1"), std::string::npos) << sb.status();
   EXPECT_TRUE(Entries().empty());

@@ -11,7 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -69,13 +68,33 @@ uint64_t CpuTicks(pid_t pid) {
   return utime + stime;
 }
 
+// Threads of `pid` that run or wait to run (state R), as "tid (comm)".
+std::vector<std::string> RunnableThreads(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
+  if (DIR* d = ::opendir(task_dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string stat = ReadAll(absl::StrCat(task_dir, "/", e->d_name, "/stat"));
+      const size_t paren = stat.rfind(')');
+      if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'R') {
+        out.push_back(stat.substr(0, paren + 1));
+      }
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
 // Waits (bounded) until `pred` holds, re-checking on the monitor's pidfd:
-// an exit ends the wait early.
+// an exit ends the wait early. For states that change without an event
+// (CPU time, a thread's state, a thread's filter): the pidfd's 20 ms
+// timeout paces the re-checks.
 template <typename Pred>
 bool WaitFor(VmProcess& vm, Pred pred, int64_t timeout_ms) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const int64_t end = MonotonicNowNs() + timeout_ms * 1'000'000;
   while (!pred()) {
-    if (std::chrono::steady_clock::now() > end || vm.Exited()) return pred();
+    if (MonotonicNowNs() > end || vm.Exited()) return pred();
     WaitReadable(vm.exit_fd(), 20);
   }
   return true;
@@ -190,11 +209,14 @@ TEST_F(VmProcessTest, ControlSocketPausesAndResumesTheVcpus) {
 
   ASSERT_TRUE((*vm)->Pause().ok());
   EXPECT_TRUE((*vm)->Pause().ok()) << "pause is idempotent";
-  const uint64_t p0 = CpuTicks(pid);
-  // A measurement interval, not a wait for an event.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  while (std::chrono::steady_clock::now() < until) ::poll(nullptr, 0, 50);
-  EXPECT_LE(CpuTicks(pid) - p0, hz / 20) << "a paused VM kept burning CPU";
+  // Pause returns once the vCPU has parked: then no thread of the monitor
+  // runs (the spinning vCPU was never seen asleep before), until resume.
+  std::vector<std::string> runnable;
+  EXPECT_TRUE(WaitFor(**vm, [&] { return (runnable = RunnableThreads(pid)).empty(); }, 5'000))
+      << "a paused VM kept running: " << absl::StrJoin(runnable, ", ");
+  auto paused = (*vm)->Control({{"op", "stats"}});
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_EQ((*paused)["paused"], true);
 
   ASSERT_TRUE((*vm)->Resume().ok());
   const uint64_t r0 = CpuTicks(pid);
@@ -228,8 +250,7 @@ TEST_F(VmProcessTest, TheMonitorDropsToItsUidAndFiltersItsThreads) {
   const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
   int threads = 0;
   std::vector<std::string> unfiltered;
-  const int64_t until = MonotonicNowNs() + 5'000'000'000;
-  do {
+  WaitFor(**vm, [&] {
     threads = 0;
     unfiltered.clear();
     if (DIR* d = ::opendir(task_dir.c_str())) {
@@ -243,9 +264,8 @@ TEST_F(VmProcessTest, TheMonitorDropsToItsUidAndFiltersItsThreads) {
       }
       ::closedir(d);
     }
-    if (unfiltered.empty()) break;
-    ::poll(nullptr, 0, 10);
-  } while (MonotonicNowNs() < until);
+    return unfiltered.empty();
+  }, 5'000);
   EXPECT_TRUE(unfiltered.empty()) << "threads without a filter after 5 s: "
                                   << absl::StrJoin(unfiltered, ", ");
   EXPECT_GE(threads, 4);  // main, vCPU, event loop, control

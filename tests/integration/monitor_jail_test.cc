@@ -3,19 +3,27 @@
 // thread's list stops it (a test hook injects one on each kind of thread),
 // and with the filters on and its uid dropped it still boots the guest,
 // serves its devices and its control socket, and cannot open root's files.
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
+#include "base/scoped_fd.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/test_support.h"
@@ -28,6 +36,36 @@ using dsec::testing::RunCommand;
 
 // A uid/gid of this test's own, far above any real account.
 uint32_t TestUid() { return 1'900'500'000u + static_cast<uint32_t>(::getpid() % 60000); }
+
+// Waits until the unix socket `path` accepts a connection, for up to
+// timeout_ms, or until process `pid` exits. Its creation is an event (bind
+// makes the file: inotify on its directory), as is the exit (pidfd); a
+// socket bound but not listening yet (ECONNREFUSED) has none, and is
+// re-tried every 5 ms.
+bool WaitForListeningSocket(const std::string& path, pid_t pid, int64_t timeout_ms) {
+  const int64_t deadline = dsec::MonotonicNowNs() + timeout_ms * 1'000'000;
+  dsec::ScopedFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  dsec::ScopedFd exited(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!watch || !exited) return false;
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (::inotify_add_watch(watch.get(), dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  for (;;) {
+    dsec::ScopedFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return true;
+    const int err = errno;
+    const int64_t left_ms = (deadline - dsec::MonotonicNowNs()) / 1'000'000;
+    if (left_ms <= 0) return false;
+    pollfd p[2] = {{watch.get(), POLLIN, 0}, {exited.get(), POLLIN, 0}};
+    const int wait_ms = err == ENOENT ? static_cast<int>(left_ms) : static_cast<int>(std::min<int64_t>(left_ms, 5));
+    if (::poll(p, 2, wait_ms) > 0 && (p[1].revents & POLLIN) != 0) return false;
+    char buf[4096];
+    while (::read(watch.get(), buf, sizeof(buf)) > 0) {
+    }
+  }
+}
 
 class MonitorJailTest : public ::testing::Test {
  protected:
@@ -163,10 +201,7 @@ TEST_F(MonitorJailTest, TheControlSocketAnswersUnderTheFilters) {
   cargv.push_back(nullptr);
   pid_t pid = 0;
   ASSERT_EQ(::posix_spawn(&pid, mon_.c_str(), nullptr, nullptr, cargv.data(), environ), 0);
-  struct stat st;
-  for (int i = 0; i < 500 && ::stat(sock.c_str(), &st) != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(WaitForListeningSocket(sock, pid, 5000)) << "the control socket did not answer";
   const std::string vmm = dsec::testing::VmmBinaryPath();
   for (std::vector<std::string> op : {std::vector<std::string>{"stats"}, {"pause"}, {"resume"},
                                       {"balloon", "--target-mib", "8"}, {"stats"}}) {

@@ -2,20 +2,14 @@
 // VM lifecycle on real KVM: pause/resume, host-requested stop, timeout, and
 // that a VM leaves no thread or file descriptor behind.
 #include <poll.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_support.h"
 #include "vmm/vm/vm.h"
 
 namespace dsec::vm {
 namespace {
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 class VmLifecycleTest : public ::testing::Test {
  protected:
@@ -38,9 +32,9 @@ class VmLifecycleTest : public ::testing::Test {
 // so a VM that dies early ends the wait.
 template <typename Pred>
 bool WaitFor(Vm& vm, Pred pred, int deadline_ms) {
-  const int64_t end = NowNs() + int64_t{deadline_ms} * 1'000'000;
+  const int64_t end = MonotonicNowNs() + int64_t{deadline_ms} * 1'000'000;
   while (!pred()) {
-    if (NowNs() >= end) return false;
+    if (MonotonicNowNs() >= end) return false;
     pollfd p{vm.stop_requested_fd(), POLLIN, 0};
     ::poll(&p, 1, 5);
   }
@@ -71,11 +65,11 @@ TEST_F(VmLifecycleTest, HostStopEndsARunningGuestPromptly) {
   ASSERT_TRUE(vm.ok()) << vm.status();
   ASSERT_TRUE((*vm)->Start().ok());
   ASSERT_TRUE(WaitFor(**vm, [&] { return !(*vm)->TestMessages().empty(); }, 20'000));
-  int64_t t0 = NowNs();
+  int64_t t0 = MonotonicNowNs();
   (*vm)->RequestStop(StopReason::kHostRequest, "test");
   VmStats stats = (*vm)->Wait();
   EXPECT_EQ(stats.stop.reason, StopReason::kHostRequest);
-  EXPECT_LT(NowNs() - t0, 2'000'000'000) << "stopping a spinning guest took too long";
+  EXPECT_LT(MonotonicNowNs() - t0, 2'000'000'000) << "stopping a spinning guest took too long";
   // A second request does not change the recorded reason.
   (*vm)->RequestStop(StopReason::kTimeout, "late");
   EXPECT_EQ((*vm)->Wait().stop.reason, StopReason::kHostRequest);

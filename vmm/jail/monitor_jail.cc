@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "base/file_io.h"
 #include "base/status.h"
 
@@ -22,7 +23,7 @@ namespace dsec::jail {
 
 namespace {
 
-constexpr absl::Duration kGateWait = absl::Seconds(10);
+constexpr int64_t kGateWaitNs = 10'000'000'000;  // monotonic: a wall clock step cannot cut it short
 
 bool Readable(int fd) {
   if (fd < 0) return false;
@@ -111,7 +112,7 @@ void MonitorJail::Abort(const absl::Status& why) {
 }
 
 absl::Status MonitorJail::LockLocked(int expected_threads, int abort_fd) {
-  const absl::Time deadline = absl::Now() + kGateWait;
+  const int64_t deadline = MonotonicNowNs() + kGateWaitNs;
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
@@ -123,7 +124,7 @@ absl::Status MonitorJail::LockLocked(int expected_threads, int abort_fd) {
     if (Readable(abort_fd)) {
       return absl::AbortedError("the VM stopped before its threads reached the jail");
     }
-    if (absl::Now() > deadline) {
+    if (MonotonicNowNs() > deadline) {
       absl::MutexLock lock(&mu_);
       return absl::DeadlineExceededError(absl::StrCat(
           waiting_, " of ", expected_threads, " monitor threads reached the jail in 10 s"));

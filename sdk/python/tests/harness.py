@@ -8,13 +8,16 @@ test left behind on the host: mounts under tmp, cgroup directories and
 processes named after the given sandbox ids.
 """
 
+import ctypes
 import os
 import re
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -114,6 +117,34 @@ def free_port():
     return port
 
 
+def read_ready_line(pipe, deadline):
+    """The daemon's "dsec-vmmd ready" line from its stdout, waiting on the
+    pipe until `deadline` (time.monotonic()); None at end of file (it
+    exited) or at the deadline."""
+    poller = select.poll()
+    poller.register(pipe.fileno(), select.POLLIN)
+    buf = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            return None
+        chunk = os.read(pipe.fileno(), 4096)
+        if not chunk:
+            return None
+        buf += chunk
+        for line in buf.split(b"\n")[:-1]:
+            if line.startswith(b"dsec-vmmd ready"):
+                return line.decode("utf-8", "replace")
+
+
+def copy_to_file(pipe, path):
+    """Appends what `pipe` carries to `path` until its end of file."""
+    with open(path, "ab") as out:
+        for chunk in iter(lambda: os.read(pipe.fileno(), 4096), b""):
+            out.write(chunk)
+            out.flush()
+
+
 class Daemon:
     """One private daemon under tmp (which the caller creates and removes)."""
 
@@ -153,27 +184,27 @@ class Daemon:
         os.makedirs(os.path.join(tmp, "run"), mode=0o700, exist_ok=True)
 
     def start(self):
-        """Starts the daemon and waits until /v1/health answers; returns the health."""
+        """Starts the daemon and waits until it is ready; returns /v1/health.
+
+        Ready is an event: dsec-vmmd prints "dsec-vmmd ready ..." on its
+        stdout (a pipe here) once it listens, and the pipe's end of file
+        says it exited. Its logs go to stderr (the log file); a thread
+        copies whatever else stdout carries there."""
         with open(self.log_path, "ab") as log:
             log.write(b"\n=== start %d ===\n" % self.starts)
             log.flush()
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True)
         self.starts += 1
+        ready = read_ready_line(self.proc.stdout, time.monotonic() + START_TIMEOUT_S)
+        threading.Thread(target=copy_to_file, args=(self.proc.stdout, self.log_path),
+                         daemon=True).start()
+        if ready is None:
+            raise RuntimeError("daemon did not become ready on %s within %ds (exit %s):\n%s"
+                               % (self.socket, START_TIMEOUT_S, self.proc.poll(), self.log_tail()))
         client = libdsec.Client(socket_path=self.socket, timeout=30)
         try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("daemon exited with %s:\n%s" % (self.proc.returncode,
-                                                                       self.log_tail()))
-                try:
-                    return client.health()
-                except libdsec.TransportError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("daemon did not answer on %s within %ds:\n%s"
-                                           % (self.socket, START_TIMEOUT_S, self.log_tail()))
-                    time.sleep(0.02)  # the socket appears when the daemon is up; bounded
+            return client.health()
         finally:
             client.close()
 
@@ -226,7 +257,59 @@ class Daemon:
                 deadline = min(give_up, time.monotonic() + settle_s)
             if not leaks or time.monotonic() >= deadline:
                 return leaks
-            time.sleep(0.05)
+            with _RemovalWatch(self.tmp, leaks) as watch:
+                watch.wait(deadline - time.monotonic())
+
+
+_IN_NONBLOCK_CLOEXEC = 0o4000 | 0o2000000
+_IN_DELETE_SELF = 0x400
+
+
+class _RemovalWatch:
+    """Waits until something in `leaks` (host_leaks) may be gone: the mount
+    table changes (/proc/self/mountinfo polls POLLPRI), a leaked cgroup
+    directory is removed (inotify, through libc with ctypes), a leaked
+    process exits (its pidfd). Armed after the scan that found `leaks`, so
+    it checks once more that each is still there before waiting."""
+
+    def __init__(self, tmp, leaks):
+        self._poll = select.poll()
+        self._fds = []
+        self._gone = False
+        # A change of the mount table after this open raises POLLPRI.
+        mountinfo = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        self._fds.append(mountinfo)
+        self._poll.register(mountinfo, select.POLLPRI | select.POLLERR)
+        if leaks.get("mounts") and _mounts_under(tmp) != leaks["mounts"]:
+            self._gone = True
+        if leaks.get("cgroups"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(_IN_NONBLOCK_CLOEXEC)
+            if fd >= 0:
+                self._fds.append(fd)
+                self._poll.register(fd, select.POLLIN)
+                for d in leaks["cgroups"]:
+                    libc.inotify_add_watch(fd, d.encode(), _IN_DELETE_SELF)
+            self._gone |= not all(os.path.isdir(d) for d in leaks["cgroups"])
+        for pid in leaks.get("processes", []):
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                self._gone = True
+                continue
+            self._fds.append(fd)
+            self._poll.register(fd, select.POLLIN)
+
+    def wait(self, timeout_s):
+        if not self._gone and timeout_s > 0:
+            self._poll.poll(timeout_s * 1000)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for fd in self._fds:
+            os.close(fd)
 
 
 def _mounts_under(root):
@@ -258,7 +341,7 @@ def _cgroup_dirs_naming(ids, max_depth=4):
     return found
 
 
-def _processes_naming(ids):
+def processes_naming(ids):
     found = []
     if not ids:
         return found
@@ -275,6 +358,33 @@ def _processes_naming(ids):
     return found
 
 
+def wait_exited(pids, timeout_s):
+    """Waits until every process of `pids` has exited (their pidfds become
+    readable), for up to timeout_s; True when all have."""
+    poller = select.poll()
+    fds = []
+    try:
+        for pid in pids:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                continue  # gone already
+            poller.register(fds[-1], select.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        left = len(fds)
+        while left > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)
+                left -= 1
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def host_leaks(tmp, sandbox_ids):
     ids = set(sandbox_ids)
     leaks = {}
@@ -284,7 +394,7 @@ def host_leaks(tmp, sandbox_ids):
     c = _cgroup_dirs_naming(ids)
     if c:
         leaks["cgroups"] = c
-    p = _processes_naming(ids)
+    p = processes_naming(ids)
     if p:
         leaks["processes"] = p
     return leaks

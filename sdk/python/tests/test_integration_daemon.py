@@ -23,6 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import harness  # noqa: E402
 import libdsec  # noqa: E402
 
 _daemon = None   # running daemon state (dict), set by setUpModule
@@ -131,10 +132,12 @@ def setUpModule():
         port = _free_port()
         cmd = daemon_command(binary, tmp, token_file, port)
         os.makedirs(os.path.join(tmp, "run"), mode=0o700, exist_ok=True)
-        log = open(os.path.join(tmp, "daemon.log"), "wb")
+        log = open(os.path.join(tmp, "daemon.log"), "ab")
         state["log"] = log
         state["cmd"] = cmd
-        state["proc"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+        # Ready is an event: the "dsec-vmmd ready" line on its stdout (a
+        # pipe; its end of file means it exited). Logs go to stderr.
+        state["proc"] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True)
         state["socket"] = cmd[cmd.index("--socket") + 1]
         state["url"] = "http://127.0.0.1:%d" % port if "--listen" in cmd else None
@@ -142,19 +145,13 @@ def setUpModule():
         client = libdsec.Client(socket_path=state["socket"], timeout=120)
         state["client"] = client
         _daemon = state
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if state["proc"].poll() is not None:
-                raise RuntimeError("daemon exited with %s:\n%s" % (state["proc"].returncode,
-                                                                   daemon_log()))
-            try:
-                state["health"] = client.health()
-                break
-            except libdsec.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("daemon did not answer on %s within %ds:\n%s"
-                                       % (state["socket"], START_TIMEOUT_S, daemon_log()))
-                time.sleep(0.05)  # polling for the socket to appear, bounded by deadline
+        ready = harness.read_ready_line(state["proc"].stdout, time.monotonic() + START_TIMEOUT_S)
+        threading.Thread(target=harness.copy_to_file, daemon=True,
+                         args=(state["proc"].stdout, os.path.join(tmp, "daemon.log"))).start()
+        if ready is None:
+            raise RuntimeError("daemon did not become ready on %s within %ds (exit %s):\n%s"
+                               % (state["socket"], START_TIMEOUT_S, state["proc"].poll(), daemon_log()))
+        state["health"] = client.health()
         tree = os.path.join(tmp, "busybox-tree")
         build_busybox_tree(tree)
         name = "sdkit-bb-" + secrets.token_hex(4)

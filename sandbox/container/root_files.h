@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sandbox/daemon/tier.h"
+#include "sandbox/tier/tier.h"
 
-namespace dsec::daemon {
+namespace dsec::container {
 
 // Errors: InvalidArgument (relative path, NUL), NotFound, ResourceExhausted
 // (file larger than max_bytes), FailedPrecondition (a directory),
@@ -23,7 +23,7 @@ absl::StatusOr<std::string> ReadRootFile(const std::string& root, const std::str
 // Creates missing parent directories (0755) and the file (truncating it).
 absl::Status WriteRootFile(const std::string& root, const std::string& path,
                            const std::string& data, uint32_t mode);
-absl::StatusOr<std::vector<FileEntry>> ListRootDir(const std::string& root,
+absl::StatusOr<std::vector<tier::FileEntry>> ListRootDir(const std::string& root,
                                                    const std::string& path);
 
-}  // namespace dsec::daemon
+}  // namespace dsec::container

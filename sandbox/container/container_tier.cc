@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sandbox/daemon/container_tier.h"
+#include "sandbox/container/container_tier.h"
 
 #include <dirent.h>
 #include <sys/syscall.h>
@@ -12,17 +12,22 @@
 #include <set>
 #include <sstream>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "base/clock.h"
-#include "sandbox/container/init_pool.h"
-#include "sandbox/container/sandbox.h"
-#include "sandbox/container/state_dir.h"
-#include "sandbox/daemon/root_files.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "sandbox/container/cgroup_events.h"
+#include "sandbox/container/init_pool.h"
+#include "sandbox/container/layer_mounts.h"
+#include "sandbox/container/root_files.h"
+#include "sandbox/container/sandbox.h"
+#include "sandbox/container/state_dir.h"
 
-namespace dsec::daemon {
+namespace dsec::container {
+
 
 namespace {
 
@@ -76,19 +81,17 @@ std::string DedicatedFreezerDir(const std::string& id, bool* v2) {
 }
 
 absl::Status WaitFrozen(const FreezerPlace& place) {
-  // The freezer has no completion notification on v1; cgroup.events could
-  // be polled on v2 but both settle within milliseconds, so re-check until
-  // a deadline (bounded, not a synchronisation sleep).
   const int64_t deadline = MonotonicNowNs() + 5'000'000'000LL;
+  // v2: cgroup.events reports "frozen 1" and the kernel notifies its change.
+  if (place.v2) return WaitCgroupEvent(place.dir, "frozen", "1", deadline);
+  // v1: freezer.state has no notification that reaches a descriptor (the
+  // freezer settles within milliseconds): re-check it until a deadline,
+  // writing FROZEN again while it reads FREEZING (that retries a freeze
+  // left incomplete).
   for (;;) {
-    if (place.v2) {
-      DSEC_ASSIGN_OR_RETURN(std::string ev, ReadText(place.dir + "/cgroup.events"));
-      if (ev.find("frozen 1") != std::string::npos) return absl::OkStatus();
-    } else {
-      DSEC_ASSIGN_OR_RETURN(std::string st, ReadText(place.dir + "/freezer.state"));
-      if (absl::StripAsciiWhitespace(st) == "FROZEN") return absl::OkStatus();
-      DSEC_RETURN_IF_ERROR(WriteText(place.dir + "/freezer.state", "FROZEN"));
-    }
+    DSEC_ASSIGN_OR_RETURN(std::string st, ReadText(place.dir + "/freezer.state"));
+    if (absl::StripAsciiWhitespace(st) == "FROZEN") return absl::OkStatus();
+    DSEC_RETURN_IF_ERROR(WriteText(place.dir + "/freezer.state", "FROZEN"));
     if (MonotonicNowNs() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat("freezing ", place.dir, " did not complete"));
     }
@@ -103,7 +106,7 @@ absl::Status WaitFrozen(const FreezerPlace& place) {
 // per-thread; the thread's file capabilities return with fsuid 0.
 class ScopedFsIds {
  public:
-  explicit ScopedFsIds(const std::optional<container::UserNamespaceMap>& map) {
+  explicit ScopedFsIds(const std::optional<UserNamespaceMap>& map) {
     if (!map) return;
     active_ = true;
     old_gid_ = static_cast<int>(::syscall(SYS_setfsgid, map->host_gid));
@@ -122,18 +125,18 @@ class ScopedFsIds {
   int old_uid_ = 0, old_gid_ = 0;
 };
 
-class ContainerTierSandbox : public TierSandbox {
+class ContainerTierSandbox : public tier::TierSandbox {
  public:
-  ContainerTierSandbox(std::unique_ptr<container::Sandbox> sandbox, std::shared_ptr<uint32_t> range,
-                       std::shared_ptr<container::InitPool> pool)
+  ContainerTierSandbox(std::unique_ptr<Sandbox> sandbox, std::shared_ptr<uint32_t> range,
+                       std::shared_ptr<InitPool> pool)
       : pool_(std::move(pool)), sandbox_(std::move(sandbox)), range_(std::move(range)) {}
   ~ContainerTierSandbox() override { (void)Destroy(); }
 
-  absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
-    container::ExecOptions o;
+  absl::StatusOr<tier::ExecOutcome> Exec(const tier::ExecSpec& spec) override {
+    ExecOptions o;
     o.argv = spec.argv;
     if (!spec.env.empty()) {
-      o.env = container::SandboxConfig{}.env;
+      o.env = SandboxConfig{}.env;
       for (const auto& [k, v] : spec.env) o.env.push_back(absl::StrCat(k, "=", v));
     }
     o.cwd = spec.cwd.empty() ? "/" : spec.cwd;
@@ -141,18 +144,13 @@ class ContainerTierSandbox : public TierSandbox {
     o.timeout_ms = spec.timeout_ms;
     o.output_cap_bytes = spec.output_cap_bytes;
     o.on_output = spec.on_output;
-    ExecOutcome out;
     auto r = sandbox_->Exec(o);
     if (!r.ok()) {
-      // The command could not be started inside the sandbox: report it as
-      // a shell would (127 not found, 126 not executable).
-      if (absl::IsNotFound(r.status()) || absl::IsPermissionDenied(r.status())) {
-        out.exit_code = absl::IsNotFound(r.status()) ? 127 : 126;
-        out.stderr_data = absl::StrCat("dsec: ", r.status().message(), "\n");
-        return out;
-      }
+      // Not started inside the sandbox: 127 or 126, as a shell reports it.
+      if (std::optional<tier::ExecOutcome> shell = tier::ShellOutcomeOf(r.status())) return *shell;
       return r.status();
     }
+    tier::ExecOutcome out;
     out.exit_code = r->exit_code;
     out.signal = r->signal;
     out.timed_out = r->timed_out;
@@ -181,7 +179,7 @@ class ContainerTierSandbox : public TierSandbox {
       place.v2 = v2;
       if (!Exists(place.dir)) {
         // Recorded first, like the tier's own cgroups, so that a killed
-        // daemon's successor finds it (container::CleanupOrphans removes
+        // daemon's successor finds it (CleanupOrphans removes
         // recorded cgroups).
         std::ofstream rec(sandbox_->state_dir() + "/cgroups", std::ios::app);
         rec << place.dir << "\n";
@@ -230,7 +228,7 @@ class ContainerTierSandbox : public TierSandbox {
     ScopedFsIds ids(sandbox_->user_namespace());
     return WriteRootFile(sandbox_->rootfs_dir(), path, data, mode);
   }
-  absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string& path) override {
+  absl::StatusOr<std::vector<tier::FileEntry>> ListDir(const std::string& path) override {
     ScopedFsIds ids(sandbox_->user_namespace());
     return ListRootDir(sandbox_->rootfs_dir(), path);
   }
@@ -247,14 +245,14 @@ class ContainerTierSandbox : public TierSandbox {
     absl::Status s = sandbox_->Destroy();
     if (!freezer_.dir.empty() && !freezer_.own && ::rmdir(freezer_.dir.c_str()) != 0 &&
         errno != ENOENT) {
-      DSEC_LOG(warn, "daemon: rmdir {}: {}", freezer_.dir, strerror(errno));
+      DSEC_LOG(warn, "container: rmdir {}: {}", freezer_.dir, strerror(errno));
     }
     return s;
   }
 
  private:
-  std::shared_ptr<container::InitPool> pool_;  // outlives sandbox_ (member order)
-  std::unique_ptr<container::Sandbox> sandbox_;
+  std::shared_ptr<InitPool> pool_;  // outlives sandbox_ (member order)
+  std::unique_ptr<Sandbox> sandbox_;
   std::shared_ptr<uint32_t> range_;  // its host id range (user namespace), given back with it
   FreezerPlace freezer_;
   bool paused_ = false;
@@ -267,15 +265,19 @@ std::string FreezerCgroupName(const std::string& sandbox_id) {
   return absl::StrCat("dsec-frz-", sandbox_id);
 }
 
-const TierTraits& ContainerTier::traits() const {
-  static const TierTraits kTraits = [] {
-    TierTraits t;
+const tier::TierTraits& ContainerTierTraits() {
+  static const tier::TierTraits kTraits = [] {
+    tier::TierTraits t;
     t.name = "container";
-    t.exec_form = TierTraits::ExecForm::kArgv;
-    t.default_cwd = "/";
-    t.user_namespace = true;
-    t.persistent_files = true;
-    t.default_layers = [](const std::string&) { return std::vector<std::string>{"base:bookworm"}; };
+    tier::OptionSpec userns;
+    userns.name = "user_namespace";
+    userns.type = tier::OptionSpec::Type::kBool;
+    userns.default_value = false;
+    userns.neutral = false;  // other tiers take "false" (clients send it)
+    userns.shown = true;     // GET shows it for every sandbox
+    t.options = {userns};
+    // Commands as argv, run in "/", files kept: the traits' defaults.
+    t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;
   }();
   return kTraits;
@@ -283,19 +285,19 @@ const TierTraits& ContainerTier::traits() const {
 
 ContainerTier::ContainerTier(ContainerTierOptions options) : options_(std::move(options)) {
   if (options_.init_pool == 0) return;
-  auto pool = container::InitPool::Create(options_.state_root, options_.init_pool);
+  auto pool = InitPool::Create(options_.state_root, options_.init_pool);
   if (pool.ok()) {
     pool_ = std::move(*pool);
   } else {
     // Creates work without it (each from scratch).
-    DSEC_LOG(warn, "daemon: no made-ahead container inits: {}", pool.status().ToString());
+    DSEC_LOG(warn, "container: no made-ahead inits: {}", pool.status().ToString());
   }
 }
 
 ContainerTier::~ContainerTier() = default;
 
-absl::StatusOr<std::unique_ptr<TierSandbox>> ContainerTier::Create(const CreateSpec& spec) {
-  container::SandboxConfig c;
+absl::StatusOr<std::unique_ptr<tier::TierSandbox>> ContainerTier::Create(const tier::CreateSpec& spec) {
+  SandboxConfig c;
   c.id = spec.id;
   c.layers = spec.images;
   c.limits.memory_bytes = spec.memory_mib << 20;
@@ -308,12 +310,12 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> ContainerTier::Create(const CreateS
   c.isolation = spec.isolation;
   c.init_pool = pool_.get();
   std::shared_ptr<uint32_t> range;
-  if (spec.user_namespace) {
+  if (tier::OptionBool(spec.options, "user_namespace")) {
     DSEC_ASSIGN_OR_RETURN(range, TakeRange());
-    c.user_namespace = container::UserNamespaceMap{*range, *range, kRangeIds};
+    c.user_namespace = UserNamespaceMap{*range, *range, kRangeIds};
   }
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<container::Sandbox> sb, container::Sandbox::Create(std::move(c)));
-  return std::unique_ptr<TierSandbox>(new ContainerTierSandbox(std::move(sb), std::move(range), pool_));
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(std::move(c)));
+  return std::unique_ptr<tier::TierSandbox>(new ContainerTierSandbox(std::move(sb), std::move(range), pool_));
 }
 
 absl::StatusOr<std::shared_ptr<uint32_t>> ContainerTier::TakeRange() {
@@ -346,7 +348,7 @@ absl::StatusOr<int> ContainerTier::CleanupOrphans() {
       if (!owner.ok()) continue;
       std::string rec(absl::StripAsciiWhitespace(*owner));
       pid_t pid = static_cast<pid_t>(atoi(rec.c_str()));
-      auto live = container::ProcessIdentity(pid);
+      auto live = ProcessIdentity(pid);
       if (live && *live == rec) continue;  // a live runtime's sandbox
       for (const std::string& root : {std::string(kV1Freezer), std::string(kHybridV2)}) {
         std::string dir = absl::StrCat(root, "/", FreezerCgroupName(id));
@@ -360,4 +362,48 @@ absl::StatusOr<int> ContainerTier::CleanupOrphans() {
   return container::CleanupOrphans(options_.state_root);
 }
 
-}  // namespace dsec::daemon
+void ContainerTier::LayerRemoved(const std::string& image) { LayerMountCache::Default().Forget(image); }
+
+std::string ContainerTier::MetricsText() const {
+  size_t ranges = 0;
+  {
+    std::lock_guard<std::mutex> lock(*ranges_mu_);
+    ranges = ranges_->size();
+  }
+  return absl::StrFormat(
+      "# HELP dsec_container_user_namespace_ranges Host id ranges held by user-namespace sandboxes.\n"
+      "# TYPE dsec_container_user_namespace_ranges gauge\n"
+      "dsec_container_user_namespace_ranges %d\n",
+      ranges);
+}
+
+ContainerTierSetup::ContainerTierSetup() {
+  options_.state_root = kDefaultStateRoot;
+  options_.init_pool = 2;
+}
+
+void ContainerTierSetup::AddFlags(CLI::App& app) {
+  app.add_option("--container-state-dir", options_.state_root, "Container sandboxes' state")
+      ->capture_default_str();
+  app.add_option("--container-init-pool", options_.init_pool,
+                 "Container sandbox inits made ahead and kept ready (0: each create from scratch)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_option("--upper-mib", upper_mib_, "Writable layer size of container sandboxes")->capture_default_str();
+}
+
+absl::StatusOr<std::unique_ptr<tier::Tier>> ContainerTierSetup::Make() {
+  options_.upper_size_bytes = upper_mib_ << 20;
+  // The default root lives on a tmpfs of its own (state_dir.h), made here
+  // with its parent; another root is the operator's (made if missing).
+  if (options_.state_root == kDefaultStateRoot) ::mkdir("/run/dsec-vmm", 0755);
+  ::mkdir(options_.state_root.c_str(), 0700);
+  if (options_.state_root == kDefaultStateRoot) {
+    if (auto m = MountStateRootTmpfs(options_.state_root); !m.ok()) {
+      DSEC_LOG(warn, "container: state root on tmpfs: {}", m.status().ToString());
+    }
+  }
+  return std::unique_ptr<tier::Tier>(new ContainerTier(options_));
+}
+
+}  // namespace dsec::container

@@ -1,20 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sandbox/daemon/fncall_tier.h"
+#include "sandbox/fncall/fncall_tier.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "sandbox/container/state_dir.h"
-#include "sandbox/fncall/pool.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "sandbox/container/state_dir.h"
+#include "sandbox/fncall/pool.h"
 
-namespace dsec::daemon {
+namespace dsec::fncall {
+
 
 namespace {
 
@@ -24,38 +27,38 @@ absl::Status NoState(const char* what) {
                    " is available on the container tier"));
 }
 
-class FncallTierSandbox : public TierSandbox {
+class FncallTierSandbox : public tier::TierSandbox {
  public:
   FncallTierSandbox(FncallTier* tier, std::shared_ptr<FncallTier::Shared> shared)
       : tier_(tier), shared_(std::move(shared)) {}
   ~FncallTierSandbox() override { (void)Destroy(); }
 
-  absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
+  absl::StatusOr<tier::ExecOutcome> Exec(const tier::ExecSpec& spec) override {
     if (shared_ == nullptr) return absl::FailedPreconditionError("sandbox destroyed");
-    fncall::CallRequest req;
+    CallRequest req;
     req.code = spec.code;
     req.args = spec.argv;
     req.stdin_data = spec.stdin_data;
     if (!spec.env.empty()) {
-      req.env = fncall::PoolConfig{}.env;
+      req.env = PoolConfig{}.env;
       for (const auto& [k, v] : spec.env) req.env.push_back(absl::StrCat(k, "=", v));
     }
     if (!spec.cwd.empty()) req.cwd = spec.cwd;
     req.timeout_ms = spec.timeout_ms;
     req.output_cap_bytes = spec.output_cap_bytes;
     req.on_output = spec.on_output;
-    DSEC_ASSIGN_OR_RETURN(fncall::CallResult r, shared_->pool->Call(req));
-    ExecOutcome out;
+    DSEC_ASSIGN_OR_RETURN(CallResult r, shared_->pool->Call(req));
+    tier::ExecOutcome out;
     out.exit_code = r.exit_code;
     out.signal = r.signal;
     switch (r.killed_by) {
-      case fncall::KilledBy::kNone: break;
-      case fncall::KilledBy::kTimeout: out.killed_by = "timeout"; break;
-      case fncall::KilledBy::kMemory: out.killed_by = "memory"; break;
-      case fncall::KilledBy::kOutputCap: out.killed_by = "output"; break;
-      case fncall::KilledBy::kPids: out.killed_by = "pids"; break;
+      case KilledBy::kNone: break;
+      case KilledBy::kTimeout: out.killed_by = "timeout"; break;
+      case KilledBy::kMemory: out.killed_by = "memory"; break;
+      case KilledBy::kOutputCap: out.killed_by = "output"; break;
+      case KilledBy::kPids: out.killed_by = "pids"; break;
     }
-    out.timed_out = r.killed_by == fncall::KilledBy::kTimeout;
+    out.timed_out = r.killed_by == KilledBy::kTimeout;
     out.stdout_data = std::move(r.stdout_data);
     out.stderr_data = std::move(r.stderr_data);
     out.stdout_dropped = r.stdout_dropped;
@@ -69,7 +72,7 @@ class FncallTierSandbox : public TierSandbox {
   absl::Status WriteFile(const std::string&, const std::string&, uint32_t) override {
     return NoState("files");
   }
-  absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string&) override { return NoState("files"); }
+  absl::StatusOr<std::vector<tier::FileEntry>> ListDir(const std::string&) override { return NoState("files"); }
   absl::StatusOr<std::string> UpperDir() override { return NoState("pack_diff"); }
   absl::Status Destroy() override {
     if (shared_ == nullptr) return absl::OkStatus();
@@ -86,19 +89,30 @@ class FncallTierSandbox : public TierSandbox {
 
 }  // namespace
 
-const TierTraits& FncallTier::traits() const {
-  static const TierTraits kTraits = [] {
-    TierTraits t;
+const tier::TierTraits& FncallTierTraits() {
+  static const tier::TierTraits kTraits = [] {
+    tier::TierTraits t;
     t.name = "fncall";
-    t.langs = {"python", "bash"};
-    t.exec_form = TierTraits::ExecForm::kCode;
+    tier::OptionSpec lang;
+    lang.name = "lang";
+    lang.choices = {"python", "bash"};
+    lang.default_value = "python";
+    t.options = {lang};
+    t.exec_form = tier::TierTraits::ExecForm::kCode;
     t.default_cwd = "/tmp";
     // Each call starts from a fresh scratch directory: nothing is left.
     t.persistent_files = false;
     t.orphans = "pools";
-    t.default_layers = [](const std::string& lang) {
-      return lang == "python" ? std::vector<std::string>{"base:bookworm", "python:1"}
-                              : std::vector<std::string>{"base:bookworm"};
+    t.default_layers = [](const tier::TierOptions& o) {
+      return tier::OptionString(o, "lang", "python") == "python"
+                 ? std::vector<std::string>{"base:bookworm", "python:1"}
+                 : std::vector<std::string>{"base:bookworm"};
+    };
+    // A call is its language, its script, then its arguments.
+    t.recorded_command = [](const tier::TierOptions& o, const tier::ExecSpec& spec) {
+      std::vector<std::string> argv = {tier::OptionString(o, "lang", "python"), "-c", spec.code};
+      argv.insert(argv.end(), spec.argv.begin(), spec.argv.end());
+      return argv;
     };
     return t;
   }();
@@ -117,23 +131,24 @@ int FncallTier::pools() const {
   return static_cast<int>(pools_.size());
 }
 
-absl::StatusOr<std::unique_ptr<TierSandbox>> FncallTier::Create(const CreateSpec& spec) {
+absl::StatusOr<std::unique_ptr<tier::TierSandbox>> FncallTier::Create(const tier::CreateSpec& spec) {
+  const std::string lang = tier::OptionString(spec.options, "lang", "python");
   // A placed sandbox (qos) gets a pool of its own inside its QoS cgroup:
   // sharing workers would put strangers' calls on an LS sandbox's core.
   const bool own_pool = spec.isolation != nullptr;
   const std::string key =
       own_pool ? absl::StrCat("qos|", spec.id)
-               : absl::StrCat(absl::StrJoin(spec.images, ","), "|", spec.lang, "|", spec.memory_mib,
+               : absl::StrCat(absl::StrJoin(spec.images, ","), "|", lang, "|", spec.memory_mib,
                               "|", spec.pids);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pools_.find(key);
   if (it == pools_.end()) {
-    fncall::PoolConfig c;
+    PoolConfig c;
     uint32_t rnd = 0;
     if (::getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = static_cast<uint32_t>(::getpid());
     c.id = absl::StrFormat("d%d-%08x", ::getpid(), rnd);
     c.layers = spec.images;
-    c.language = spec.lang == "bash" ? fncall::Language::kBash : fncall::Language::kPython;
+    c.language = lang == "bash" ? Language::kBash : Language::kPython;
     c.limits.memory_bytes = spec.memory_mib << 20;
     c.limits.pids = spec.pids;
     c.max_workers = options_.max_workers_per_pool;
@@ -145,7 +160,7 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> FncallTier::Create(const CreateSpec
       c.min_idle = std::min(c.min_idle, c.max_workers);
       c.isolation = spec.isolation;
     }
-    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<fncall::Pool> pool, fncall::Pool::Create(std::move(c)));
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Create(std::move(c)));
     auto shared = std::make_shared<Shared>();
     shared->key = key;
     shared->own = own_pool;
@@ -153,7 +168,7 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> FncallTier::Create(const CreateSpec
     it = pools_.emplace(key, std::move(shared)).first;
   }
   it->second->users++;
-  return std::unique_ptr<TierSandbox>(new FncallTierSandbox(this, it->second));
+  return std::unique_ptr<tier::TierSandbox>(new FncallTierSandbox(this, it->second));
 }
 
 void FncallTier::Release(const std::string& key) {
@@ -186,7 +201,7 @@ void FncallTier::Release(const std::string& key) {
   }
   // Outside the lock: stopping workers takes a while.
   if (absl::Status s = gone->pool->Destroy(); !s.ok()) {
-    DSEC_LOG(warn, "daemon: destroying fncall pool: {}", s.ToString());
+    DSEC_LOG(warn, "fncall: destroying a pool: {}", s.ToString());
   }
 }
 
@@ -194,4 +209,36 @@ absl::StatusOr<int> FncallTier::CleanupOrphans() {
   return container::CleanupOrphans(options_.state_root);
 }
 
-}  // namespace dsec::daemon
+std::string FncallTier::MetricsText() const {
+  int in_use = 0, warm = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, shared] : pools_) (shared->users > 0 ? in_use : warm)++;
+  }
+  return absl::StrFormat(
+      "# HELP dsec_fncall_pools fncall worker pools: used by a sandbox, or kept warm.\n"
+      "# TYPE dsec_fncall_pools gauge\n"
+      "dsec_fncall_pools{state=\"in_use\"} %d\n"
+      "dsec_fncall_pools{state=\"warm\"} %d\n",
+      in_use, warm);
+}
+
+FncallTierSetup::FncallTierSetup() { options_.state_root = kDefaultStateRoot; }
+
+void FncallTierSetup::AddFlags(CLI::App& app) {
+  app.add_option("--fncall-state-dir", options_.state_root, "fncall pools' state")->capture_default_str();
+  app.add_option("--fncall-max-workers", options_.max_workers_per_pool, "Workers per fncall pool")
+      ->capture_default_str();
+  app.add_option("--fncall-warm-pools", options_.max_unused_pools,
+                 "fncall pools kept warm after their last sandbox is deleted")
+      ->capture_default_str();
+}
+
+absl::StatusOr<std::unique_ptr<tier::Tier>> FncallTierSetup::Make() {
+  // Each pool's state dir makes missing parents; the root is made now for
+  // the orphan cleanup, which runs before any pool exists.
+  ::mkdir(options_.state_root.c_str(), 0700);
+  return std::unique_ptr<tier::Tier>(new FncallTier(options_));
+}
+
+}  // namespace dsec::fncall

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sandbox/daemon/root_files.h"
+#include "sandbox/container/root_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include "base/scoped_fd.h"
 #include "base/status.h"
 
-namespace dsec::daemon {
+namespace dsec::container {
 
 namespace {
 
@@ -142,7 +142,7 @@ absl::Status WriteRootFile(const std::string& root, const std::string& path,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<FileEntry>> ListRootDir(const std::string& root,
+absl::StatusOr<std::vector<tier::FileEntry>> ListRootDir(const std::string& root,
                                                    const std::string& path) {
   DSEC_RETURN_IF_ERROR(CheckPath(path));
   DSEC_ASSIGN_OR_RETURN(ScopedFd rootfd, OpenRoot(root));
@@ -154,13 +154,13 @@ absl::StatusOr<std::vector<FileEntry>> ListRootDir(const std::string& root,
     ScopedFd not_taken(raw);  // fdopendir did not take it
     return ErrnoToStatus("fdopendir", err);
   }
-  std::vector<FileEntry> entries;
+  std::vector<tier::FileEntry> entries;
   while (struct dirent* de = ::readdir(dir)) {
     std::string name = de->d_name;
     if (name == "." || name == "..") continue;
     struct stat st;
     if (::fstatat(::dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    FileEntry e;
+    tier::FileEntry e;
     e.name = name;
     e.type = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : S_ISLNK(st.st_mode) ? "symlink" : "other";
     e.size = static_cast<uint64_t>(st.st_size);
@@ -169,8 +169,8 @@ absl::StatusOr<std::vector<FileEntry>> ListRootDir(const std::string& root,
   }
   ::closedir(dir);
   std::sort(entries.begin(), entries.end(),
-            [](const FileEntry& a, const FileEntry& b) { return a.name < b.name; });
+            [](const tier::FileEntry& a, const tier::FileEntry& b) { return a.name < b.name; });
   return entries;
 }
 
-}  // namespace dsec::daemon
+}  // namespace dsec::container

@@ -2,7 +2,7 @@
 // FncallTier keeps pools warm between sandboxes of one configuration, and
 // bounds how many unused pools it keeps (real pools: namespaces, mounts,
 // zygotes; label integration).
-#include "sandbox/daemon/fncall_tier.h"
+#include "sandbox/fncall/fncall_tier.h"
 
 #include <stdlib.h>
 
@@ -13,13 +13,13 @@
 #include "gtest/gtest.h"
 #include "sandbox/fncall/fncall_testing.h"
 
-namespace dsec::daemon {
+namespace dsec::fncall {
 namespace {
 
 class FncallTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto layers = fncall::testing::EnsureTestLayers();
+    auto layers = testing::EnsureTestLayers();
     if (!layers.ok()) GTEST_SKIP() << "no fncall test layers: " << layers.status();
     image_ = layers->runtime;
     char tmpl[] = "/tmp/dsec-fncall-tier-XXXXXX";
@@ -36,16 +36,16 @@ class FncallTierTest : public ::testing::Test {
     o.max_unused_pools = max_unused;
     return std::make_unique<FncallTier>(o);
   }
-  CreateSpec Spec(uint64_t memory_mib) {
-    CreateSpec s;
+  tier::CreateSpec Spec(uint64_t memory_mib) {
+    tier::CreateSpec s;
     s.images = {image_};
-    s.lang = "bash";
+    s.options = {{"lang", "bash"}};
     s.memory_mib = memory_mib;
     s.pids = 64;
     return s;
   }
-  std::string Run(TierSandbox& sb) {
-    ExecSpec e;
+  std::string Run(tier::TierSandbox& sb) {
+    tier::ExecSpec e;
     e.code = "echo $((6*7))";
     auto out = sb.Exec(e);
     EXPECT_TRUE(out.ok()) << out.status();
@@ -92,4 +92,4 @@ TEST_F(FncallTierTest, UnusedPoolsBeyondTheLimitAreDestroyedOldestFirst) {
 }
 
 }  // namespace
-}  // namespace dsec::daemon
+}  // namespace dsec::fncall

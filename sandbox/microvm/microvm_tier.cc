@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sandbox/daemon/microvm_tier.h"
+#include "sandbox/microvm/microvm_tier.h"
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "sched/isolation.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "sched/isolation.h"
 
-namespace dsec::daemon {
+namespace dsec::microvm {
+
 
 namespace {
 
@@ -24,12 +26,12 @@ const char* EntryTypeString(agent::EntryType t) {
   return "other";
 }
 
-class MicrovmTierSandbox : public TierSandbox {
+class MicrovmTierSandbox : public tier::TierSandbox {
  public:
-  explicit MicrovmTierSandbox(std::unique_ptr<microvm::MicrovmSandbox> sb) : sb_(std::move(sb)) {}
+  explicit MicrovmTierSandbox(std::unique_ptr<MicrovmSandbox> sb) : sb_(std::move(sb)) {}
   ~MicrovmTierSandbox() override { (void)Destroy(); }
 
-  absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
+  absl::StatusOr<tier::ExecOutcome> Exec(const tier::ExecSpec& spec) override {
     agent::ExecRequest req;
     req.argv = spec.argv;
     req.env = spec.env;
@@ -37,7 +39,7 @@ class MicrovmTierSandbox : public TierSandbox {
     req.timeout_ms = spec.timeout_ms > 0 ? static_cast<uint64_t>(spec.timeout_ms) : 0;
     req.output_cap_bytes = spec.output_cap_bytes;
     req.stdin = !spec.stdin_data.empty();
-    ExecOutcome out;
+    tier::ExecOutcome out;
     // The agent applies the cap; what arrives is what the cap admitted.
     auto on_chunk = [&out, &spec](int stream, std::string_view data) {
       (stream == 2 ? out.stderr_data : out.stdout_data).append(data.data(), data.size());
@@ -45,13 +47,8 @@ class MicrovmTierSandbox : public TierSandbox {
     };
     auto done = sb_->Exec(req, on_chunk, spec.stdin_data);
     if (!done.ok()) {
-      // The command could not be started: report it as a shell would (127
-      // not found, 126 not executable), like the container tier.
-      if (absl::IsNotFound(done.status()) || absl::IsPermissionDenied(done.status())) {
-        out.exit_code = absl::IsNotFound(done.status()) ? 127 : 126;
-        out.stderr_data = absl::StrCat("dsec: ", done.status().message(), "\n");
-        return out;
-      }
+      // Not started in the guest: 127 or 126, as a shell reports it.
+      if (std::optional<tier::ExecOutcome> shell = tier::ShellOutcomeOf(done.status())) return *shell;
       return done.status();
     }
     out.exit_code = done->exit_code;
@@ -73,9 +70,9 @@ class MicrovmTierSandbox : public TierSandbox {
   absl::Status WriteFile(const std::string& path, const std::string& data, uint32_t mode) override {
     return sb_->WriteFile(path, data, mode);
   }
-  absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string& path) override {
+  absl::StatusOr<std::vector<tier::FileEntry>> ListDir(const std::string& path) override {
     DSEC_ASSIGN_OR_RETURN(std::vector<agent::DirEntry> entries, sb_->ListDir(path));
-    std::vector<FileEntry> out;
+    std::vector<tier::FileEntry> out;
     out.reserve(entries.size());
     for (const agent::DirEntry& e : entries) out.push_back({e.name, EntryTypeString(e.type), e.size, e.mode});
     return out;
@@ -88,19 +85,17 @@ class MicrovmTierSandbox : public TierSandbox {
   absl::Status Destroy() override { return sb_->Destroy(); }
 
  private:
-  std::unique_ptr<microvm::MicrovmSandbox> sb_;
+  std::unique_ptr<MicrovmSandbox> sb_;
 };
 
 }  // namespace
 
-const TierTraits& MicrovmTier::traits() const {
-  static const TierTraits kTraits = [] {
-    TierTraits t;
+const tier::TierTraits& MicrovmTierTraits() {
+  static const tier::TierTraits kTraits = [] {
+    tier::TierTraits t;
     t.name = "microvm";
-    t.exec_form = TierTraits::ExecForm::kArgv;
-    t.default_cwd = "/";
-    t.persistent_files = true;
-    t.default_layers = [](const std::string&) { return std::vector<std::string>{"base:bookworm"}; };
+    // Commands as argv, run in "/", files kept: the traits' defaults.
+    t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;
   }();
   return kTraits;
@@ -109,13 +104,13 @@ const TierTraits& MicrovmTier::traits() const {
 MicrovmTier::MicrovmTier(MicrovmTierOptions options) : options_(std::move(options)) {
   options_.sandbox.state_root = options_.state_root;
   launcher_ = options_.launcher != nullptr ? options_.launcher
-                                           : std::make_shared<microvm::VmLauncher>(options_.vm);
+                                           : std::make_shared<VmLauncher>(options_.vm);
 }
 
 absl::Status MicrovmTier::Availability() const { return launcher_->CheckHost(); }
 
-absl::StatusOr<std::unique_ptr<TierSandbox>> MicrovmTier::Create(const CreateSpec& spec) {
-  microvm::MicrovmSpec m;
+absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MicrovmTier::Create(const tier::CreateSpec& spec) {
+  MicrovmSpec m;
   m.id = spec.id;
   m.layers = spec.images;
   m.memory_mib = spec.memory_mib;
@@ -130,12 +125,30 @@ absl::StatusOr<std::unique_ptr<TierSandbox>> MicrovmTier::Create(const CreateSpe
       if (cg->cpu_dir() != nullptr) m.placement_cgroups.push_back(cg->cpu_dir()->path());
     }
   }
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<microvm::MicrovmSandbox> sb,
-                        microvm::MicrovmSandbox::Create(*launcher_, m, options_.sandbox));
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<MicrovmSandbox> sb,
+                        MicrovmSandbox::Create(*launcher_, m, options_.sandbox));
   DSEC_LOG(info, "microvm: sandbox={} booted in {:.1f} ms", spec.id, sb->boot_ms());
-  return std::unique_ptr<TierSandbox>(new MicrovmTierSandbox(std::move(sb)));
+  return std::unique_ptr<tier::TierSandbox>(new MicrovmTierSandbox(std::move(sb)));
 }
 
 absl::StatusOr<int> MicrovmTier::CleanupOrphans() { return microvm::CleanupOrphans(options_.state_root); }
 
-}  // namespace dsec::daemon
+void MicrovmTierSetup::AddFlags(CLI::App& app) {
+  app.add_option("--microvm-state-dir", state_root_, "microVM sandboxes' state (default /run/dsec-vmm/microvm)");
+  app.add_option("--microvm-kernel", kernel_,
+                 "Guest kernel of the microvm tier (default <cache>/guest-kernel/current/vmlinux, "
+                 "cache ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm})");
+  app.add_option("--microvm-rootfs", rootfs_,
+                 "Guest root image (dsec-agent as PID 1; default <cache>/guest-image/rootfs.erofs, "
+                 "tools/build-guest-image.sh)");
+}
+
+absl::StatusOr<std::unique_ptr<tier::Tier>> MicrovmTierSetup::Make() {
+  MicrovmTierOptions o;
+  if (!state_root_.empty()) o.state_root = state_root_;
+  o.vm.kernel = kernel_;
+  o.vm.rootfs = rootfs_;
+  return std::unique_ptr<tier::Tier>(new MicrovmTier(std::move(o)));
+}
+
+}  // namespace dsec::microvm

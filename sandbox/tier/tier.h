@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one interface the node daemon drives every tier through. A Tier makes
-// TierSandboxes; the Service (service.h) owns them and serialises calls on
-// each one.
+// TierSandboxes; the daemon's Service owns them and serialises calls on
+// each one. What a tier accepts and defaults is in its TierTraits, which
+// the tier supplies: the daemon checks requests against them and never
+// compares tier names.
 #pragma once
 
 #include <cstdint>
@@ -15,33 +17,33 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sandbox/tier/options.h"
 
 namespace dsec::sched {
 class SandboxIsolation;
 }
 
-namespace dsec::daemon {
+namespace dsec::tier {
 
 struct CreateSpec {
   std::string id;                   // sb-<random>
   std::vector<std::string> images;  // resolved EROFS image files, lowest first
-  std::string lang = "python";      // fncall only: python | bash
   double cpus = 0;                  // 0 = no quota
   uint64_t memory_mib = 512;
   uint64_t pids = 512;
   std::string qos;                  // "", "ls" or "be"
-  // The sandbox's QoS placement (qos_placer.h), or null when it has none:
-  // the tier puts the sandbox's processes in its cgroup. Shared: the
-  // Service's entry holds it too, and hands it to a re-created sandbox.
+  // The sandbox's QoS placement, or null when it has none: the tier puts
+  // the sandbox's processes in its cgroup. Shared: the daemon's entry holds
+  // it too, and hands it to a re-created sandbox.
   std::shared_ptr<const sched::SandboxIsolation> isolation;
-  // container only: run in a user namespace of its own (root inside is an
-  // unprivileged host id range the tier picks per sandbox).
-  bool user_namespace = false;
+  // The tier's own create options (TierTraits::options), validated, with
+  // their defaults filled in.
+  TierOptions options;
 };
 
 struct ExecSpec {
-  std::vector<std::string> argv;  // container: the command; fncall: extra args
-  std::string code;               // fncall: the script
+  std::vector<std::string> argv;  // ExecForm::kArgv: the command; kCode: extra args
+  std::string code;               // ExecForm::kCode: the script
   std::string stdin_data;
   std::map<std::string, std::string> env;  // added to the tier's default environment
   std::string cwd;                         // "" = tier default
@@ -67,6 +69,11 @@ struct ExecOutcome {
   double duration_ms = 0;
 };
 
+// A command the tier could not start (NotFound: no such program;
+// PermissionDenied: not executable), reported as a shell would: exit 127
+// or 126, the reason on stderr. nullopt for any other status.
+std::optional<ExecOutcome> ShellOutcomeOf(const absl::Status& start_error);
+
 struct FileEntry {
   std::string name;
   std::string type;  // file | dir | symlink | other
@@ -74,7 +81,7 @@ struct FileEntry {
   uint32_t mode = 0;
 };
 
-// One sandbox of a tier. Threads: the Service calls one method at a time
+// One sandbox of a tier. Threads: the daemon calls one method at a time
 // per sandbox (its entry lock); Destroy ends its life.
 class TierSandbox {
  public:
@@ -96,35 +103,38 @@ class TierSandbox {
   virtual absl::Status Destroy() = 0;
 };
 
-// What a tier accepts and defaults, supplied by the tier itself: the
-// Service checks requests against these and never compares tier names.
+// What a tier accepts and defaults, supplied by the tier itself.
 struct TierTraits {
   std::string name;  // the API's "tier" value
-  // The "lang" values it takes, its default first; empty: it takes none.
-  std::vector<std::string> langs;
+  // The create fields it takes beyond the common ones (layers, cpus,
+  // memory_mib, pids, qos, ttl_s, task_id), e.g. fncall's "lang".
+  std::vector<OptionSpec> options;
   // Exec: a command (argv), or a script (code, with argv as its arguments).
   enum class ExecForm { kArgv, kCode };
   ExecForm exec_form = ExecForm::kArgv;
   std::string default_cwd = "/";
-  bool user_namespace = false;  // takes user_namespace
   // Files written by an exec stay for the next one (files API results,
   // pack_diff, trajectory checkpoints); false for tiers whose calls leave
   // nothing behind.
   bool persistent_files = true;
   // The layer references a sandbox gets when its request names none.
-  std::function<std::vector<std::string>(const std::string& lang)> default_layers;
+  std::function<std::vector<std::string>(const TierOptions& options)> default_layers;
+  // What identifies an exec's command in a trajectory; null: its argv.
+  // (A script tier records how it runs the script, e.g. [lang, -c, code].)
+  std::function<std::vector<std::string>(const TierOptions& options, const ExecSpec& spec)>
+      recorded_command;
   // What CleanupOrphans counts ("sandboxes", "pools"): health reports it as
   // recovered.<name>_<orphans>.
   std::string orphans = "sandboxes";
 };
 
 // A tier: creates sandboxes, cleans up what a killed daemon left.
-// Threads: Create from any thread.
+// Threads: every method from any thread.
 class Tier {
  public:
   virtual ~Tier() = default;
   virtual const TierTraits& traits() const = 0;
-  std::string name() const { return traits().name; }
+  const std::string& name() const { return traits().name; }
   virtual absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const CreateSpec& spec) = 0;
   // Removes sandboxes/pools of dead owners under the tier's state root;
   // returns how many.
@@ -133,6 +143,12 @@ class Tier {
   // it fails with (GET /v1/health shows it). Tiers that need nothing of
   // the host beyond what the daemon checked keep the default.
   virtual absl::Status Availability() const { return absl::OkStatus(); }
+  // A layer image was removed from the store (no sandbox uses it): drop
+  // what the tier keeps of it (a cached mount holds the file open).
+  virtual void LayerRemoved(const std::string& /*image*/) {}
+  // The tier's own metrics, whole Prometheus text lines (# HELP, # TYPE
+  // and samples) with names starting dsec_<tier>_; "" for none.
+  virtual std::string MetricsText() const { return ""; }
 };
 
-}  // namespace dsec::daemon
+}  // namespace dsec::tier

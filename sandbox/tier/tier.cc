@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/tier/tier.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dsec::tier {
+
+std::optional<ExecOutcome> ShellOutcomeOf(const absl::Status& start_error) {
+  if (!absl::IsNotFound(start_error) && !absl::IsPermissionDenied(start_error)) return std::nullopt;
+  ExecOutcome out;
+  out.exit_code = absl::IsNotFound(start_error) ? 127 : 126;
+  out.stderr_data = absl::StrCat("dsec: ", start_error.message(), "\n");
+  return out;
+}
+
+}  // namespace dsec::tier
