@@ -48,16 +48,23 @@ function(dsec_cc_binary)
 endfunction()
 
 # dsec_cc_test(NAME foo_test SRCS foo_test.cc DEPS dsec_foo [LABEL unit|integration]
-#              [TIMEOUT seconds])
-# Unit tests default to the "unit" label. Tests are discovered when ctest runs
-# (PRE_TEST), so building never executes guest-touching code.
+#              [KVM] [TIMEOUT seconds])
+# Unit tests default to the "unit" label. KVM: the test boots guests through
+# /dev/kvm; it also gets the label "kvm", which tests/nested runs inside L1
+# of the nested bed on hosts that have no /dev/kvm of their own. Tests are
+# discovered when ctest runs (PRE_TEST), so building never executes
+# guest-touching code.
 function(dsec_cc_test)
   if(DSEC_FUZZ)
     return()
   endif()
-  cmake_parse_arguments(A "" "NAME;LABEL;TIMEOUT" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(A "KVM" "NAME;LABEL;TIMEOUT" "SRCS;DEPS" ${ARGN})
   if(NOT A_LABEL)
     set(A_LABEL unit)
+  endif()
+  set(labels ${A_LABEL})
+  if(A_KVM)
+    list(APPEND labels kvm)
   endif()
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 120)
@@ -68,7 +75,7 @@ function(dsec_cc_test)
   _dsec_host_target(${A_NAME})
   gtest_discover_tests(${A_NAME}
     DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS ${A_LABEL} TIMEOUT ${A_TIMEOUT}
+    PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT}
     TEST_PREFIX "${A_NAME}.")
 endfunction()
 

@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import json
 import marshal
+import fcntl
 import os
 import re
 import selectors
@@ -418,10 +419,29 @@ def write_share(share, manifest, script, plan):
         marshal.dump(plan, f, 4)  # stage 2 reads this: marshal needs no import
 
 
+def host_kvm_usable():
+    """A description of the host's /dev/kvm if a VM can be created on it, else ""."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        kvm_create_vm = 0xAE01  # _IO(KVMIO, 0x01)
+        vm = fcntl.ioctl(fd, kvm_create_vm, 0)
+        os.close(vm)
+        return "KVM_CREATE_VM works"
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def cmd_run(args):
     if not args.command:
         log("run: no command (bed.py run [options] -- CMD ARGS...)")
         return USAGE
+    if args.unless_host_kvm and (why := host_kvm_usable()):
+        return skip("this host has a usable /dev/kvm (%s): the command runs on the host instead" % why)
     args.qemu = shutil.which("qemu-system-x86_64")
     if args.qemu is None:
         return skip("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
@@ -519,6 +539,9 @@ def main(argv):
     r.add_argument("--no-svm-probe", action="store_true",
                    help="boot even if the CPU model shows no SVM (tests L1's own /dev/kvm check)")
     r.add_argument("-v", "--verbose", action="store_true", help="L1 events and timings on stderr")
+    r.add_argument("--unless-host-kvm", action="store_true",
+                   help="skip (77) when the host itself can create a KVM VM: for tests that run on the "
+                        "host where it has /dev/kvm and in L1 where it has none")
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     if args.verb == "prepare":
