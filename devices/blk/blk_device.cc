@@ -364,6 +364,9 @@ void BlkDevice::Finish(uint64_t id, uint8_t status) {
   } else {
     Count(status == kBlkStatusUnsupp ? counters_.unsupported : counters_.errors);
   }
+  // A broken device writes nothing more into buffers the driver is about
+  // to take back by resetting it.
+  if (!activation_.running()) return;
   (void)worker_.Complete(r->head, WriteStatus(r->req.status_gpa, status, used_len));
 }
 

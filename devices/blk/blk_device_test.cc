@@ -367,7 +367,9 @@ TEST_P(BlkDeviceTest, RingViolationReportsBroken) {
 
 TEST_P(BlkDeviceTest, CompletionAfterARingViolationLeavesTheRingAlone) {
   Start();
-  vq_->AddChain({Header(kBlkTypeIn, 0)}, {512, 1});
+  auto read = vq_->AddChain({Header(kBlkTypeIn, 0)}, {512, 1});
+  const virtio::GuestBuffer& status = read.writable.back();
+  vq_->WriteBytes(status.gpa, {0xee});  // not a status the device writes
   device_->QueueNotify(0);  // the read is in flight
   vq_->PushAvail(kQueueSize + 1);  // head index out of range
   device_->QueueNotify(0);
@@ -376,6 +378,7 @@ TEST_P(BlkDeviceTest, CompletionAfterARingViolationLeavesTheRingAlone) {
   // the ring the driver is about to reset, and says nothing more.
   ASSERT_TRUE(RunUntil(*loop_, [&] { return device_->metrics().bytes_read == 512; }));
   EXPECT_EQ(vq_->used_idx(), 0);
+  EXPECT_EQ(StatusOf(read), 0xee);
   EXPECT_EQ(notifier_.signals, 0);
 }
 

@@ -124,6 +124,8 @@ class QueueWorker {
               std::function<void()> resume);
   QueueWorker(const QueueWorker&) = delete;
   QueueWorker& operator=(const QueueWorker&) = delete;
+  // Movable only before its first Run() (a posted continuation points at
+  // it), e.g. to build a vector of workers in the device's constructor.
   QueueWorker(QueueWorker&&) = default;
 
   RunResult Run(Handler handle) {
