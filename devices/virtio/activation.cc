@@ -3,7 +3,6 @@
 
 #include <utility>
 
-#include "base/status.h"
 
 namespace dsec::virtio {
 
@@ -45,16 +44,6 @@ std::function<void()> Activation::Guard(std::function<void()> task) const {
     if (token.expired()) return;
     task();
   };
-}
-
-const ActivateContext& Activation::context() const {
-  DSEC_CHECK(active_);
-  return context_;
-}
-
-Queue& Activation::queue(uint16_t index) const {
-  DSEC_CHECK(active_ && index < context_.queues.size());
-  return context_.queues[index];
 }
 
 }  // namespace dsec::virtio

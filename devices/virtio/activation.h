@@ -30,6 +30,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "base/status.h"
 #include "devices/virtio/queue.h"
 #include "devices/virtio/virtio_device.h"
 
@@ -76,8 +77,14 @@ class Activation {
   std::function<void()> Guard(std::function<void()> task) const;
 
   // What Activate() was given. Valid while active() (checked).
-  const ActivateContext& context() const;
-  Queue& queue(uint16_t index) const;
+  const ActivateContext& context() const {
+    DSEC_CHECK(active_);
+    return context_;
+  }
+  Queue& queue(uint16_t index) const {
+    DSEC_CHECK(active_ && index < context_.queues.size());
+    return context_.queues[index];
+  }
   const memory::GuestMemory& memory() const { return *context().memory; }
   DriverNotifier& notifier() const { return *context().notifier; }
   EventLoop& loop() const { return *context().loop; }

@@ -69,8 +69,14 @@ RunResult QueueWorker::Run(Admit admit, Handler handle) {
     bool stop = false;
     switch (done.kind()) {
       case ChainResult::Kind::kUsed:
-        stop = !Complete(head, done.len());
-        if (stop) result.stop = RunStop::kBroken;
+        // (Complete() without its checks: this run made them.)
+        if (absl::Status s = queue.AddUsed(head, done.len()); !s.ok()) {
+          activation_->MarkBroken(s);
+          result.stop = RunStop::kBroken;
+          stop = true;
+        } else {
+          used_pending_ = true;
+        }
         break;
       case ChainResult::Kind::kKept:
         break;
