@@ -12,8 +12,6 @@
 namespace dsec::devices {
 
 namespace {
-// Chains served per queue and run before yielding the loop to other devices.
-constexpr int kMaxChainsPerRun = 64;
 // struct virtio_balloon_config up to `actual` (section 5.5.4); the optional
 // fields after it belong to features the device does not offer.
 constexpr uint64_t kConfigBytes = 8;
@@ -33,6 +31,11 @@ BalloonDevice::BalloonDevice(std::unique_ptr<BalloonBackend> backend, BalloonOpt
   num_queues_ = static_cast<uint16_t>(2 + (options_.stats ? 1 : 0) +
                                       (options_.free_page_reporting ? 1 : 0));
   for (const BalloonRange& r : backend_->releasable()) ram_pages_ += r.size >> kBalloonPageShift;
+  workers_.reserve(num_queues_);  // never reallocated: continuations point at them
+  for (uint16_t i = 0; i < num_queues_; ++i) {
+    workers_.emplace_back(activation_, i, virtio::kDefaultChainBudget,
+                          [this, i] { ProcessQueue(i); });
+  }
 }
 
 absl::StatusOr<std::shared_ptr<BalloonDevice>> BalloonDevice::Create(
@@ -127,7 +130,7 @@ void BalloonDevice::RequestStats() {
   const uint64_t generation = generation_;
   loop_->Post([weak, generation] {
     auto self = weak.lock();
-    if (!self || !self->active_ || self->loop_generation_ != generation) return;
+    if (!self || !self->activation_.running() || self->loop_generation_ != generation) return;
     self->ReturnStatsBuffer();
   });
 }
@@ -164,12 +167,12 @@ BalloonMetrics BalloonDevice::metrics() const {
 // --- Lifecycle (loop thread) -------------------------------------------------
 
 absl::Status BalloonDevice::Activate(const virtio::ActivateContext& context) {
-  if (active_) return absl::FailedPreconditionError("virtio-balloon already active");
+  if (activation_.active()) return absl::FailedPreconditionError("virtio-balloon already active");
   if (context.queues.size() != num_queues_ || context.memory == nullptr ||
       context.notifier == nullptr || context.loop == nullptr) {
     return absl::InvalidArgumentError("virtio-balloon: bad activation context");
   }
-  context_ = context;
+  activation_.Begin(context);
   // Compacted queue numbering over the negotiated features (file comment).
   kinds_.fill(Kind::kNone);
   uint16_t next = 0;
@@ -178,7 +181,6 @@ absl::Status BalloonDevice::Activate(const virtio::ActivateContext& context) {
   const bool stats = (context.acked_features & kBalloonFeatureStatsVq) != 0;
   if (stats) kinds_[next++] = Kind::kStats;
   if ((context.acked_features & kBalloonFeatureReporting) != 0) kinds_[next++] = Kind::kReporting;
-  active_ = true;
   {
     absl::MutexLock lock(&mu_);
     notifier_ = context.notifier;
@@ -188,17 +190,11 @@ absl::Status BalloonDevice::Activate(const virtio::ActivateContext& context) {
     loop_generation_ = ++generation_;
   }
   if (stats && options_.stats_period_ns > 0) {
-    std::weak_ptr<BalloonDevice> weak = weak_from_this();
-    const uint64_t generation = loop_generation_;
-    DSEC_ASSIGN_OR_RETURN(stats_timer_, context.loop->AddTimer(
-                                            options_.stats_period_ns, options_.stats_period_ns,
-                                            [weak, generation] {
-                                              auto self = weak.lock();
-                                              if (!self || !self->active_ ||
-                                                  self->loop_generation_ != generation)
-                                                return;
-                                              self->ReturnStatsBuffer();
-                                            }));
+    DSEC_ASSIGN_OR_RETURN(stats_timer_,
+                          context.loop->AddTimer(options_.stats_period_ns, options_.stats_period_ns,
+                                                 activation_.Guard([this] {
+                                                   if (activation_.running()) ReturnStatsBuffer();
+                                                 })));
   }
   return absl::OkStatus();
 }
@@ -218,21 +214,14 @@ void BalloonDevice::Reset() {
   balloon_pages_.store(0);
   actual_.store(0);
   stats_head_.reset();
-  continue_posted_.fill(false);
-  context_ = {};
-  active_ = false;
+  activation_.End();
 }
 
 void BalloonDevice::CancelTimers() {
   for (int* timer : {&retry_timer_, &stats_timer_}) {
-    if (*timer >= 0 && context_.loop != nullptr) (void)context_.loop->CancelTimer(*timer);
+    if (*timer >= 0 && activation_.active()) (void)activation_.loop().CancelTimer(*timer);
     *timer = -1;
   }
-}
-
-void BalloonDevice::Broken(const absl::Status& status) {
-  context_.notifier->ReportBroken(status);
-  active_ = false;
 }
 
 std::optional<uint16_t> BalloonDevice::QueueOf(Kind kind) const {
@@ -243,42 +232,21 @@ std::optional<uint16_t> BalloonDevice::QueueOf(Kind kind) const {
 }
 
 void BalloonDevice::QueueNotify(uint16_t queue_index) {
-  if (!active_ || queue_index >= num_queues_) return;
-  // A throttled inflate queue runs again from its timer; a kick cannot make
-  // the budget refill sooner.
-  if (kinds_[queue_index] == Kind::kInflate && retry_timer_ >= 0) return;
-  ProcessQueue(queue_index);
+  if (queue_index < num_queues_) ProcessQueue(queue_index);
 }
 
 void BalloonDevice::ScheduleRetry(int64_t delay_ns) {
   if (retry_timer_ >= 0) return;
-  std::weak_ptr<BalloonDevice> weak = weak_from_this();
-  const uint64_t generation = loop_generation_;
-  absl::StatusOr<int> id = context_.loop->AddTimer(
-      std::max(delay_ns, options_.min_retry_ns), 0, [weak, generation] {
-        auto self = weak.lock();
-        if (!self || !self->active_ || self->loop_generation_ != generation) return;
-        self->retry_timer_ = -1;  // one-shot timers remove themselves
-        if (auto q = self->QueueOf(Kind::kInflate)) self->ProcessQueue(*q);
-      });
+  absl::StatusOr<int> id = activation_.loop().AddTimer(
+      std::max(delay_ns, options_.min_retry_ns), 0, activation_.Guard([this] {
+        retry_timer_ = -1;  // one-shot timers remove themselves
+        if (auto q = QueueOf(Kind::kInflate)) ProcessQueue(*q);
+      }));
   if (!id.ok()) {
-    Broken(id.status());
+    activation_.MarkBroken(id.status());
     return;
   }
   retry_timer_ = *id;
-}
-
-void BalloonDevice::PostContinue(uint16_t index) {
-  if (continue_posted_[index]) return;
-  continue_posted_[index] = true;
-  std::weak_ptr<BalloonDevice> weak = weak_from_this();
-  const uint64_t generation = loop_generation_;
-  context_.loop->Post([weak, generation, index] {
-    auto self = weak.lock();
-    if (!self || !self->active_ || self->loop_generation_ != generation) return;
-    self->continue_posted_[index] = false;
-    self->QueueNotify(index);
-  });
 }
 
 // --- Data plane (loop thread) ------------------------------------------------
@@ -286,59 +254,40 @@ void BalloonDevice::PostContinue(uint16_t index) {
 void BalloonDevice::ProcessQueue(uint16_t index) {
   const Kind kind = kinds_[index];
   if (kind == Kind::kNone) return;
-  virtio::Queue& queue = context_.queues[index];
-  if (!queue.active()) return;
-  bool used_any = false;
-  for (int served = 0;; ++served) {
-    if (served == kMaxChainsPerRun) {
-      PostContinue(index);  // yield to other handlers, then continue
-      break;
-    }
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = queue.Pop();
-    if (!chain.ok()) {
-      Broken(chain.status());
-      return;
-    }
-    if (!chain->has_value()) break;
-    if (!HandleChain(kind, index, **chain)) {
-      queue.UndoPop();
-      break;
-    }
-    if (!active_) return;
-    // The stats queue holds its buffer until the host wants new statistics.
-    if (kind == Kind::kStats) continue;
-    if (absl::Status s = queue.AddUsed((*chain)->head, 0); !s.ok()) {
-      Broken(s);
-      return;
-    }
-    used_any = true;
-  }
-  if (used_any) context_.notifier->SignalUsed(index);
+  workers_[index].Run(
+      // A throttled inflate queue runs again from its timer; a kick cannot
+      // make the budget refill sooner.
+      [this, kind] { return kind != Kind::kInflate || retry_timer_ < 0; },
+      [this, kind, index](virtio::DescriptorChain& chain) {
+        return HandleChain(kind, index, chain);
+      });
 }
 
-bool BalloonDevice::HandleChain(Kind kind, uint16_t index, const virtio::DescriptorChain& chain) {
+virtio::ChainResult BalloonDevice::HandleChain(Kind kind, uint16_t index,
+                                               const virtio::DescriptorChain& chain) {
   switch (kind) {
     case Kind::kInflate:
-      return Inflate(chain);
+      return Inflate(chain) ? virtio::ChainResult::Used(0) : virtio::ChainResult::PutBack();
     case Kind::kDeflate:
       Deflate(chain);
-      return true;
+      break;
     case Kind::kReporting:
       Report(chain);
-      return true;
+      break;
     case Kind::kStats:
+      // The stats queue holds its buffer until the host wants new statistics.
       ReceiveStats(index, chain);
-      return true;
+      return virtio::ChainResult::Kept();
     case Kind::kNone:
       break;
   }
-  return true;
+  return virtio::ChainResult::Used(0);
 }
 
 void BalloonDevice::RefuseNotRam(uint64_t pfn) {
   // Inside guest memory but not releasable RAM (pmem, other mapped windows)
   // versus outside guest memory entirely.
-  if (context_.memory->FindRegion(pfn << kBalloonPageShift) != nullptr) {
+  if (activation_.memory().FindRegion(pfn << kBalloonPageShift) != nullptr) {
     Count(counters_.refused_not_releasable);
   } else {
     Count(counters_.refused_not_ram);
@@ -361,7 +310,7 @@ void BalloonDevice::Release(uint64_t first_pfn, uint64_t count,
 
 bool BalloonDevice::Inflate(const virtio::DescriptorChain& chain) {
   absl::StatusOr<std::vector<uint32_t>> pfns =
-      ParsePfnRequest(chain, *context_.memory, options_.max_pfns_per_request);
+      ParsePfnRequest(chain, activation_.memory(), options_.max_pfns_per_request);
   if (!pfns.ok()) {
     Count(counters_.bad_requests);
     DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-balloon {}", pfns.status().ToString());
@@ -404,7 +353,7 @@ bool BalloonDevice::Inflate(const virtio::DescriptorChain& chain) {
 
 void BalloonDevice::Deflate(const virtio::DescriptorChain& chain) {
   absl::StatusOr<std::vector<uint32_t>> pfns =
-      ParsePfnRequest(chain, *context_.memory, options_.max_pfns_per_request);
+      ParsePfnRequest(chain, activation_.memory(), options_.max_pfns_per_request);
   if (!pfns.ok()) {
     Count(counters_.bad_requests);
     DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-balloon {}", pfns.status().ToString());
@@ -481,7 +430,7 @@ void BalloonDevice::Report(const virtio::DescriptorChain& chain) {
 
 void BalloonDevice::ReceiveStats(uint16_t index, const virtio::DescriptorChain& chain) {
   absl::StatusOr<BalloonStats> stats =
-      ParseStatsRequest(chain, *context_.memory, options_.max_stats_entries);
+      ParseStatsRequest(chain, activation_.memory(), options_.max_stats_entries);
   if (stats.ok()) {
     Count(counters_.stats_updates);
     absl::MutexLock lock(&mu_);
@@ -493,13 +442,8 @@ void BalloonDevice::ReceiveStats(uint16_t index, const virtio::DescriptorChain& 
   }
   // The driver has one stats buffer; a second one means it gave up on the
   // first (or is hostile): hand the old one back so nothing leaks.
-  if (stats_head_) {
-    if (absl::Status s = context_.queues[index].AddUsed(*stats_head_, 0); !s.ok()) {
-      Broken(s);
-      return;
-    }
-    context_.notifier->SignalUsed(index);
-  }
+  // (The run that brought the new one notifies the driver.)
+  if (stats_head_ && !workers_[index].Complete(*stats_head_, 0)) return;
   stats_head_ = chain.head;
 }
 
@@ -507,13 +451,10 @@ void BalloonDevice::ReturnStatsBuffer() {
   std::optional<uint16_t> index = QueueOf(Kind::kStats);
   if (!index || !stats_head_) return;
   // Section 5.5.6.3: returning the buffer asks the driver for new stats.
-  if (absl::Status s = context_.queues[*index].AddUsed(*stats_head_, 0); !s.ok()) {
-    Broken(s);
-    return;
-  }
+  if (!workers_[*index].Complete(*stats_head_, 0)) return;
   stats_head_.reset();
   Count(counters_.stats_requests);
-  context_.notifier->SignalUsed(*index);
+  workers_[*index].SignalUsed();
 }
 
 }  // namespace dsec::devices

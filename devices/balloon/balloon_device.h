@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -44,7 +45,8 @@
 #include "devices/balloon/balloon_control.h"
 #include "devices/balloon/balloon_pages.h"
 #include "devices/balloon/balloon_request.h"
-#include "devices/virtio/queue.h"
+#include "devices/virtio/activation.h"
+#include "devices/virtio/queue_worker.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/clock.h"
 #include "base/token_bucket.h"
@@ -124,8 +126,8 @@ class BalloonDevice : public virtio::VirtioDevice,
 
   // Loop thread.
   void ProcessQueue(uint16_t index);
-  // Handles one popped chain; false if it was given back (throttled).
-  bool HandleChain(Kind kind, uint16_t index, const virtio::DescriptorChain& chain);
+  virtio::ChainResult HandleChain(Kind kind, uint16_t index, const virtio::DescriptorChain& chain);
+  // False if the chain must wait (page budget exhausted).
   bool Inflate(const virtio::DescriptorChain& chain);
   void Deflate(const virtio::DescriptorChain& chain);
   void Report(const virtio::DescriptorChain& chain);
@@ -135,9 +137,7 @@ class BalloonDevice : public virtio::VirtioDevice,
   void RefuseNotRam(uint64_t pfn);
   // Releases [first_pfn, first_pfn + count) through the backend.
   void Release(uint64_t first_pfn, uint64_t count, std::atomic<uint64_t>& released);
-  void Broken(const absl::Status& status);
   void ScheduleRetry(int64_t delay_ns);
-  void PostContinue(uint16_t index);
   void CancelTimers();
   std::optional<uint16_t> QueueOf(Kind kind) const;
 
@@ -161,8 +161,8 @@ class BalloonDevice : public virtio::VirtioDevice,
   std::optional<BalloonStatsSample> stats_ ABSL_GUARDED_BY(mu_);
 
   // Loop thread, valid between Activate() and Reset().
-  virtio::ActivateContext context_;
-  bool active_ = false;
+  virtio::Activation activation_;
+  std::vector<virtio::QueueWorker> workers_;  // by queue index; built once
   uint64_t loop_generation_ = 0;  // generation_ as of Activate()
   std::array<Kind, 4> kinds_{};   // by queue index
   TokenBucket bucket_;
@@ -170,7 +170,6 @@ class BalloonDevice : public virtio::VirtioDevice,
   std::optional<uint16_t> stats_head_;  // the stats buffer the device holds
   int retry_timer_ = -1;
   int stats_timer_ = -1;
-  std::array<bool, 4> continue_posted_{};
 };
 
 }  // namespace dsec::devices

@@ -73,7 +73,10 @@ BlkDevice::BlkDevice(DiskImage image, BlkDeviceConfig config)
       config_(std::move(config)),
       clock_(config_.clock != nullptr ? config_.clock : &MonotonicClock::Get()),
       bytes_bucket_(config_.rate_bytes_per_second, config_.burst_bytes, clock_),
-      ops_bucket_(config_.rate_ops_per_second, config_.burst_ops, clock_) {
+      ops_bucket_(config_.rate_ops_per_second, config_.burst_ops, clock_),
+      // Chains completed at once (invalid or refused requests, GET_ID) take
+      // no I/O slot: the budget bounds them per run.
+      worker_(activation_, 0, config_.queue_size, [this] { ProcessQueue(); }) {
   const bool ro = image_.read_only();
   features_ = kBlkFeatureSegMax | kBlkFeatureBlkSize | kBlkFeatureFlush |
               virtio::kFeatureRingEventIdx | virtio::kFeatureRingIndirectDesc;
@@ -95,7 +98,7 @@ BlkDevice::BlkDevice(DiskImage image, BlkDeviceConfig config)
 }
 
 BlkDevice::~BlkDevice() {
-  if (active_) Reset();
+  if (activation_.active()) Reset();
 }
 
 void BlkDevice::ReadConfig(uint64_t offset, std::span<uint8_t> data) {
@@ -113,7 +116,7 @@ void BlkDevice::WriteConfig(uint64_t, std::span<const uint8_t>) {
 }
 
 absl::Status BlkDevice::Activate(const virtio::ActivateContext& context) {
-  if (active_) return absl::FailedPreconditionError("virtio-blk already active");
+  if (activation_.active()) return absl::FailedPreconditionError("virtio-blk already active");
   if (context.queues.size() != 1 || context.memory == nullptr || context.notifier == nullptr ||
       context.loop == nullptr) {
     return absl::InvalidArgumentError("virtio-blk needs one queue, memory, notifier and loop");
@@ -132,12 +135,7 @@ absl::Status BlkDevice::Activate(const virtio::ActivateContext& context) {
   limits_.max_write_zeroes_sectors = config_.max_write_zeroes_sectors;
   limits_.max_write_zeroes_seg = config_.max_write_zeroes_seg;
   flush_negotiated_ = (acked & kBlkFeatureFlush) != 0;
-  queue_ = &context.queues[0];
-  memory_ = context.memory;
-  notifier_ = context.notifier;
-  loop_ = context.loop;
-  active_ = true;
-  broken_ = false;
+  activation_.Begin(context);
   DSEC_LOG(info, "device=blk image={} backend={} capacity_sectors={} read_only={} flush={}",
            image_.path(), backend_->name(), image_.capacity_sectors(), image_.read_only(),
            flush_negotiated_);
@@ -145,25 +143,19 @@ absl::Status BlkDevice::Activate(const virtio::ActivateContext& context) {
 }
 
 void BlkDevice::QueueNotify(uint16_t queue_index) {
-  if (queue_index != 0) return;
-  ProcessQueue();
-  SignalIfNeeded();
+  if (queue_index == 0) ProcessQueue();
 }
 
 void BlkDevice::Reset() {
-  if (throttle_timer_ >= 0 && loop_ != nullptr) (void)loop_->CancelTimer(throttle_timer_);
+  if (throttle_timer_ >= 0 && activation_.active()) {
+    (void)activation_.loop().CancelTimer(throttle_timer_);
+  }
   throttle_timer_ = -1;
   // Waits for the kernel to finish with guest buffers and drops the
   // completions: the abandoned requests belong to the driver again.
   backend_.reset();
   in_flight_.clear();
-  queue_ = nullptr;
-  memory_ = nullptr;
-  notifier_ = nullptr;
-  loop_ = nullptr;
-  active_ = false;
-  broken_ = false;
-  used_pending_ = false;
+  activation_.End();
 }
 
 BlkMetrics BlkDevice::metrics() const {
@@ -186,50 +178,36 @@ BlkMetrics BlkDevice::metrics() const {
 }
 
 void BlkDevice::ProcessQueue() {
-  if (!active_ || broken_ || !queue_->active()) return;
-  while (in_flight_.size() < config_.io_depth) {
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> popped = queue_->Pop();
-    if (!popped.ok()) {
-      broken_ = true;
-      notifier_->ReportBroken(popped.status());
-      return;
-    }
-    if (!popped->has_value()) return;
-    virtio::DescriptorChain chain = std::move(**popped);
-    absl::StatusOr<BlkRequest> req = ParseBlkRequest(*memory_, chain, limits_);
-    const bool has_data = req.ok() && req->status == kBlkStatusOk &&
-                          (req->type == BlkRequestType::kIn || req->type == BlkRequestType::kOut);
-    // Every chain costs one op, so refused requests cannot be spammed for
-    // free; IN/OUT data also costs bytes.
-    if (!Admit(has_data ? req->data_len : 0)) {
-      queue_->UndoPop();
-      return;
-    }
-    Count(counters_.requests);
-    if (!req.ok()) {
-      // No status byte to report through: return the chain with nothing
-      // written so the driver gets its descriptors back.
-      Count(counters_.invalid_chains);
-      DSEC_LOG_RATELIMITED(warn, 5, "device=blk image={} invalid request: {}", image_.path(),
-                           std::string(req.status().message()));
-      if (absl::Status s = queue_->AddUsed(chain.head, 0); !s.ok()) {
-        broken_ = true;
-        notifier_->ReportBroken(s);
-        return;
-      }
-      used_pending_ = true;
-      continue;
-    }
-    if (req->status != kBlkStatusOk) {
-      Count(req->status == kBlkStatusUnsupp ? counters_.unsupported : counters_.errors);
-      Complete(chain.head, req->status_gpa, req->status, 1);
-      continue;
-    }
-    auto request = std::make_unique<InFlight>();
-    request->head = chain.head;
-    request->req = std::move(*req);
-    Start(std::move(request));
+  // A request completing frees a slot and runs the queue again.
+  worker_.Run([this] { return in_flight_.size() < config_.io_depth; },
+              [this](virtio::DescriptorChain& chain) { return HandleChain(chain); });
+}
+
+virtio::ChainResult BlkDevice::HandleChain(const virtio::DescriptorChain& chain) {
+  absl::StatusOr<BlkRequest> req = ParseBlkRequest(activation_.memory(), chain, limits_);
+  const bool has_data = req.ok() && req->status == kBlkStatusOk &&
+                        (req->type == BlkRequestType::kIn || req->type == BlkRequestType::kOut);
+  // Every chain costs one op, so refused requests cannot be spammed for
+  // free; IN/OUT data also costs bytes.
+  if (!Admit(has_data ? req->data_len : 0)) return virtio::ChainResult::PutBack();
+  Count(counters_.requests);
+  if (!req.ok()) {
+    // No status byte to report through: return the chain with nothing
+    // written so the driver gets its descriptors back.
+    Count(counters_.invalid_chains);
+    DSEC_LOG_RATELIMITED(warn, 5, "device=blk image={} invalid request: {}", image_.path(),
+                         std::string(req.status().message()));
+    return virtio::ChainResult::Used(0);
   }
+  if (req->status != kBlkStatusOk) {
+    Count(req->status == kBlkStatusUnsupp ? counters_.unsupported : counters_.errors);
+    return virtio::ChainResult::Used(WriteStatus(req->status_gpa, req->status, 1));
+  }
+  auto request = std::make_unique<InFlight>();
+  request->head = chain.head;
+  request->req = std::move(*req);
+  Start(std::move(request));  // completes it at once (GET_ID) or from the backend
+  return virtio::ChainResult::Kept();
 }
 
 bool BlkDevice::Admit(uint64_t bytes) {
@@ -246,10 +224,9 @@ bool BlkDevice::Admit(uint64_t bytes) {
   }
   Count(counters_.throttled);
   if (throttle_timer_ >= 0) return false;  // already waiting
-  absl::StatusOr<int> timer = loop_->AddTimer(wait, 0, [this] {
+  absl::StatusOr<int> timer = activation_.loop().AddTimer(wait, 0, [this] {
     throttle_timer_ = -1;
     ProcessQueue();
-    SignalIfNeeded();
   });
   if (!timer.ok()) {
     // Without a timer nothing would restart the queue; better to exceed the
@@ -273,7 +250,8 @@ void BlkDevice::Start(std::unique_ptr<InFlight> request) {
     case BlkRequestType::kOut: {
       const bool read = r->req.type == BlkRequestType::kIn;
       Count(read ? counters_.read_requests : counters_.write_requests);
-      absl::StatusOr<std::vector<iovec>> iov = GuestRangesToIovecs(*memory_, r->req.data);
+      absl::StatusOr<std::vector<iovec>> iov =
+          GuestRangesToIovecs(activation_.memory(), r->req.data);
       if (!iov.ok()) {
         Finish(id, kBlkStatusIoErr);
         return;
@@ -296,7 +274,9 @@ void BlkDevice::Start(std::unique_ptr<InFlight> request) {
       std::memcpy(id_bytes.data(), config_.serial.data(), config_.serial.size());
       size_t pos = 0;
       for (const virtio::GuestBuffer& b : r->req.data) {
-        if (!memory_->Write(b.gpa, std::span<const uint8_t>(id_bytes).subspan(pos, b.len)).ok()) {
+        if (!activation_.memory()
+                 .Write(b.gpa, std::span<const uint8_t>(id_bytes).subspan(pos, b.len))
+                 .ok()) {
           Finish(id, kBlkStatusIoErr);
           return;
         }
@@ -355,9 +335,9 @@ void BlkDevice::OnIoDone(uint64_t id, int64_t result) {
   } else {
     Finish(id, kBlkStatusOk);
   }
-  // A slot is free: take more requests from the ring.
+  // A slot is free: take more requests from the ring (the run also tells
+  // the driver about this completion).
   ProcessQueue();
-  SignalIfNeeded();
 }
 
 void BlkDevice::Finish(uint64_t id, uint8_t status) {
@@ -384,25 +364,17 @@ void BlkDevice::Finish(uint64_t id, uint8_t status) {
   } else {
     Count(status == kBlkStatusUnsupp ? counters_.unsupported : counters_.errors);
   }
-  Complete(r->head, r->req.status_gpa, status, used_len);
+  // A broken device writes nothing more into buffers the driver is about
+  // to take back by resetting it.
+  if (!activation_.running()) return;
+  (void)worker_.Complete(r->head, WriteStatus(r->req.status_gpa, status, used_len));
 }
 
-void BlkDevice::Complete(uint16_t head, uint64_t status_gpa, uint8_t status, uint32_t used_len) {
+uint32_t BlkDevice::WriteStatus(uint64_t status_gpa, uint8_t status, uint32_t used_len) {
   // The status byte's range was checked by the queue; a failure here would
   // mean guest memory changed shape, so report nothing written.
-  if (!memory_->WriteObj<uint8_t>(status_gpa, status).ok()) used_len = 0;
-  if (absl::Status s = queue_->AddUsed(head, used_len); !s.ok()) {
-    broken_ = true;
-    notifier_->ReportBroken(s);
-    return;
-  }
-  used_pending_ = true;
-}
-
-void BlkDevice::SignalIfNeeded() {
-  if (!used_pending_ || notifier_ == nullptr) return;
-  used_pending_ = false;
-  notifier_->SignalUsed(0);
+  if (!activation_.memory().WriteObj<uint8_t>(status_gpa, status).ok()) return 0;
+  return used_len;
 }
 
 }  // namespace dsec::devices

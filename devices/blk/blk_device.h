@@ -13,6 +13,8 @@
 #include "devices/blk/blk_backend.h"
 #include "devices/blk/blk_request.h"
 #include "devices/blk/disk_image.h"
+#include "devices/virtio/activation.h"
+#include "devices/virtio/queue_worker.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/clock.h"
 #include "base/token_bucket.h"
@@ -105,9 +107,12 @@ struct BlkMetrics {
 // Requests are parsed (blk_request.h), admitted by a pair of token buckets
 // (bytes and ops), and handed to an asynchronous backend (io_uring, or the
 // synchronous fallback); at most io_depth are in flight, the rest stay in
-// the ring. A request the limiter refuses goes back to the ring (UndoPop)
-// and a one-shot timer re-runs the queue when the buckets will have refilled:
-// throttling delays requests, it never drops them. Without VIRTIO_BLK_F_FLUSH
+// the ring. The ring is served by a virtio::QueueWorker: a request handed to
+// the backend is a kept chain, returned by its completion (which then takes
+// more requests from the ring, since a slot is free). A request the limiter
+// refuses goes back to the ring (UndoPop) and a one-shot timer re-runs the
+// queue when the buckets will have refilled: throttling delays requests, it
+// never drops them. Without VIRTIO_BLK_F_FLUSH
 // negotiated the device is write-through (each write is followed by
 // fdatasync before it completes, section 5.2.6.2).
 //
@@ -157,16 +162,16 @@ class BlkDevice : public virtio::VirtioDevice {
   BlkDevice(DiskImage image, BlkDeviceConfig config);
 
   void ProcessQueue();
+  virtio::ChainResult HandleChain(const virtio::DescriptorChain& chain);
   // True if the buckets admit `bytes`; otherwise arms the timer.
   bool Admit(uint64_t bytes);
   void Start(std::unique_ptr<InFlight> request);
   void NextSegment(InFlight* request);
   // A backend completion for `id`.
   void OnIoDone(uint64_t id, int64_t result);
-  // Writes the status byte, returns the chain, and frees the slot.
-  void Complete(uint16_t head, uint64_t status_gpa, uint8_t status, uint32_t used_len);
+  // Writes the status byte; the used length to return the chain with.
+  uint32_t WriteStatus(uint64_t status_gpa, uint8_t status, uint32_t used_len);
   void Finish(uint64_t id, uint8_t status);
-  void SignalIfNeeded();
   void Count(std::atomic<uint64_t>& counter, uint64_t n = 1) {
     counter.fetch_add(n, std::memory_order_relaxed);
   }
@@ -181,16 +186,11 @@ class BlkDevice : public virtio::VirtioDevice {
   Counters counters_;
 
   // Active state (loop thread).
-  bool active_ = false;
-  bool broken_ = false;
+  virtio::Activation activation_;
+  virtio::QueueWorker worker_;
   BlkLimits limits_;
   bool flush_negotiated_ = false;
-  virtio::Queue* queue_ = nullptr;
-  const memory::GuestMemory* memory_ = nullptr;
-  virtio::DriverNotifier* notifier_ = nullptr;
-  EventLoop* loop_ = nullptr;
   int throttle_timer_ = -1;
-  bool used_pending_ = false;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<InFlight>> in_flight_;
   // Declared last: destroyed first, so no completion can reach the state

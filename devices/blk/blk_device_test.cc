@@ -365,6 +365,23 @@ TEST_P(BlkDeviceTest, RingViolationReportsBroken) {
   EXPECT_EQ(vq_->used_idx(), 0);
 }
 
+TEST_P(BlkDeviceTest, CompletionAfterARingViolationLeavesTheRingAlone) {
+  Start();
+  auto read = vq_->AddChain({Header(kBlkTypeIn, 0)}, {512, 1});
+  const virtio::GuestBuffer& status = read.writable.back();
+  vq_->WriteBytes(status.gpa, {0xee});  // not a status the device writes
+  device_->QueueNotify(0);  // the read is in flight
+  vq_->PushAvail(kQueueSize + 1);  // head index out of range
+  device_->QueueNotify(0);
+  ASSERT_FALSE(notifier_.broken.ok());
+  // The read completes (counted) but the broken device returns nothing to
+  // the ring the driver is about to reset, and says nothing more.
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return device_->metrics().bytes_read == 512; }));
+  EXPECT_EQ(vq_->used_idx(), 0);
+  EXPECT_EQ(StatusOf(read), 0xee);
+  EXPECT_EQ(notifier_.signals, 0);
+}
+
 TEST_P(BlkDeviceTest, ManyRequestsBeyondIoDepthAllComplete) {
   config_.io_depth = 2;
   Start();

@@ -60,6 +60,9 @@ NetDevice::NetDevice(NetDeviceConfig config, std::unique_ptr<NetBackend> backend
     : config_(std::move(config)),
       backend_(std::move(backend)),
       features_(features),
+      // One queue's worth of frames per run.
+      rx_worker_(activation_, kRxQueue, config_.queue_size, [this] { ProcessRx(); }),
+      tx_worker_(activation_, kTxQueue, config_.queue_size, [this] { ProcessTx(); }),
       rx_limiter_(config_.rx_limit, config_.clock),
       tx_limiter_(config_.tx_limit, config_.clock) {
   std::memcpy(config_space_.mac, config_.mac.data(), sizeof(config_space_.mac));
@@ -70,7 +73,7 @@ NetDevice::NetDevice(NetDeviceConfig config, std::unique_ptr<NetBackend> backend
 }
 
 NetDevice::~NetDevice() {
-  if (active_) Reset();
+  if (activation_.active()) Reset();
 }
 
 NetMetrics NetDevice::metrics() const {
@@ -102,7 +105,7 @@ void NetDevice::WriteConfig(uint64_t, std::span<const uint8_t>) {
 }
 
 absl::Status NetDevice::Activate(const virtio::ActivateContext& context) {
-  if (active_) return absl::FailedPreconditionError("virtio-net is already active");
+  if (activation_.active()) return absl::FailedPreconditionError("virtio-net is already active");
   if (context.queues.size() != num_queues() || context.memory == nullptr ||
       context.notifier == nullptr || context.loop == nullptr) {
     return absl::InvalidArgumentError("virtio-net activation context is incomplete");
@@ -129,19 +132,13 @@ absl::Status NetDevice::Activate(const virtio::ActivateContext& context) {
 
   tx_policy_ = tx_policy;
   rx_offloads_ = rx_offloads;
-  memory_ = context.memory;
-  rx_queue_ = &context.queues[kRxQueue];
-  tx_queue_ = &context.queues[kTxQueue];
-  notifier_ = context.notifier;
-  loop_ = context.loop;
-  active_ = true;
-  broken_ = false;
+  activation_.Begin(context);
   // Receive starts by watching the backend; the first frame (or the
   // activation kick) finds out whether the driver gave buffers yet.
-  rx_watch_ = rx_queue_->active();
+  rx_watch_ = context.queues[kRxQueue].active();
   tx_wait_writable_ = false;
   UpdateBackendWatch();
-  if (broken_) return absl::InternalError("virtio-net could not watch its backend");
+  if (activation_.broken()) return absl::InternalError("virtio-net could not watch its backend");
   return absl::OkStatus();
 }
 
@@ -155,16 +152,10 @@ void NetDevice::QueueNotify(uint16_t queue_index) {
 
 void NetDevice::Reset() {
   CancelTimers();
-  active_ = false;
   rx_watch_ = false;
   tx_wait_writable_ = false;
   UpdateBackendWatch();
-  broken_ = false;
-  memory_ = nullptr;
-  rx_queue_ = nullptr;
-  tx_queue_ = nullptr;
-  notifier_ = nullptr;
-  loop_ = nullptr;
+  activation_.End();
   // The rate limiters keep their state: a driver reset must not refill them.
 }
 
@@ -176,7 +167,7 @@ bool NetDevice::AppendHostRanges(std::span<const virtio::GuestBuffer> ranges,
     uint64_t gpa = range.gpa;
     uint64_t left = range.len;
     while (left > 0) {
-      const memory::GuestRegion* region = memory_->FindRegion(gpa);
+      const memory::GuestRegion* region = activation_.memory().FindRegion(gpa);
       if (region == nullptr || iov.size() >= kMaxNetIov) return false;
       uint64_t n = std::min(left, region->end() - gpa);
       if (n == 0) return false;
@@ -188,20 +179,13 @@ bool NetDevice::AppendHostRanges(std::span<const virtio::GuestBuffer> ranges,
   return true;
 }
 
-NetDevice::RxStep NetDevice::ReceiveInto(const virtio::DescriptorChain& chain) {
-  auto give_back = [&](uint32_t len) {
-    absl::Status s = rx_queue_->AddUsed(chain.head, len);
-    if (!s.ok()) {
-      MarkBroken(s);
-      return RxStep::kBroken;
-    }
-    return RxStep::kDelivered;
-  };
+virtio::ChainResult NetDevice::ReceiveInto(const virtio::DescriptorChain& chain) {
+  using virtio::ChainResult;
   // Guest-controlled: the chain's writable lengths. A chain that cannot hold
   // even a header and an Ethernet header goes back empty, without a frame.
-  if (chain.WritableBytes() < kVirtioNetHdrSize + kMinFrameLen) return give_back(0);
-  virtio::ChainWriter writer(*memory_, chain);
-  if (!writer.Skip(kVirtioNetHdrSize).ok()) return give_back(0);
+  if (chain.WritableBytes() < kVirtioNetHdrSize + kMinFrameLen) return ChainResult::Used(0);
+  virtio::ChainWriter writer(activation_.memory(), chain);
+  if (!writer.Skip(kVirtioNetHdrSize).ok()) return ChainResult::Used(0);
   std::vector<virtio::GuestBuffer> ranges = writer.TakeRanges(kMaxFrameLen);
   uint64_t room = 0;
   for (const auto& r : ranges) room += r.len;
@@ -211,21 +195,14 @@ NetDevice::RxStep NetDevice::ReceiveInto(const virtio::DescriptorChain& chain) {
   iov_scratch_.clear();
   iov_scratch_.push_back(iovec{&backend_hdr, sizeof(backend_hdr)});
   if (!AppendHostRanges(ranges, iov_scratch_) || iov_scratch_.size() >= kMaxNetIov) {
-    return give_back(0);
+    return ChainResult::Used(0);
   }
   // A frame that does not fit spills into this byte (see NetIo::bytes).
   iov_scratch_.push_back(iovec{&spare, 1});
 
   absl::StatusOr<NetIo> io = backend_->Receive(iov_scratch_);
-  if (!io.ok()) {
-    rx_queue_->UndoPop();
-    MarkBroken(Annotate(io.status(), "virtio-net backend receive"));
-    return RxStep::kBroken;
-  }
-  if (io->would_block) {
-    rx_queue_->UndoPop();
-    return RxStep::kBackendEmpty;
-  }
+  if (!io.ok()) return ChainResult::Broken(Annotate(io.status(), "virtio-net backend receive"));
+  if (io->would_block) return ChainResult::PutBack();
   absl::StatusOr<VirtioNetHdr> hdr =
       absl::InvalidArgumentError("backend frame shorter than the header");
   if (io->bytes >= kVirtioNetHdrSize) {
@@ -241,129 +218,93 @@ NetDevice::RxStep NetDevice::ReceiveInto(const virtio::DescriptorChain& chain) {
     Bump(metrics_.rx_dropped);
     DSEC_LOG_RATELIMITED(warn, 5, "device=virtio-net net={} event=rx_drop reason={}", config_.id,
                          hdr.status().ToString());
-    rx_queue_->UndoPop();  // the buffer is reused for the next frame
-    return RxStep::kDropped;
+    return ChainResult::Requeue();  // the buffer is reused for the next frame
   }
   const uint64_t frame_len = io->bytes - kVirtioNetHdrSize;
-  virtio::ChainWriter header_writer(*memory_, chain);
-  absl::Status s = header_writer.WriteObj(*hdr);
-  if (!s.ok()) {
-    MarkBroken(s);
-    return RxStep::kBroken;
-  }
-  RxStep step = give_back(static_cast<uint32_t>(io->bytes));
-  if (step != RxStep::kDelivered) return step;
+  virtio::ChainWriter header_writer(activation_.memory(), chain);
+  if (absl::Status s = header_writer.WriteObj(*hdr); !s.ok()) return ChainResult::Broken(s);
   Bump(metrics_.rx_packets);
   Bump(metrics_.rx_bytes, frame_len);
   rx_limiter_.Charge(frame_len);
-  return RxStep::kDelivered;
+  return ChainResult::Used(static_cast<uint32_t>(io->bytes));
+}
+
+bool NetDevice::AdmitRx() {
+  if (rx_timer_.has_value()) return false;  // throttled: the timer resumes receive
+  const int64_t wait = rx_limiter_.NsUntilAdmitted();
+  if (wait <= 0) return true;
+  Bump(metrics_.rx_throttled);
+  ArmTimer(rx_timer_, wait, &NetDevice::ProcessRx);
+  return false;
 }
 
 void NetDevice::ProcessRx() {
-  if (!active_ || broken_ || !rx_queue_->active()) return;
-  if (rx_timer_.has_value()) return;  // throttled: the timer resumes receive
-  bool used = false;
-  bool want_backend = true;
-  // One queue's worth per event; epoll reports the backend again if more
-  // frames wait, so nothing is lost by yielding.
-  for (uint32_t i = 0; i < config_.queue_size; ++i) {
-    int64_t wait = rx_limiter_.NsUntilAdmitted();
-    if (wait > 0) {
-      Bump(metrics_.rx_throttled);
-      ArmTimer(rx_timer_, wait, &NetDevice::ProcessRx);
-      want_backend = false;
-      break;
-    }
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = rx_queue_->Pop();
-    if (!chain.ok()) {
-      MarkBroken(chain.status());
-      break;
-    }
-    if (!chain->has_value()) {
-      // No buffers: stop reading the backend until the driver kicks.
-      want_backend = false;
-      break;
-    }
-    RxStep step = ReceiveInto(**chain);
-    if (step == RxStep::kDelivered) used = true;
-    if (step == RxStep::kBackendEmpty || step == RxStep::kBroken) break;
-  }
-  if (used && notifier_ != nullptr) notifier_->SignalUsed(kRxQueue);
-  if (broken_) return;
-  rx_watch_ = want_backend;
+  virtio::RunResult run =
+      rx_worker_.Run([this] { return AdmitRx(); },
+                     [this](virtio::DescriptorChain& chain) { return ReceiveInto(chain); });
+  if (run.stop == virtio::RunStop::kInactive || !activation_.running()) return;
+  // Watch the backend while frames can go somewhere: not without receive
+  // buffers (until the driver kicks) and not while throttled (the timer
+  // resumes). Out of budget, a continuation is posted and epoll reports the
+  // backend again too.
+  rx_watch_ = run.stop != virtio::RunStop::kEmpty && run.stop != virtio::RunStop::kNotAdmitted;
   UpdateBackendWatch();
 }
 
-void NetDevice::ProcessTx() {
-  if (!active_ || broken_ || !tx_queue_->active()) return;
-  if (tx_timer_.has_value() || tx_wait_writable_) return;
-  bool used = false;
-  uint32_t i = 0;
-  for (; i < config_.queue_size; ++i) {
-    int64_t wait = tx_limiter_.NsUntilAdmitted();
-    if (wait > 0) {
-      Bump(metrics_.tx_throttled);
-      ArmTimer(tx_timer_, wait, &NetDevice::ProcessTx);
-      break;
-    }
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = tx_queue_->Pop();
-    if (!chain.ok()) {
-      MarkBroken(chain.status());
-      break;
-    }
-    if (!chain->has_value()) break;
-    const virtio::DescriptorChain& c = **chain;
+bool NetDevice::AdmitTx() {
+  // A rate-limit timer or the backend's writability resumes transmit.
+  if (tx_timer_.has_value() || tx_wait_writable_) return false;
+  const int64_t wait = tx_limiter_.NsUntilAdmitted();
+  if (wait <= 0) return true;
+  Bump(metrics_.tx_throttled);
+  ArmTimer(tx_timer_, wait, &NetDevice::ProcessTx);
+  return false;
+}
 
-    absl::Status why;
-    absl::StatusOr<TxFrame> frame = ParseTxChain(*memory_, c, tx_policy_);
-    if (frame.ok()) {
-      iov_scratch_.clear();
-      iov_scratch_.push_back(iovec{&frame->hdr, sizeof(frame->hdr)});
-      if (!AppendHostRanges(frame->frame, iov_scratch_)) {
-        why = absl::InvalidArgumentError("frame spread over too many guest buffers");
-      } else {
-        absl::StatusOr<NetIo> io = backend_->Send(iov_scratch_);
-        if (io.ok() && io->would_block) {
-          // Keep the frame: it goes when the backend is writable again.
-          tx_queue_->UndoPop();
-          tx_wait_writable_ = true;
-          UpdateBackendWatch();
-          break;
-        }
-        if (!io.ok()) why = io.status();
+void NetDevice::ProcessTx() {
+  tx_worker_.Run([this] { return AdmitTx(); },
+                 [this](virtio::DescriptorChain& chain) { return Transmit(chain); });
+}
+
+virtio::ChainResult NetDevice::Transmit(const virtio::DescriptorChain& chain) {
+  absl::Status why;
+  absl::StatusOr<TxFrame> frame = ParseTxChain(activation_.memory(), chain, tx_policy_);
+  if (frame.ok()) {
+    iov_scratch_.clear();
+    iov_scratch_.push_back(iovec{&frame->hdr, sizeof(frame->hdr)});
+    if (!AppendHostRanges(frame->frame, iov_scratch_)) {
+      why = absl::InvalidArgumentError("frame spread over too many guest buffers");
+    } else {
+      absl::StatusOr<NetIo> io = backend_->Send(iov_scratch_);
+      if (io.ok() && io->would_block) {
+        // Keep the frame: it goes when the backend is writable again.
+        tx_wait_writable_ = true;
+        UpdateBackendWatch();
+        return virtio::ChainResult::PutBack();
       }
-    } else {
-      why = frame.status();
+      if (!io.ok()) why = io.status();
     }
-    if (why.ok()) {
-      Bump(metrics_.tx_packets);
-      Bump(metrics_.tx_bytes, frame->frame_len);
-      tx_limiter_.Charge(frame->frame_len);
-    } else {
-      Bump(metrics_.tx_dropped);
-      DSEC_LOG_RATELIMITED(warn, 5, "device=virtio-net net={} event=tx_drop reason={}", config_.id,
-                           why.ToString());
-    }
-    // Transmit buffers are read-only: the used length is 0 (section 5.1.6.2).
-    absl::Status s = tx_queue_->AddUsed(c.head, 0);
-    if (!s.ok()) {
-      MarkBroken(s);
-      break;
-    }
-    used = true;
+  } else {
+    why = frame.status();
   }
-  if (used && notifier_ != nullptr) notifier_->SignalUsed(kTxQueue);
-  // Out of budget with chains possibly left: continue after the loop has
-  // served other events.
-  if (i == config_.queue_size && !broken_ && !tx_wait_writable_) {
-    ArmTimer(tx_timer_, 0, &NetDevice::ProcessTx);
+  if (why.ok()) {
+    Bump(metrics_.tx_packets);
+    Bump(metrics_.tx_bytes, frame->frame_len);
+    tx_limiter_.Charge(frame->frame_len);
+  } else {
+    Bump(metrics_.tx_dropped);
+    DSEC_LOG_RATELIMITED(warn, 5, "device=virtio-net net={} event=tx_drop reason={}", config_.id,
+                         why.ToString());
   }
+  // Transmit buffers are read-only: the used length is 0 (section 5.1.6.2).
+  return virtio::ChainResult::Used(0);
 }
 
 void NetDevice::OnBackendEvent(uint32_t events) {
   if (events & (EPOLLERR | EPOLLHUP)) {
     // A tap reports EPOLLERR only once its interface is gone for good.
-    MarkBroken(absl::UnavailableError("virtio-net backend reported an error or hang-up"));
+    activation_.MarkBroken(
+        absl::UnavailableError("virtio-net backend reported an error or hang-up"));
     return;
   }
   if ((events & EPOLLOUT) && tx_wait_writable_) {
@@ -376,20 +317,21 @@ void NetDevice::OnBackendEvent(uint32_t events) {
 
 void NetDevice::UpdateBackendWatch() {
   uint32_t want = 0;
-  if (active_ && !broken_) {
+  if (activation_.running()) {
     if (rx_watch_) want |= EPOLLIN;
     if (tx_wait_writable_) want |= EPOLLOUT;
   }
   if (want == registered_events_) return;
   const int fd = backend_->PollFd();
   if (registered_events_ != 0) {
-    (void)loop_->Remove(fd);
+    (void)activation_.loop().Remove(fd);
     registered_events_ = 0;
   }
   if (want == 0) return;
-  absl::Status s = loop_->Add(fd, want, [this](uint32_t events) { OnBackendEvent(events); });
+  absl::Status s =
+      activation_.loop().Add(fd, want, [this](uint32_t events) { OnBackendEvent(events); });
   if (!s.ok()) {
-    MarkBroken(Annotate(s, "virtio-net watching its backend"));
+    activation_.MarkBroken(Annotate(s, "virtio-net watching its backend"));
     return;
   }
   registered_events_ = want;
@@ -398,12 +340,12 @@ void NetDevice::UpdateBackendWatch() {
 void NetDevice::ArmTimer(std::optional<int>& slot, int64_t delay_ns, void (NetDevice::*process)()) {
   if (slot.has_value()) return;
   std::optional<int>* slot_ptr = &slot;
-  absl::StatusOr<int> id = loop_->AddTimer(delay_ns, 0, [this, slot_ptr, process] {
+  absl::StatusOr<int> id = activation_.loop().AddTimer(delay_ns, 0, [this, slot_ptr, process] {
     slot_ptr->reset();  // one-shot: the loop already dropped it
     (this->*process)();
   });
   if (!id.ok()) {
-    MarkBroken(Annotate(id.status(), "virtio-net timer"));
+    activation_.MarkBroken(Annotate(id.status(), "virtio-net timer"));
     return;
   }
   slot = *id;
@@ -411,19 +353,16 @@ void NetDevice::ArmTimer(std::optional<int>& slot, int64_t delay_ns, void (NetDe
 
 void NetDevice::CancelTimers() {
   for (std::optional<int>* slot : {&rx_timer_, &tx_timer_}) {
-    if (slot->has_value() && loop_ != nullptr) (void)loop_->CancelTimer(**slot);
+    if (slot->has_value() && activation_.active()) (void)activation_.loop().CancelTimer(**slot);
     slot->reset();
   }
 }
 
-void NetDevice::MarkBroken(const absl::Status& reason) {
-  if (broken_) return;
-  broken_ = true;
+void NetDevice::OnBroken(const absl::Status& reason) {
   DSEC_LOG_RATELIMITED(warn, 5, "device=virtio-net net={} event=broken reason={}", config_.id,
                        reason.ToString());
   CancelTimers();
-  UpdateBackendWatch();
-  if (notifier_ != nullptr) notifier_->ReportBroken(reason);
+  UpdateBackendWatch();  // not running any more: stops watching
 }
 
 }  // namespace dsec::devices

@@ -16,6 +16,8 @@
 #include "devices/net/net_backend.h"
 #include "devices/net/net_rate_limiter.h"
 #include "devices/net/net_request.h"
+#include "devices/virtio/activation.h"
+#include "devices/virtio/queue_worker.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/clock.h"
 
@@ -66,8 +68,9 @@ struct NetMetrics {
 //
 // Rate limits (bytes and packets per direction) defer, never drop: the
 // device stops and re-arms a one-shot timer for when tokens are available.
-// Work per event is bounded (one queue's worth of frames), then the device
-// yields to the loop and continues on the next event.
+// Work per event is bounded (one queue's worth of frames, virtio::QueueWorker),
+// then the device yields to the loop and continues from a posted
+// continuation.
 //
 // Threads: per the VirtioDevice contract. Feature and config reads on vCPU
 // threads touch only constants; everything else (Activate, QueueNotify,
@@ -117,20 +120,22 @@ class NetDevice : public virtio::VirtioDevice {
 
   void ProcessRx();
   void ProcessTx();
-  // One receive attempt into a popped chain.
-  enum class RxStep {
-    kDelivered,     // the chain went back to the driver (with a frame or empty)
-    kDropped,       // a frame was dropped; the chain was un-popped for reuse
-    kBackendEmpty,  // nothing to read; the chain was un-popped
-    kBroken,        // the device is broken now
-  };
-  RxStep ReceiveInto(const virtio::DescriptorChain& chain);
+  // Whether the rate limiter lets another frame through now; otherwise arms
+  // the direction's timer (and returns false).
+  bool AdmitRx();
+  bool AdmitTx();
+  // One receive attempt into a popped chain: used (with a frame or empty),
+  // requeued after dropping a frame (the buffer serves the next one), put
+  // back when the backend has nothing.
+  virtio::ChainResult ReceiveInto(const virtio::DescriptorChain& chain);
+  virtio::ChainResult Transmit(const virtio::DescriptorChain& chain);
   void OnBackendEvent(uint32_t events);
   // Makes the backend's loop registration match rx_watch_ / tx_wait_writable_.
   void UpdateBackendWatch();
   void ArmTimer(std::optional<int>& slot, int64_t delay_ns, void (NetDevice::*process)());
   void CancelTimers();
-  void MarkBroken(const absl::Status& reason);
+  // The Activation's on-broken hook: stop timers and backend events.
+  void OnBroken(const absl::Status& reason);
   // Host iovecs for guest ranges (split at region boundaries). False if a
   // range is outside guest memory or there are too many pieces.
   bool AppendHostRanges(std::span<const virtio::GuestBuffer> ranges, std::vector<iovec>& iov) const;
@@ -142,13 +147,9 @@ class NetDevice : public virtio::VirtioDevice {
   AtomicMetrics metrics_;
 
   // Loop-thread state, valid from Activate() to Reset().
-  bool active_ = false;
-  bool broken_ = false;
-  const memory::GuestMemory* memory_ = nullptr;
-  virtio::Queue* rx_queue_ = nullptr;
-  virtio::Queue* tx_queue_ = nullptr;
-  virtio::DriverNotifier* notifier_ = nullptr;
-  EventLoop* loop_ = nullptr;
+  virtio::Activation activation_{[this](const absl::Status& reason) { OnBroken(reason); }};
+  virtio::QueueWorker rx_worker_;
+  virtio::QueueWorker tx_worker_;
   TxPolicy tx_policy_;
   NetOffloads rx_offloads_;
   NetRateLimiter rx_limiter_;

@@ -10,17 +10,12 @@
 
 namespace dsec::devices {
 
-namespace {
-// Chains served per kick before yielding the loop to other devices.
-constexpr int kMaxChainsPerRun = 64;
-}  // namespace
-
 // One thread that runs blocking backend calls in submission order. Tasks
 // hand their results back to the loop with EventLoop::Post.
-class PmemDevice::Worker {
+class PmemDevice::SyncThread {
  public:
-  Worker() : thread_([this] { Run(); }) {}
-  ~Worker() {
+  SyncThread() : thread_([this] { Run(); }) {}
+  ~SyncThread() {
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
@@ -39,7 +34,7 @@ class PmemDevice::Worker {
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
-            +[](Worker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
+            +[](SyncThread* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
               return w->stop_ || !w->tasks_.empty();
             },
             this));
@@ -59,7 +54,7 @@ class PmemDevice::Worker {
 
 PmemDevice::PmemDevice(std::unique_ptr<PmemBackend> backend, PmemOptions options)
     : backend_(std::move(backend)), options_(options) {
-  if (!options_.read_only) worker_ = std::make_unique<Worker>();
+  if (!options_.read_only) sync_thread_ = std::make_unique<SyncThread>();
 }
 
 absl::StatusOr<std::shared_ptr<PmemDevice>> PmemDevice::Create(
@@ -78,7 +73,7 @@ absl::StatusOr<std::shared_ptr<PmemDevice>> PmemDevice::Create(
 
 PmemDevice::~PmemDevice() {
   CancelTimers();
-  worker_.reset();  // joins: no task runs after this
+  sync_thread_.reset();  // joins: no task runs after this
 }
 
 void PmemDevice::ReadConfig(uint64_t offset, std::span<uint8_t> data) {
@@ -86,24 +81,18 @@ void PmemDevice::ReadConfig(uint64_t offset, std::span<uint8_t> data) {
 }
 
 absl::Status PmemDevice::Activate(const virtio::ActivateContext& context) {
-  context_ = context;
-  active_ = true;
-  std::weak_ptr<PmemDevice> weak = weak_from_this();
-  const uint64_t generation = generation_;
+  activation_.Begin(context);
   DSEC_ASSIGN_OR_RETURN(
       check_timer_,
-      context_.loop->AddTimer(options_.size_check_interval_ns, options_.size_check_interval_ns,
-                              [weak, generation] {
-                                auto self = weak.lock();
-                                if (self && self->generation_ == generation) self->CheckSizeNow();
-                              }));
+      context.loop->AddTimer(options_.size_check_interval_ns, options_.size_check_interval_ns,
+                             activation_.Guard([this] { CheckSizeNow(); })));
   return absl::OkStatus();
 }
 
 void PmemDevice::CancelTimers() {
-  if (context_.loop != nullptr) {
-    if (delay_timer_ >= 0) (void)context_.loop->CancelTimer(delay_timer_);
-    if (check_timer_ >= 0) (void)context_.loop->CancelTimer(check_timer_);
+  if (activation_.active()) {
+    if (delay_timer_ >= 0) (void)activation_.loop().CancelTimer(delay_timer_);
+    if (check_timer_ >= 0) (void)activation_.loop().CancelTimer(check_timer_);
   }
   delay_timer_ = -1;
   check_timer_ = -1;
@@ -112,44 +101,28 @@ void PmemDevice::CancelTimers() {
 void PmemDevice::Reset() {
   CancelTimers();
   // Chains in flight are abandoned (their buffers belong to the guest again);
-  // a sync still running completes into a stale generation and is ignored.
+  // a sync still running completes into a guard that has expired.
   waiting_.clear();
   in_sync_.clear();
   sync_running_ = false;
-  process_posted_ = false;
-  context_ = {};
-  active_ = false;
-  ++generation_;
-}
-
-void PmemDevice::Broken(const absl::Status& reason) {
-  context_.notifier->ReportBroken(reason);
-  active_ = false;
+  activation_.End();
 }
 
 void PmemDevice::CheckSizeNow() {
-  if (!active_) return;
+  if (!activation_.running()) return;
   absl::Status s = backend_->CheckSize();
   if (s.ok()) return;
   metrics_.size_changes.fetch_add(1, std::memory_order_relaxed);
   DSEC_LOG_RATELIMITED(err, 1, "device=virtio-pmem {}", s.ToString());
-  if (check_timer_ >= 0) (void)context_.loop->CancelTimer(check_timer_);
+  if (check_timer_ >= 0) (void)activation_.loop().CancelTimer(check_timer_);
   check_timer_ = -1;
-  Broken(s);
+  activation_.MarkBroken(s);
 }
 
-bool PmemDevice::Complete(const virtio::DescriptorChain& chain, uint32_t ret) {
-  virtio::ChainWriter writer(*context_.memory, chain);
+absl::Status PmemDevice::WriteResponse(const virtio::DescriptorChain& chain, uint32_t ret) {
+  virtio::ChainWriter writer(activation_.memory(), chain);
   // Cannot fail for a parsed chain (it has >= 4 writable bytes).
-  if (absl::Status s = writer.WriteObj(ret); !s.ok()) {
-    Broken(s);
-    return false;
-  }
-  if (absl::Status s = context_.queues[0].AddUsed(chain.head, sizeof(ret)); !s.ok()) {
-    Broken(s);
-    return false;
-  }
-  return true;
+  return writer.WriteObj(ret);
 }
 
 void PmemDevice::QueueNotify(uint16_t queue_index) {
@@ -157,81 +130,47 @@ void PmemDevice::QueueNotify(uint16_t queue_index) {
 }
 
 void PmemDevice::Process() {
-  if (!active_) return;
-  virtio::Queue& queue = context_.queues[0];
-  if (!queue.active()) return;
-  bool used_any = false;
-  bool more = false;
-  for (int served = 0;; ++served) {
-    if (served == kMaxChainsPerRun) {
-      more = true;
-      break;
-    }
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = queue.Pop();
-    if (!chain.ok()) {
-      Broken(chain.status());
-      return;
-    }
-    if (!chain->has_value()) break;
-    virtio::DescriptorChain& c = **chain;
-    absl::StatusOr<PmemRequest> request = ParsePmemRequest(*context_.memory, c);
-    if (!request.ok()) {
-      metrics_.bad_requests.fetch_add(1, std::memory_order_relaxed);
-      DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-pmem {}", request.status().ToString());
-      if (absl::Status s = queue.AddUsed(c.head, 0); !s.ok()) {
-        Broken(s);
-        return;
-      }
-      used_any = true;
-      continue;
-    }
-    if (request->type != kPmemReqTypeFlush) {
-      // Guest-controlled: the type; anything but FLUSH gets an error status.
-      metrics_.unknown_requests.fetch_add(1, std::memory_order_relaxed);
-      DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-pmem unknown request type={}", request->type);
-      if (!Complete(c, kPmemRespError)) return;
-      used_any = true;
-      continue;
-    }
-    metrics_.flush_requests.fetch_add(1, std::memory_order_relaxed);
-    if (options_.read_only) {
-      if (!Complete(c, kPmemRespOk)) return;
-      used_any = true;
-      continue;
-    }
-    waiting_.push_back(std::move(c));
-  }
-  if (used_any) context_.notifier->SignalUsed(0);
+  worker_.Run([this](virtio::DescriptorChain& chain) { return Handle(chain); });
   MaybeStartSync();
-  if (more && !process_posted_) {
-    process_posted_ = true;
-    std::weak_ptr<PmemDevice> weak = weak_from_this();
-    const uint64_t generation = generation_;
-    context_.loop->Post([weak, generation] {
-      auto self = weak.lock();
-      if (!self || self->generation_ != generation) return;
-      self->process_posted_ = false;
-      self->Process();
-    });
+}
+
+virtio::ChainResult PmemDevice::Handle(virtio::DescriptorChain& chain) {
+  absl::StatusOr<PmemRequest> request = ParsePmemRequest(activation_.memory(), chain);
+  if (!request.ok()) {
+    metrics_.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-pmem {}", request.status().ToString());
+    return virtio::ChainResult::Used(0);
   }
+  uint32_t ret = kPmemRespOk;
+  if (request->type != kPmemReqTypeFlush) {
+    // Guest-controlled: the type; anything but FLUSH gets an error status.
+    metrics_.unknown_requests.fetch_add(1, std::memory_order_relaxed);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-pmem unknown request type={}", request->type);
+    ret = kPmemRespError;
+  } else {
+    metrics_.flush_requests.fetch_add(1, std::memory_order_relaxed);
+    if (!options_.read_only) {
+      // Completed when the sync that covers it is done (OnSyncDone).
+      waiting_.push_back(std::move(chain));
+      return virtio::ChainResult::Kept();
+    }
+  }
+  if (absl::Status s = WriteResponse(chain, ret); !s.ok()) return virtio::ChainResult::Broken(s);
+  return virtio::ChainResult::Used(sizeof(ret));
 }
 
 void PmemDevice::MaybeStartSync() {
-  if (!active_ || sync_running_ || waiting_.empty() || delay_timer_ >= 0) return;
-  std::weak_ptr<PmemDevice> weak = weak_from_this();
-  const uint64_t generation = generation_;
+  if (!activation_.running() || sync_running_ || waiting_.empty() || delay_timer_ >= 0) return;
   const int64_t now = options_.clock->NowNs();
   const int64_t since = now - last_sync_start_ns_;
   if (synced_once_ && since < options_.flush_min_interval_ns) {
-    absl::StatusOr<int> id = context_.loop->AddTimer(
-        options_.flush_min_interval_ns - since, 0, [weak, generation] {
-          auto self = weak.lock();
-          if (!self || self->generation_ != generation) return;
-          self->delay_timer_ = -1;  // one-shot timers remove themselves
-          self->MaybeStartSync();
-        });
+    absl::StatusOr<int> id = activation_.loop().AddTimer(
+        options_.flush_min_interval_ns - since, 0, activation_.Guard([this] {
+          delay_timer_ = -1;  // one-shot timers remove themselves
+          MaybeStartSync();
+        }));
     if (!id.ok()) {
-      Broken(id.status());
+      activation_.MarkBroken(id.status());
       return;
     }
     delay_timer_ = *id;
@@ -242,24 +181,25 @@ void PmemDevice::MaybeStartSync() {
   sync_running_ = true;
   synced_once_ = true;
   last_sync_start_ns_ = now;
-  EventLoop* loop = context_.loop;
+  EventLoop* loop = &activation_.loop();
   std::shared_ptr<PmemBackend> backend = backend_;
-  worker_->Submit([weak, generation, loop, backend] {
+  // The status travels in a slot the guarded task reads when it runs on the
+  // loop (the guard is made here, on the loop thread).
+  auto result = std::make_shared<absl::Status>();
+  std::function<void()> done = activation_.Guard([this, result] { OnSyncDone(*result); });
+  sync_thread_->Submit([loop, backend, result, done = std::move(done)] {
     // Worker thread: may block on the disk.
     absl::Status status = backend->CheckSize();
     if (status.ok()) status = backend->Flush();
-    loop->Post([weak, generation, status] {
-      auto self = weak.lock();
-      if (!self || self->generation_ != generation) return;
-      self->OnSyncDone(status);
-    });
+    *result = status;
+    loop->Post(done);  // Post orders the write above before the task runs
   });
   metrics_.syncs.fetch_add(1, std::memory_order_relaxed);
 }
 
 void PmemDevice::OnSyncDone(const absl::Status& status) {
   sync_running_ = false;
-  if (!active_) return;
+  if (!activation_.running()) return;
   const uint32_t ret = status.ok() ? kPmemRespOk : kPmemRespError;
   if (!status.ok()) {
     metrics_.flush_errors.fetch_add(in_sync_.size(), std::memory_order_relaxed);
@@ -268,13 +208,17 @@ void PmemDevice::OnSyncDone(const absl::Status& status) {
   std::vector<virtio::DescriptorChain> done = std::move(in_sync_);
   in_sync_.clear();
   for (const virtio::DescriptorChain& c : done) {
-    if (!Complete(c, ret)) return;
+    if (absl::Status s = WriteResponse(c, ret); !s.ok()) {
+      activation_.MarkBroken(s);
+      return;
+    }
+    if (!worker_.Complete(c.head, sizeof(ret))) return;
   }
-  if (!done.empty()) context_.notifier->SignalUsed(0);
+  worker_.SignalUsed();
   if (absl::IsFailedPrecondition(status)) {
     // The file changed size under the mapping: the guest's view is gone.
     metrics_.size_changes.fetch_add(1, std::memory_order_relaxed);
-    Broken(status);
+    activation_.MarkBroken(status);
     return;
   }
   MaybeStartSync();

@@ -34,7 +34,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "devices/pmem/pmem_backend.h"
-#include "devices/virtio/queue.h"
+#include "devices/virtio/activation.h"
+#include "devices/virtio/queue_worker.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/clock.h"
 
@@ -60,7 +61,7 @@ struct PmemMetrics {
   std::atomic<uint64_t> size_changes{0};      // backing file changed size
 };
 
-class PmemDevice : public virtio::VirtioDevice, public std::enable_shared_from_this<PmemDevice> {
+class PmemDevice : public virtio::VirtioDevice {
  public:
   static absl::StatusOr<std::shared_ptr<PmemDevice>> Create(std::unique_ptr<PmemBackend> backend,
                                                             PmemOptions options);
@@ -86,25 +87,25 @@ class PmemDevice : public virtio::VirtioDevice, public std::enable_shared_from_t
   size_t pending_flushes() const { return waiting_.size() + in_sync_.size(); }
 
  private:
-  class Worker;
+  class SyncThread;
   PmemDevice(std::unique_ptr<PmemBackend> backend, PmemOptions options);
   void Process();
+  virtio::ChainResult Handle(virtio::DescriptorChain& chain);
   void MaybeStartSync();
   void OnSyncDone(const absl::Status& status);
   void CheckSizeNow();
-  bool Complete(const virtio::DescriptorChain& chain, uint32_t ret);
-  void Broken(const absl::Status& reason);
+  // Writes the response (`ret`, section 5.19.6) into the chain.
+  absl::Status WriteResponse(const virtio::DescriptorChain& chain, uint32_t ret);
   void CancelTimers();
 
   const std::shared_ptr<PmemBackend> backend_;
   const PmemOptions options_;
   PmemMetrics metrics_;
-  std::unique_ptr<Worker> worker_;  // null for read-only devices
+  std::unique_ptr<SyncThread> sync_thread_;  // null for read-only devices
 
   // Loop thread, valid between Activate() and Reset().
-  virtio::ActivateContext context_;
-  bool active_ = false;
-  uint64_t generation_ = 0;
+  virtio::Activation activation_;
+  virtio::QueueWorker worker_{activation_, 0, virtio::kDefaultChainBudget, [this] { Process(); }};
   std::vector<virtio::DescriptorChain> waiting_;  // not yet covered by a sync
   std::vector<virtio::DescriptorChain> in_sync_;  // covered by the running sync
   bool sync_running_ = false;
@@ -112,7 +113,6 @@ class PmemDevice : public virtio::VirtioDevice, public std::enable_shared_from_t
   bool synced_once_ = false;
   int delay_timer_ = -1;
   int check_timer_ = -1;
-  bool process_posted_ = false;
 };
 
 }  // namespace dsec::devices

@@ -11,11 +11,6 @@
 
 namespace dsec::devices {
 
-namespace {
-// Chains served per kick before yielding the loop to other devices.
-constexpr int kMaxChainsPerRun = 64;
-}  // namespace
-
 RngDevice::RngDevice(std::unique_ptr<EntropySource> source, RngOptions options)
     : source_(std::move(source)),
       options_(options),
@@ -41,128 +36,77 @@ void RngDevice::ReadConfig(uint64_t, std::span<uint8_t> data) {
 }
 
 absl::Status RngDevice::Activate(const virtio::ActivateContext& context) {
-  context_ = context;
-  active_ = true;
+  activation_.Begin(context);
   return absl::OkStatus();
 }
 
 void RngDevice::Reset() {
   CancelRetry();
-  context_ = {};
-  active_ = false;
-  process_posted_ = false;
-  ++generation_;
+  activation_.End();
 }
 
 void RngDevice::QueueNotify(uint16_t queue_index) {
-  if (queue_index != 0) return;
-  // A pending retry will run Process() when bytes may be had again; a kick
-  // cannot make that sooner.
-  if (retry_pending()) return;
-  Process();
+  if (queue_index == 0) Process();
 }
 
 void RngDevice::CancelRetry() {
-  if (retry_timer_ >= 0 && context_.loop != nullptr) (void)context_.loop->CancelTimer(retry_timer_);
+  if (retry_timer_ >= 0 && activation_.active()) (void)activation_.loop().CancelTimer(retry_timer_);
   retry_timer_ = -1;
 }
 
 void RngDevice::ScheduleRetry(int64_t delay_ns) {
   if (retry_timer_ >= 0) return;
-  std::weak_ptr<RngDevice> weak = weak_from_this();
-  uint64_t generation = generation_;
-  absl::StatusOr<int> id = context_.loop->AddTimer(delay_ns, 0, [weak, generation] {
-    auto self = weak.lock();
-    if (!self || self->generation_ != generation) return;
-    self->retry_timer_ = -1;  // one-shot timers remove themselves
-    self->Process();
-  });
+  absl::StatusOr<int> id = activation_.loop().AddTimer(delay_ns, 0, activation_.Guard([this] {
+    retry_timer_ = -1;  // one-shot timers remove themselves
+    Process();
+  }));
   if (!id.ok()) {
-    context_.notifier->ReportBroken(id.status());
+    activation_.MarkBroken(id.status());
     return;
   }
   retry_timer_ = *id;
 }
 
 void RngDevice::Process() {
-  if (!active_) return;
-  virtio::Queue& queue = context_.queues[0];
-  if (!queue.active()) return;
-  bool used_any = false;
-  bool more = false;
-  for (int served = 0;; ++served) {
-    if (served == kMaxChainsPerRun) {
-      more = true;
-      break;
-    }
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = queue.Pop();
-    if (!chain.ok()) {
-      context_.notifier->ReportBroken(chain.status());
-      active_ = false;
-      return;
-    }
-    if (!chain->has_value()) break;
-    const virtio::DescriptorChain& c = **chain;
-    absl::StatusOr<RngRequest> request = ParseRngRequest(c);
-    uint32_t written = 0;
-    if (!request.ok()) {
-      metrics_.bad_requests.fetch_add(1, std::memory_order_relaxed);
-      DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-rng {}", request.status().ToString());
-    } else {
-      uint64_t allowance = bucket_.unlimited() ? UINT64_MAX : bucket_.Available();
-      uint64_t want = RngFillLength(*request, options_.max_bytes_per_request, allowance);
-      if (want == 0) {
-        queue.UndoPop();
-        metrics_.throttled.fetch_add(1, std::memory_order_relaxed);
-        ScheduleRetry(std::max<int64_t>(bucket_.NsUntilAvailable(1), 1));
-        break;
-      }
-      scratch_.resize(want);
-      absl::StatusOr<size_t> got = source_->Fill(std::span<uint8_t>(scratch_.data(), want));
-      if (!got.ok()) {
-        queue.UndoPop();
-        if (absl::IsUnavailable(got.status())) {
-          metrics_.source_unavailable.fetch_add(1, std::memory_order_relaxed);
-          ScheduleRetry(options_.retry_ns);
-        } else {
-          context_.notifier->ReportBroken(got.status());
-          active_ = false;
-        }
-        break;
-      }
-      size_t n = std::min<size_t>(*got, want);
-      (void)bucket_.Take(n);
-      virtio::ChainWriter writer(*context_.memory, c);
-      // Cannot fail: n <= capacity, and the queue checked the buffers.
-      if (absl::Status s = writer.Write(std::span<const uint8_t>(scratch_.data(), n)); !s.ok()) {
-        context_.notifier->ReportBroken(s);
-        active_ = false;
-        return;
-      }
-      written = static_cast<uint32_t>(n);
-      metrics_.bytes.fetch_add(n, std::memory_order_relaxed);
-    }
-    if (absl::Status s = queue.AddUsed(c.head, written); !s.ok()) {
-      context_.notifier->ReportBroken(s);
-      active_ = false;
-      return;
-    }
+  // A pending retry runs Process() when bytes may be had again; a kick (or
+  // a continuation) cannot make that sooner.
+  worker_.Run([this] { return !retry_pending(); },
+              [this](virtio::DescriptorChain& chain) { return Fill(chain); });
+}
+
+virtio::ChainResult RngDevice::Fill(const virtio::DescriptorChain& chain) {
+  absl::StatusOr<RngRequest> request = ParseRngRequest(chain);
+  if (!request.ok()) {
+    metrics_.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    DSEC_LOG_RATELIMITED(warn, 1, "device=virtio-rng {}", request.status().ToString());
     metrics_.requests.fetch_add(1, std::memory_order_relaxed);
-    used_any = true;
+    return virtio::ChainResult::Used(0);
   }
-  if (used_any) context_.notifier->SignalUsed(0);
-  if (more && !process_posted_) {
-    // Yield to other handlers, then continue where we stopped.
-    process_posted_ = true;
-    std::weak_ptr<RngDevice> weak = weak_from_this();
-    uint64_t generation = generation_;
-    context_.loop->Post([weak, generation] {
-      auto self = weak.lock();
-      if (!self || self->generation_ != generation) return;
-      self->process_posted_ = false;
-      if (!self->retry_pending()) self->Process();
-    });
+  uint64_t allowance = bucket_.unlimited() ? UINT64_MAX : bucket_.Available();
+  uint64_t want = RngFillLength(*request, options_.max_bytes_per_request, allowance);
+  if (want == 0) {
+    metrics_.throttled.fetch_add(1, std::memory_order_relaxed);
+    ScheduleRetry(std::max<int64_t>(bucket_.NsUntilAvailable(1), 1));
+    return virtio::ChainResult::PutBack();
   }
+  scratch_.resize(want);
+  absl::StatusOr<size_t> got = source_->Fill(std::span<uint8_t>(scratch_.data(), want));
+  if (!got.ok()) {
+    if (!absl::IsUnavailable(got.status())) return virtio::ChainResult::Broken(got.status());
+    metrics_.source_unavailable.fetch_add(1, std::memory_order_relaxed);
+    ScheduleRetry(options_.retry_ns);
+    return virtio::ChainResult::PutBack();
+  }
+  size_t n = std::min<size_t>(*got, want);
+  (void)bucket_.Take(n);
+  virtio::ChainWriter writer(activation_.memory(), chain);
+  // Cannot fail: n <= capacity, and the queue checked the buffers.
+  if (absl::Status s = writer.Write(std::span<const uint8_t>(scratch_.data(), n)); !s.ok()) {
+    return virtio::ChainResult::Broken(s);
+  }
+  metrics_.bytes.fetch_add(n, std::memory_order_relaxed);
+  metrics_.requests.fetch_add(1, std::memory_order_relaxed);
+  return virtio::ChainResult::Used(static_cast<uint32_t>(n));
 }
 
 }  // namespace dsec::devices

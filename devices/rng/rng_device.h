@@ -17,7 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "devices/rng/rng_backend.h"
-#include "devices/virtio/queue.h"
+#include "devices/virtio/activation.h"
+#include "devices/virtio/queue_worker.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/clock.h"
 #include "base/token_bucket.h"
@@ -45,7 +46,7 @@ struct RngMetrics {
   std::atomic<uint64_t> source_unavailable{0};  // EAGAIN from the source
 };
 
-class RngDevice : public virtio::VirtioDevice, public std::enable_shared_from_this<RngDevice> {
+class RngDevice : public virtio::VirtioDevice {
  public:
   static absl::StatusOr<std::shared_ptr<RngDevice>> Create(std::unique_ptr<EntropySource> source,
                                                            RngOptions options);
@@ -72,6 +73,7 @@ class RngDevice : public virtio::VirtioDevice, public std::enable_shared_from_th
  private:
   RngDevice(std::unique_ptr<EntropySource> source, RngOptions options);
   void Process();
+  virtio::ChainResult Fill(const virtio::DescriptorChain& chain);
   void ScheduleRetry(int64_t delay_ns);
   void CancelRetry();
 
@@ -82,11 +84,9 @@ class RngDevice : public virtio::VirtioDevice, public std::enable_shared_from_th
   std::vector<uint8_t> scratch_;
 
   // Loop thread, valid between Activate() and Reset().
-  virtio::ActivateContext context_;
-  bool active_ = false;
-  uint64_t generation_ = 0;  // bumped by Reset(): stale posted work is ignored
+  virtio::Activation activation_;
+  virtio::QueueWorker worker_{activation_, 0, virtio::kDefaultChainBudget, [this] { Process(); }};
   int retry_timer_ = -1;
-  bool process_posted_ = false;
 };
 
 }  // namespace dsec::devices

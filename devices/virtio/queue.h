@@ -7,16 +7,9 @@
 // (InvalidArgument) which the device hands to DriverNotifier::ReportBroken
 // (-> DEVICE_NEEDS_RESET); it never crashes and never spins.
 //
-// Typical device loop (loop thread):
-//
-//   while (true) {
-//     absl::StatusOr<std::optional<DescriptorChain>> chain = queue.Pop();
-//     if (!chain.ok()) { notifier->ReportBroken(chain.status()); return; }
-//     if (!chain->has_value()) break;          // ring empty
-//     uint32_t written = ...;                   // ChainReader / ChainWriter
-//     if (auto s = queue.AddUsed((*chain)->head, written); !s.ok()) { ... }
-//   }
-//   notifier->SignalUsed(queue_index);           // interrupt if the driver wants one
+// The device-side loop over a queue (Pop up to a budget, AddUsed, one
+// SignalUsed per run, a continuation, broken on a ring error) is written once,
+// in QueueWorker (queue_worker.h); devices supply a per-chain handler.
 //
 // Pop() publishes avail_event (VIRTIO_F_EVENT_IDX) and re-checks the ring
 // before reporting it empty, so a device that drains the ring until Pop()

@@ -14,10 +14,6 @@ namespace dsec::devices {
 
 namespace {
 
-// Tx chains handled per loop iteration before yielding to other fds (a
-// guest that keeps its tx ring full cannot monopolise the loop thread).
-constexpr int kTxBudget = 2 * VsockDevice::kQueueSize;
-
 // virtio 1.2 section 5.10.6.6: struct virtio_vsock_event.
 struct __attribute__((packed)) VsockEvent {
   uint32_t id;
@@ -57,19 +53,12 @@ void VsockDevice::WriteConfig(uint64_t, std::span<const uint8_t>) {
   // guest_cid is read-only for the driver.
 }
 
-virtio::Queue* VsockDevice::ActiveQueue(uint16_t index) const {
-  if (!context_ || broken_ || index >= context_->queues.size()) return nullptr;
-  virtio::Queue& q = context_->queues[index];
-  return q.active() ? &q : nullptr;
-}
-
 absl::Status VsockDevice::Activate(const virtio::ActivateContext& context) {
   if (context.memory == nullptr || context.notifier == nullptr || context.loop == nullptr ||
       context.queues.size() != num_queues()) {
     return absl::InvalidArgumentError("vsock: incomplete activation context");
   }
-  context_ = context;
-  broken_ = false;
+  activation_.Begin(context);
   backend_->SetRxReadyCallback([this] { ProcessRx(); });
   return absl::OkStatus();
 }
@@ -78,11 +67,8 @@ void VsockDevice::Reset() {
   backend_->SetRxReadyCallback(nullptr);
   // virtio 1.2 section 5.10.6.6: a device reset loses every connection.
   backend_->ResetConnections();
-  context_.reset();
-  broken_ = false;
-  tx_continuation_posted_ = false;
   pending_reset_event_ = false;
-  ++generation_;
+  activation_.End();
 }
 
 void VsockDevice::QueueNotify(uint16_t queue_index) {
@@ -101,104 +87,54 @@ void VsockDevice::QueueNotify(uint16_t queue_index) {
   }
 }
 
-void VsockDevice::Broken(const absl::Status& status) {
-  broken_ = true;
-  context_->notifier->ReportBroken(status);
+void VsockDevice::ProcessTx() {
+  virtio::RunResult run =
+      tx_worker_.Run([this](virtio::DescriptorChain& chain) { return HandleTx(chain); });
+  // Replies (RESPONSE, RST, credit updates, data now allowed) go out now.
+  if (run.stop != virtio::RunStop::kInactive && run.stop != virtio::RunStop::kBroken) ProcessRx();
 }
 
-void VsockDevice::ProcessTx() {
-  virtio::Queue* tx = ActiveQueue(kTxQueue);
-  if (tx == nullptr) return;
-  bool used = false;
-  int budget = kTxBudget;
-  for (; budget > 0; --budget) {
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = tx->Pop();
-    if (!chain.ok()) {
-      Broken(chain.status());
-      return;
-    }
-    if (!chain->has_value()) break;
-    const virtio::DescriptorChain& c = **chain;
-    // virtio 1.2 section 5.10.6.2: parse, hand to the backend, return the
-    // buffer (the device writes nothing into tx buffers).
-    VsockTxParse parsed = ParseTxChain(*context_->memory, c, guest_cid_);
-    if (parsed.status.ok()) {
-      ++metrics_.tx_packets;
-      backend_->HandleGuestPacket(parsed.packet);
-    } else {
-      ++metrics_.tx_invalid;
-      DSEC_LOG_RATELIMITED(warn, 1, "vsock: dropping invalid tx packet cid={}: {}", guest_cid_,
-                           parsed.status.ToString());
-    }
-    if (absl::Status s = tx->AddUsed(c.head, 0); !s.ok()) {
-      Broken(s);
-      return;
-    }
-    used = true;
-    if (!context_) return;  // the backend callback cannot reset us, but be safe
+virtio::ChainResult VsockDevice::HandleTx(const virtio::DescriptorChain& chain) {
+  // virtio 1.2 section 5.10.6.2: parse, hand to the backend, return the
+  // buffer (the device writes nothing into tx buffers).
+  VsockTxParse parsed = ParseTxChain(activation_.memory(), chain, guest_cid_);
+  if (parsed.status.ok()) {
+    ++metrics_.tx_packets;
+    backend_->HandleGuestPacket(parsed.packet);
+  } else {
+    ++metrics_.tx_invalid;
+    DSEC_LOG_RATELIMITED(warn, 1, "vsock: dropping invalid tx packet cid={}: {}", guest_cid_,
+                         parsed.status.ToString());
   }
-  if (used) context_->notifier->SignalUsed(kTxQueue);
-  if (budget == 0 && !tx_continuation_posted_) {
-    tx_continuation_posted_ = true;
-    std::weak_ptr<bool> alive = alive_;
-    const uint64_t generation = generation_;
-    context_->loop->Post([this, alive, generation] {
-      if (alive.expired() || generation != generation_) return;
-      tx_continuation_posted_ = false;
-      ProcessTx();
-    });
-  }
-  // Replies (RESPONSE, RST, credit updates, data now allowed) go out now.
-  ProcessRx();
+  return virtio::ChainResult::Used(0);
 }
 
 void VsockDevice::ProcessRx() {
-  virtio::Queue* rx = ActiveQueue(kRxQueue);
-  if (rx == nullptr) return;
-  bool used = false;
-  while (backend_->HasRxPacket()) {
-    absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = rx->Pop();
-    if (!chain.ok()) {
-      Broken(chain.status());
-      return;
-    }
-    if (!chain->has_value()) break;  // the driver's next rx kick resumes
-    const virtio::DescriptorChain& c = **chain;
-    // Guest-controlled: the buffer size; a chain that cannot hold a header
-    // is returned empty.
-    const uint64_t room = c.WritableBytes();
-    if (room < kVsockHeaderSize) {
-      ++metrics_.rx_bad_buffers;
-      if (absl::Status s = rx->AddUsed(c.head, 0); !s.ok()) {
-        Broken(s);
-        return;
-      }
-      used = true;
-      continue;
-    }
-    const uint32_t max_payload =
-        static_cast<uint32_t>(std::min<uint64_t>(room - kVsockHeaderSize, kVsockMaxPayload));
-    std::optional<VsockPacket> packet = backend_->PopRxPacket(max_payload);
-    if (!packet) {
-      rx->UndoPop();
-      break;
-    }
-    absl::StatusOr<uint32_t> written =
-        WriteRxChain(*context_->memory, c, packet->hdr, packet->payload);
-    if (!written.ok()) {
-      // The queue checked the buffers lie in guest memory, so this is a
-      // device bug, not guest input.
-      Broken(written.status());
-      return;
-    }
-    if (absl::Status s = rx->AddUsed(c.head, *written); !s.ok()) {
-      Broken(s);
-      return;
-    }
-    ++metrics_.rx_packets;
-    used = true;
+  // A chain is taken only while a packet waits; once the driver runs out of
+  // buffers its next rx kick resumes.
+  rx_worker_.Run([this] { return backend_->HasRxPacket(); },
+                 [this](virtio::DescriptorChain& chain) { return FillRx(chain); });
+}
+
+virtio::ChainResult VsockDevice::FillRx(const virtio::DescriptorChain& chain) {
+  // Guest-controlled: the buffer size; a chain that cannot hold a header
+  // is returned empty.
+  const uint64_t room = chain.WritableBytes();
+  if (room < kVsockHeaderSize) {
+    ++metrics_.rx_bad_buffers;
+    return virtio::ChainResult::Used(0);
   }
-  if (used) context_->notifier->SignalUsed(kRxQueue);
+  const uint32_t max_payload =
+      static_cast<uint32_t>(std::min<uint64_t>(room - kVsockHeaderSize, kVsockMaxPayload));
+  std::optional<VsockPacket> packet = backend_->PopRxPacket(max_payload);
+  if (!packet) return virtio::ChainResult::PutBack();  // kept for a later packet
+  absl::StatusOr<uint32_t> written =
+      WriteRxChain(activation_.memory(), chain, packet->hdr, packet->payload);
+  // The queue checked the buffers lie in guest memory, so a failure is a
+  // device bug, not guest input.
+  if (!written.ok()) return virtio::ChainResult::Broken(written.status());
+  ++metrics_.rx_packets;
+  return virtio::ChainResult::Used(*written);
 }
 
 void VsockDevice::SendTransportReset() {
@@ -208,32 +144,22 @@ void VsockDevice::SendTransportReset() {
 }
 
 void VsockDevice::ProcessEvents() {
-  if (!pending_reset_event_) return;
-  virtio::Queue* events = ActiveQueue(kEventQueue);
-  if (events == nullptr) return;
-  absl::StatusOr<std::optional<virtio::DescriptorChain>> chain = events->Pop();
-  if (!chain.ok()) {
-    Broken(chain.status());
-    return;
-  }
-  if (!chain->has_value()) return;  // delivered when the driver adds a buffer
-  const virtio::DescriptorChain& c = **chain;
-  virtio::ChainWriter writer(*context_->memory, c);
-  uint32_t written = 0;
-  if (writer.WriteObj(VsockEvent{VIRTIO_VSOCK_EVENT_TRANSPORT_RESET}).ok()) {
-    written = sizeof(VsockEvent);
-    pending_reset_event_ = false;
-    ++metrics_.transport_resets;
-  } else {
+  // Delivered when the driver adds a buffer.
+  event_worker_.Run([this] { return pending_reset_event_; },
+                    [this](virtio::DescriptorChain& chain) { return FillEvent(chain); });
+}
+
+virtio::ChainResult VsockDevice::FillEvent(const virtio::DescriptorChain& chain) {
+  virtio::ChainWriter writer(activation_.memory(), chain);
+  if (!writer.WriteObj(VsockEvent{VIRTIO_VSOCK_EVENT_TRANSPORT_RESET}).ok()) {
     // Guest-controlled: an event buffer smaller than the event; keep the
     // event for the next buffer.
     DSEC_LOG_RATELIMITED(warn, 1, "vsock: event buffer too small cid={}", guest_cid_);
+    return virtio::ChainResult::Used(0);
   }
-  if (absl::Status s = events->AddUsed(c.head, written); !s.ok()) {
-    Broken(s);
-    return;
-  }
-  context_->notifier->SignalUsed(kEventQueue);
+  pending_reset_event_ = false;
+  ++metrics_.transport_resets;
+  return virtio::ChainResult::Used(sizeof(VsockEvent));
 }
 
 }  // namespace dsec::devices

@@ -10,7 +10,8 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "devices/virtio/queue.h"
+#include "devices/virtio/activation.h"
+#include "devices/virtio/queue_worker.h"
 #include "devices/virtio/virtio_device.h"
 #include "devices/vsock/vsock_backend.h"
 
@@ -58,26 +59,30 @@ class VsockDevice : public virtio::VirtioDevice {
   const VsockDeviceMetrics& metrics() const { return metrics_; }
 
  private:
+  // Chains handled per run of the rx or tx queue before yielding to other
+  // fds (a guest that keeps its tx ring full cannot monopolise the loop).
+  static constexpr uint32_t kBudget = 2 * kQueueSize;
+
   VsockDevice(uint64_t guest_cid, VsockBackend* backend)
       : guest_cid_(guest_cid), backend_(backend) {}
 
-  virtio::Queue* ActiveQueue(uint16_t index) const;
   void ProcessTx();
   void ProcessRx();
   void ProcessEvents();
-  void Broken(const absl::Status& status);
+  virtio::ChainResult HandleTx(const virtio::DescriptorChain& chain);
+  virtio::ChainResult FillRx(const virtio::DescriptorChain& chain);
+  virtio::ChainResult FillEvent(const virtio::DescriptorChain& chain);
 
   const uint64_t guest_cid_;
   VsockBackend* const backend_;
-  std::optional<virtio::ActivateContext> context_;
-  bool broken_ = false;
-  bool tx_continuation_posted_ = false;
   bool pending_reset_event_ = false;
-  // Bumped on Reset so that a posted continuation from an earlier
-  // activation does nothing.
-  uint64_t generation_ = 0;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   VsockDeviceMetrics metrics_;
+  // Loop thread, valid between Activate() and Reset().
+  virtio::Activation activation_;
+  virtio::QueueWorker rx_worker_{activation_, kRxQueue, kBudget, [this] { ProcessRx(); }};
+  virtio::QueueWorker tx_worker_{activation_, kTxQueue, kBudget, [this] { ProcessTx(); }};
+  virtio::QueueWorker event_worker_{activation_, kEventQueue, kQueueSize,
+                                    [this] { ProcessEvents(); }};
 };
 
 }  // namespace dsec::devices

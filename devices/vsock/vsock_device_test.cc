@@ -46,9 +46,13 @@ class FakeNotifier : public virtio::DriverNotifier {
  public:
   void SignalUsed(uint16_t q) override { ++used[q]; }
   void SignalConfigChanged() override {}
-  void ReportBroken(const absl::Status& s) override { broken = s; }
+  void ReportBroken(const absl::Status& s) override {
+    broken = s;
+    ++broken_reports;
+  }
   int used[3] = {};
   absl::Status broken;
+  int broken_reports = 0;
 };
 
 VsockHeader GuestHeader(VsockOp op, uint32_t src_port, uint32_t dst_port, uint32_t len = 0) {
@@ -248,6 +252,35 @@ TEST_F(VsockDeviceTest, ResetDropsConnectionsAndDetachesFromBackend) {
   tx_->AddChain({Bytes(GuestHeader(VsockOp::kRequest, 1, 2))}, {});
   device_->QueueNotify(VsockDevice::kTxQueue);  // inactive: ignored
   EXPECT_TRUE(backend.received.empty());
+}
+
+TEST_F(VsockDeviceTest, TxRingViolationStopsEveryQueueAndIsReportedOnce) {
+  RecordingBackend backend;
+  Activate(&backend);
+  tx_->PushAvail(VsockDevice::kQueueSize);  // head index out of range
+  device_->QueueNotify(VsockDevice::kTxQueue);
+  EXPECT_EQ(notifier_.broken.code(), absl::StatusCode::kInvalidArgument);
+  // Nothing moves any more, whichever queue or host event asks.
+  VsockPacket p;
+  p.hdr.op = VsockOp::kRst;
+  backend.to_guest.push_back(p);
+  auto chain = rx_->AddChain({}, {256});
+  backend.rx_ready();
+  device_->QueueNotify(VsockDevice::kRxQueue);
+  device_->QueueNotify(VsockDevice::kTxQueue);
+  ASSERT_TRUE(loop_->RunOnce(0).ok());
+  EXPECT_EQ(rx_->used_idx(), 0);
+  EXPECT_EQ(backend.to_guest.size(), 1u);
+  EXPECT_EQ(notifier_.broken_reports, 1);
+  // After a reset the device serves its queues again (the rx ring still
+  // holds the buffer; the driver's new tx ring is empty).
+  device_->Reset();
+  queues_ = {rx_->MakeQueue(), virtio::Queue(VsockDevice::kQueueSize), ev_->MakeQueue()};
+  Activate(&backend);
+  device_->QueueNotify(VsockDevice::kRxQueue);
+  ASSERT_EQ(rx_->used_idx(), 1);
+  EXPECT_EQ(RxPacket(0, chain).hdr.op, VsockOp::kRst);
+  EXPECT_EQ(notifier_.broken_reports, 1);
 }
 
 TEST_F(VsockDeviceTest, HostClientReachesGuestOverRingsWithUnixBackend) {
