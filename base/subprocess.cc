@@ -107,7 +107,17 @@ absl::Status PlanStream(const Stdio& s, int target, StdioPlan& plan) {
       return absl::OkStatus();
     case Stdio::Kind::kFd:
       if (s.fd < 0) return absl::InvalidArgumentError("Stdio::Fd without a descriptor");
-      if (s.fd != target) plan.source[target] = s.fd;  // the same number: inherited
+      if (s.fd == target) return absl::OkStatus();  // the same number: inherited
+      if (s.fd < kStdFds) {
+        // Another of 0-2 may be replaced before this one is copied: copy it
+        // above them first.
+        ScopedFd copy(::fcntl(s.fd, F_DUPFD_CLOEXEC, kStdFds));
+        if (!copy) return ErrnoStatus("fcntl(F_DUPFD_CLOEXEC)");
+        plan.source[target] = copy.get();
+        plan.owned.push_back(std::move(copy));
+        return absl::OkStatus();
+      }
+      plan.source[target] = s.fd;
       return absl::OkStatus();
     case Stdio::Kind::kStdout:
       if (target != 2) return absl::InvalidArgumentError("Stdio::SameAsStdout is for stderr only");
@@ -335,7 +345,10 @@ Subprocess::~Subprocess() { Kill(); }
 
 absl::Status Subprocess::Signal(int sig) {
   if (pid_ <= 0) return absl::OkStatus();
-  int rc = static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd_.get(), sig, nullptr, 0));
+  // Without a pidfd (only while Spawn fails on a kernel without
+  // pidfd_open), the pid: not yet reaped, so not reused either.
+  int rc = pidfd_ ? static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd_.get(), sig, nullptr, 0))
+                  : ::kill(pid_, sig);
   if (rc != 0 && errno != ESRCH) return ErrnoToStatus(absl::StrCat("signal ", sig, " to pid ", pid_));
   return absl::OkStatus();
 }

@@ -45,6 +45,28 @@ TEST(SubprocessTest, MergesStderrIntoStdout) {
   EXPECT_EQ(r->err, "");
 }
 
+TEST(SubprocessTest, AStandardStreamGivenAsADescriptorIsCopiedBeforeItIsReplaced) {
+  // stderr to this process's stdout (fd 1) while the child's stdout is a
+  // pipe: must not follow the child's fd 1 into the pipe.
+  int saved = ::dup(1);
+  ASSERT_GE(saved, 0);
+  ScopedFd saved_stdout(saved);
+  char tmpl[] = "/tmp/dsec-subprocess-XXXXXX";
+  ScopedFd file(::mkstemp(tmpl));
+  ASSERT_TRUE(file.valid());
+  ::fflush(stdout);  // nothing of the test log goes into the file
+  ASSERT_EQ(::dup2(file.get(), 1), 1);  // our stdout is the file for a moment
+  SpawnOptions o = Sh("echo out; echo err >&2");
+  o.err = Stdio::Fd(1);
+  auto r = RunSubprocess(o);
+  ::fflush(stdout);
+  ASSERT_EQ(::dup2(saved_stdout.get(), 1), 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->out, "out\n");
+  EXPECT_EQ(ReadSmallFile(tmpl).value_or(""), "err\n");
+  ::unlink(tmpl);
+}
+
 TEST(SubprocessTest, KeepsTheTailOfALargeOutput) {
   SpawnOptions o = Sh("head -c 300000 /dev/zero | tr '\\0' x; echo END");
   o.capture_max_bytes = 1000;
