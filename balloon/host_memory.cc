@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <charconv>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/file_io.h"
 #include "base/status.h"
 
 namespace dsec::balloon {
@@ -71,11 +71,8 @@ absl::StatusOr<SwapSummary> ParseSwaps(std::string_view text) {
 }
 
 absl::StatusOr<SwapSummary> ReadSwaps(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::UnavailableError("cannot read " + path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return ParseSwaps(buf.str());
+  DSEC_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
+  return ParseSwaps(text);
 }
 
 absl::Status CheckSharedMappings(std::string_view maps_text, std::span<const HostRange> ranges) {

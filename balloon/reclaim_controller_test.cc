@@ -8,6 +8,7 @@
 
 #include "balloon/fake_balloon_control.h"
 #include "balloon/fake_host_memory.h"
+#include "base/scoped_fd.h"
 #include "gtest/gtest.h"
 
 namespace dsec::balloon {
@@ -52,9 +53,7 @@ class ReclaimControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/dsec-swaps-XXXXXX";
-    int fd = ::mkstemp(tmpl);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
+    ASSERT_TRUE(ScopedFd(::mkstemp(tmpl)).valid());
     swaps_ = tmpl;
     SetSwap(false);
   }

@@ -2,22 +2,21 @@
 #include "balloon/zram_swap.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/swap.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/file_io.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace dsec::balloon {
 
@@ -25,36 +24,13 @@ namespace {
 
 constexpr char kControl[] = "/sys/class/zram-control";
 
-bool WriteFile(const std::string& path, const std::string& value) {
-  std::ofstream out(path);
-  out << value;
-  out.flush();
-  return out.good();
-}
-
-bool Exists(const char* path) {
-  struct stat st;
-  return ::stat(path, &st) == 0;
-}
-
 // `modprobe zram num_devices=0`: loads the module without creating zram0 (a
-// device nobody would remove). Run without a shell.
+// device nobody would remove). Its failure shows as the missing control
+// directory.
 void TryModprobe() {
-  pid_t pid = ::fork();
-  if (pid < 0) return;
-  if (pid == 0) {
-    int nfd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (nfd >= 0) {
-      ::dup2(nfd, 1);
-      ::dup2(nfd, 2);
-    }
-    const char* argv[] = {"modprobe", "zram", "num_devices=0", nullptr};
-    ::execvp(argv[0], const_cast<char* const*>(argv));
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  SpawnOptions o;
+  o.argv = {"modprobe", "zram", "num_devices=0"};
+  (void)RunSubprocess(o);
 }
 
 }  // namespace
@@ -77,22 +53,26 @@ absl::StatusOr<std::unique_ptr<ZramSwap>> ZramSwap::Create(uint64_t size_bytes, 
   if (size_bytes < (1 << 20) || size_bytes % 4096 != 0) {
     return absl::InvalidArgumentError("zram swap: size must be >= 1 MiB, page-aligned");
   }
-  if (!Exists(kControl)) TryModprobe();
-  if (!Exists(kControl)) {
+  if (!PathExists(kControl)) TryModprobe();
+  if (!PathExists(kControl)) {
     return absl::UnavailableError(
         "zram: /sys/class/zram-control missing (no zram module, modprobe zram failed)");
   }
   std::unique_ptr<ZramSwap> z(new ZramSwap());
   {
-    std::ifstream add(absl::StrCat(kControl, "/hot_add"));
-    if (!(add >> z->id_)) {
-      z->id_ = -1;
-      return absl::UnavailableError("zram: hot_add gave no device");
+    // Reading hot_add creates a device and says its number.
+    const std::string hot_add = absl::StrCat(kControl, "/hot_add");
+    auto text = ReadSmallFile(hot_add);
+    absl::StatusOr<long long> id = text.ok() ? ParseIntFile(hot_add, *text) : text.status();
+    if (!id.ok() || *id < 0 || *id > INT32_MAX) {
+      return absl::UnavailableError(absl::StrCat("zram: hot_add gave no device: ", id.status().message()));
     }
+    z->id_ = static_cast<int>(*id);
   }
   z->dev_ = absl::StrCat("/dev/zram", z->id_);
-  if (!WriteFile(absl::StrCat("/sys/block/zram", z->id_, "/disksize"), absl::StrCat(size_bytes))) {
-    return absl::UnavailableError(absl::StrCat("zram: cannot set disksize of ", z->dev_));
+  if (absl::Status s = WriteSmallFile(absl::StrCat("/sys/block/zram", z->id_, "/disksize"), absl::StrCat(size_bytes));
+      !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("zram: cannot set disksize of ", z->dev_, ": ", s.message()));
   }
   // mkswap by hand: the v1 swap header (include/linux/swap.h union
   // swap_header: version at 1024, last_page at 1028, magic at the page end).
@@ -125,17 +105,14 @@ absl::StatusOr<std::unique_ptr<ZramSwap>> ZramSwap::Create(uint64_t size_bytes, 
 ZramSwap::~ZramSwap() {
   if (on_) ::swapoff(dev_.c_str());
   if (id_ >= 0) {
-    WriteFile(absl::StrCat("/sys/block/zram", id_, "/reset"), "1");
-    WriteFile(absl::StrCat(kControl, "/hot_remove"), absl::StrCat(id_));
+    (void)WriteSmallFile(absl::StrCat("/sys/block/zram", id_, "/reset"), "1");
+    (void)WriteSmallFile(absl::StrCat(kControl, "/hot_remove"), absl::StrCat(id_));
   }
 }
 
 absl::StatusOr<ZramMmStat> ZramSwap::MmStat() const {
-  std::ifstream in(absl::StrCat("/sys/block/zram", id_, "/mm_stat"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in) return absl::InternalError(absl::StrCat("read /sys/block/zram", id_, "/mm_stat"));
-  return ParseZramMmStat(ss.str());
+  DSEC_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(absl::StrCat("/sys/block/zram", id_, "/mm_stat")));
+  return ParseZramMmStat(text);
 }
 
 }  // namespace dsec::balloon

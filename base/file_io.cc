@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <climits>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "base/scoped_fd.h"
@@ -70,16 +71,55 @@ absl::StatusOr<long long> ParseIntFile(const std::string& path, std::string_view
 }
 
 absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
-  DIR* dir = ::opendir(path.c_str());
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), ::closedir);
   if (dir == nullptr) return ErrnoToStatus(absl::StrCat("opendir ", path));
   std::vector<std::string> names;
-  while (dirent* entry = ::readdir(dir)) {
+  errno = 0;
+  while (dirent* entry = ::readdir(dir.get())) {
     std::string name = entry->d_name;
     if (name != "." && name != "..") names.push_back(std::move(name));
+    errno = 0;
   }
-  ::closedir(dir);
+  if (errno != 0) return ErrnoToStatus(absl::StrCat("readdir ", path));
   std::sort(names.begin(), names.end());
   return names;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", path));
+  std::string out;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(absl::StrCat("read ", path));
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+absl::Status WriteFile(const std::string& path, std::string_view content, mode_t mode, bool append) {
+  ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), mode));
+  if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", path));
+  while (!content.empty()) {
+    ssize_t n = ::write(fd.get(), content.data(), content.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoToStatus(absl::StrCat("write ", path), n < 0 ? errno : EIO);
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirs(const std::string& path, mode_t mode) {
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string partial = path.substr(0, end);
+    if (!partial.empty() && partial.back() != '/' && ::mkdir(partial.c_str(), mode) != 0 &&
+        errno != EEXIST) {
+      return ErrnoToStatus(absl::StrCat("mkdir ", partial));
+    }
+    if (end == std::string::npos) return absl::OkStatus();
+  }
 }
 
 bool PathExists(const std::string& path) {

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Small-file I/O for sysfs and cgroupfs, with the path in every error.
+// File I/O with the path in every error: small sysfs and cgroupfs files,
+// whole files, directories.
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 #include <string_view>
@@ -25,8 +28,18 @@ int WriteSmallFileErrno(const std::string& path, std::string_view value);
 // Parses a whole integer file ("12\n"); InvalidArgument naming `path`.
 absl::StatusOr<long long> ParseIntFile(const std::string& path, std::string_view text);
 
-// Names of the entries of a directory (no "." and ".."), sorted.
+// Names of the entries of a directory (no "." and ".."), sorted bytewise.
 absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
+
+// A whole file of any size (layer metadata, images in tests); use
+// ReadSmallFile for sysfs, cgroupfs and /proc.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+// Creates `path` (with `mode`, less the umask) or truncates it, or appends
+// to it when `append`, and writes all of `content`.
+absl::Status WriteFile(const std::string& path, std::string_view content, mode_t mode = 0644,
+                       bool append = false);
+// mkdir -p: every missing directory of `path` (with `mode`, less the umask).
+absl::Status MakeDirs(const std::string& path, mode_t mode = 0755);
 
 bool PathExists(const std::string& path);
 

@@ -24,7 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
-#include "bench/process_runner.h"
+#include "bench/percentile.h"
 #include "nlohmann/json.hpp"
 #include "base/scoped_fd.h"
 #include "base/status.h"

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/percentile.h"
 #include "bench/process_runner.h"
 #include "nlohmann/json.hpp"
 

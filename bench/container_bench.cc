@@ -20,11 +20,11 @@
 #include "absl/strings/strip.h"
 #include "base/clock.h"
 #include "bench/crun_peer.h"
-#include "bench/process_runner.h"
+#include "base/mount.h"
+#include "bench/percentile.h"
 #include "nlohmann/json.hpp"
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/init_pool.h"
-#include "sandbox/container/mount.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/test_image.h"
 #include "base/file_io.h"
@@ -265,7 +265,7 @@ int RunContainerBench(const ContainerBenchOptions& o) {
   // host (`sandbox run` makes its default root one; see state_dir.h).
   const std::string run_dir = dir->path() + "/run";
   if (::mkdir(run_dir.c_str(), 0700) != 0) return fail(ErrnoToStatus("mkdir " + run_dir));
-  auto run_mount = container::Mount::Tmpfs(run_dir, 256ull << 20);
+  auto run_mount = Mount::Tmpfs(run_dir, 256ull << 20);
   if (!run_mount.ok()) return fail(run_mount.status());
   s.state_root = o.state_on_disk ? dir->path() + "/state" : run_dir + "/state";
   absl::Status built = container::testing::BuildBusyboxTree(dir->path() + "/tree");

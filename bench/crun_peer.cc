@@ -8,18 +8,15 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "base/clock.h"
 #include "base/file_io.h"
 #include "base/status.h"
-
-extern char** environ;
+#include "base/subprocess.h"
 
 namespace dsec::bench {
 
@@ -40,13 +37,16 @@ bool HybridCgroups() {
 }
 
 // Body of the child that makes and then holds the namespace. Only syscalls
-// (the process is single-threaded when it forks, but keep it simple).
+// (the process is single-threaded when it forks, but keep it simple). A
+// fork running this code, not base/subprocess: nothing is exec'ed, the
+// child is the namespace's holder until the parent has opened it.
 [[noreturn]] void HoldNamespace(const std::string& image, const std::string& dir, bool hybrid,
-                                int report_fd, int wait_fd, int close_a, int close_b) {
+                                int report_fd, int wait_fd, ScopedFd& parent_report_r,
+                                ScopedFd& parent_hold_w) {
   // The parent's ends: holding the write end of the wait pipe would keep
   // this child from ever seeing EOF.
-  ::close(close_a);
-  ::close(close_b);
+  parent_report_r.Reset();
+  parent_hold_w.Reset();
   auto fail = [report_fd](int32_t step) {
     int32_t msg[2] = {step, errno};
     (void)!::write(report_fd, msg, sizeof(msg));
@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<CrunPeer>> CrunPeer::Create(const std::string& cr
   const bool hybrid = HybridCgroups();
   pid_t pid = ::fork();
   if (pid < 0) return ErrnoToStatus("fork");
-  if (pid == 0) HoldNamespace(image, dir, hybrid, report_w.get(), hold_r.get(), report_r.get(), hold_w.get());
+  if (pid == 0) HoldNamespace(image, dir, hybrid, report_w.get(), hold_r.get(), report_r, hold_w);
   report_w.Reset();
   hold_r.Reset();
   int32_t msg[2] = {-1, 0};
@@ -207,35 +207,21 @@ absl::StatusOr<double> CrunPeer::Run(const std::string& id) const {
 
 absl::StatusOr<double> TimedRun(const std::vector<std::string>& argv, int mntns_fd,
                                 const std::string& err_path) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  ScopedFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  ScopedFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!null || !err) return ErrnoToStatus("open /dev/null or " + err_path);
-  const int64_t start = MonotonicNowNs();
-  pid_t pid = ::fork();
-  if (pid < 0) return ErrnoToStatus("fork");
-  if (pid == 0) {
-    if (mntns_fd >= 0 && ::setns(mntns_fd, CLONE_NEWNS) != 0) ::_exit(126);
-    if (::dup2(null.get(), 0) < 0 || ::dup2(null.get(), 1) < 0 || ::dup2(err.get(), 2) < 0) {
-      ::_exit(126);
-    }
-    ::execve(args[0], args.data(), environ);
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return ErrnoToStatus("waitpid");
-  }
-  const double ms = static_cast<double>(MonotonicNowNs() - start) / 1e6;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.err = Stdio::File(err_path);
+  spawn.mount_ns_fd = mntns_fd;
+  // crun needs the fork (setns before exec); whatever it is compared with is
+  // started the same way.
+  spawn.force_fork = true;
+  DSEC_ASSIGN_OR_RETURN(SubprocessResult r, RunSubprocess(spawn));
+  if (!r.Succeeded()) {
     auto text = dsec::ReadSmallFile(err_path);
     return absl::InternalError(absl::StrCat(argv[0], " ", argv.size() > 4 ? argv[4] : "",
-                                            " failed (status ", status, "): ",
+                                            " failed (status ", r.wait_status, "): ",
                                             text.ok() ? *text : ""));
   }
-  return ms;
+  return r.WallMs();
 }
 
 }  // namespace dsec::bench

@@ -22,9 +22,11 @@
 #include "sandbox/layers/erofs_image.h"
 #include "sandbox/layers/fs_util.h"
 #include "sandbox/layers/layer_store.h"
-#include "sandbox/layers/subprocess.h"
+#include "base/file_io.h"
+#include "base/mount.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace dsec::bench {
 namespace {
@@ -41,7 +43,7 @@ constexpr uint64_t kTmpfsMagic = 0x01021994;
 // parent's when wait() collects it (wait_task_zombie). So deltas around a
 // step that reaps its children count those children exactly once.
 uint64_t SelfWriteBytes() {
-  auto text = layers::ReadFileToString("/proc/self/io");
+  auto text = ReadSmallFile("/proc/self/io");
   if (!text.ok()) return 0;
   size_t pos = text->find("\nwrite_bytes: ");
   if (pos == std::string::npos) return 0;
@@ -96,7 +98,7 @@ absl::Status GenerateTree(const std::string& root, uint64_t bytes, std::mt19937_
 
 // Reads every regular file below `dir`; returns bytes read.
 absl::StatusOr<uint64_t> ReadAll(const std::string& dir, std::vector<char>& buf) {
-  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, layers::ListDirSorted(dir));
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(dir));
   uint64_t total = 0;
   for (const auto& n : names) {
     std::string path = JoinPath(dir, n);
@@ -129,6 +131,7 @@ struct Cost {
 // Mounts `images` (bottom first) and an overlay of them in a child process
 // with its own mount namespace, reads every file, and exits: nothing stays
 // mounted whatever happens. Cost includes the fork and the child's writes.
+// (A fork running this code, not base/subprocess: nothing is exec'ed.)
 absl::StatusOr<Cost> MountAndReadAll(const std::vector<std::string>& images, const std::string& mnt) {
   uint64_t w0 = SelfWriteBytes();
   double t0 = MonotonicNowS();
@@ -139,7 +142,7 @@ absl::StatusOr<Cost> MountAndReadAll(const std::vector<std::string>& images, con
     if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
       _exit(10);
     }
-    std::vector<layers::ScopedMount> mounts;
+    std::vector<Mount> mounts;
     std::vector<std::string> lowers;
     for (size_t i = 0; i < images.size(); ++i) {
       std::string target = JoinPath(mnt, absl::StrCat("l", i));
@@ -184,7 +187,10 @@ absl::StatusOr<Cost> RunTar(const std::string& tar, std::vector<std::string> arg
   args.insert(args.begin(), tar);
   uint64_t w0 = SelfWriteBytes();
   double t0 = MonotonicNowS();
-  DSEC_RETURN_IF_ERROR(layers::RunCommandChecked(args).status());
+  SpawnOptions tar_run;
+  tar_run.argv = std::move(args);
+  tar_run.err = Stdio::Capture();
+  DSEC_RETURN_IF_ERROR(RunSubprocessChecked(tar_run).status());
   return Cost{MonotonicNowS() - t0, SelfWriteBytes() - w0};
 }
 

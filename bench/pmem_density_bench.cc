@@ -19,10 +19,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/process_runner.h"
+#include "bench/percentile.h"
 #include "nlohmann/json.hpp"
+#include "base/file_io.h"
+#include "base/mmap.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace dsec::bench {
 
@@ -89,12 +92,9 @@ class ImageFile {
     if (int err = ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED); err != 0) {
       return ErrnoStatus("posix_fadvise(DONTNEED)", err);
     }
-    void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED) return ErrnoStatus("mmap(image)");
+    DSEC_ASSIGN_OR_RETURN(Mmap map, Mmap::File(fd.get(), bytes_, PROT_READ, MAP_SHARED));
     std::vector<unsigned char> vec(bytes_ / 4096);
-    int rc = ::mincore(p, bytes_, vec.data());
-    ::munmap(p, bytes_);
-    if (rc != 0) return ErrnoStatus("mincore");
+    if (::mincore(map.data(), bytes_, vec.data()) != 0) return ErrnoStatus("mincore");
     uint64_t resident = 0;
     for (unsigned char c : vec) resident += (c & 1) ? 4096 : 0;
     return resident;
@@ -123,10 +123,10 @@ class MemoryCgroup {
   }
   std::string procs_path() const { return path_ + "/cgroup.procs"; }
   uint64_t ReadU64(const char* file) const {
-    std::ifstream in(path_ + "/" + file);
-    uint64_t v = 0;
-    in >> v;
-    return v;
+    const std::string path = path_ + "/" + file;
+    auto text = ReadSmallFile(path);
+    absl::StatusOr<long long> v = text.ok() ? ParseIntFile(path, *text) : text.status();
+    return v.ok() && *v > 0 ? static_cast<uint64_t>(*v) : 0;
   }
 
  private:
@@ -156,44 +156,28 @@ absl::StatusOr<Round> RunRound(const PmemDensityOptions& o, const std::string& n
   round.name = name;
   DSEC_ASSIGN_OR_RETURN(MemoryCgroup cg, MemoryCgroup::Create(absl::StrCat(
                                              "dsec-pmem-bench-", ::getpid(), "-", name)));
-  const std::string procs = cg.procs_path();
-  std::vector<pid_t> pids;
+  std::vector<Subprocess> vms;
   std::vector<std::string> outs, stats;
   for (int i = 0; i < o.vms; ++i) {
     outs.push_back(absl::StrCat(tmp, "/", name, "-", i, ".out"));
     stats.push_back(absl::StrCat(tmp, "/", name, "-", i, ".json"));
-    std::vector<std::string> args = {o.monitor, "--kernel", o.kernel,
-                                     "--mem-mib", absl::StrCat(o.image_mib + 64),
-                                     "--console", "none", "--timeout-ms",
-                                     absl::StrCat(o.timeout_ms), "--stats-json", stats.back(),
-                                     "--cmdline", absl::StrCat("testguest.run=", workload)};
-    args.insert(args.end(), device_args.begin(), device_args.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string& out = outs.back();
-    pid_t pid = ::fork();
-    if (pid < 0) return ErrnoStatus("fork");
-    if (pid == 0) {
-      // Child: async-signal-safe calls only.
-      int cfd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (cfd < 0 || ::write(cfd, "0", 1) != 1) ::_exit(120);
-      ::close(cfd);
-      int ofd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      int nfd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-      if (ofd < 0 || nfd < 0) ::_exit(121);
-      ::dup2(nfd, 0);
-      ::dup2(ofd, 1);
-      ::dup2(nfd, 2);
-      ::execv(argv[0], argv.data());
-      ::_exit(122);
-    }
-    pids.push_back(pid);
+    SpawnOptions spawn;
+    spawn.argv = {o.monitor, "--kernel", o.kernel,
+                  "--mem-mib", absl::StrCat(o.image_mib + 64),
+                  "--console", "none", "--timeout-ms",
+                  absl::StrCat(o.timeout_ms), "--stats-json", stats.back(),
+                  "--cmdline", absl::StrCat("testguest.run=", workload)};
+    spawn.argv.insert(spawn.argv.end(), device_args.begin(), device_args.end());
+    spawn.out = Stdio::File(outs.back());
+    // Each child joins the cgroup itself before exec, so that everything it
+    // allocates or reads is charged there.
+    spawn.join_cgroup_procs = {cg.procs_path()};
+    DSEC_ASSIGN_OR_RETURN(Subprocess vm, Subprocess::Spawn(spawn));
+    vms.push_back(std::move(vm));
   }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    while (::waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {
-    }
+  for (size_t i = 0; i < vms.size(); ++i) {
+    DSEC_ASSIGN_OR_RETURN(SubprocessResult ended, vms[i].Wait());
+    const int status = ended.wait_status;
     std::ifstream out(outs[i]);
     std::string line, result;
     while (std::getline(out, line)) {

@@ -6,14 +6,6 @@
 namespace dsec::bench {
 namespace {
 
-TEST(Percentile, NearestRank) {
-  EXPECT_EQ(Percentile({}, 50), 0);
-  EXPECT_EQ(Percentile({3, 1, 2}, 50), 2);
-  EXPECT_EQ(Percentile({1, 2, 3, 4}, 50), 2);
-  EXPECT_EQ(Percentile({1, 2, 3, 4}, 99), 4);
-  EXPECT_EQ(Percentile({5}, 0), 5);
-}
-
 TEST(RunProcesses, ReturnsResultsInJobOrderWithExitStatus) {
   std::vector<std::vector<std::string>> jobs = {
       {"/bin/sh", "-c", "exit 3"}, {"/bin/true"}, {"/bin/sh", "-c", "exit 7"}};

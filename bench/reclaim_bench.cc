@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -32,8 +31,11 @@
 #include "balloon/zram_swap.h"
 #include "base/clock.h"
 #include "nlohmann/json.hpp"
+#include "base/file_io.h"
+#include "base/mmap.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace dsec::bench {
 
@@ -42,12 +44,8 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiBd = 1024.0 * 1024.0;
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A whole file, "" when unreadable (a monitor that wrote nothing).
+std::string ReadText(const std::string& path) { return ReadFile(path).value_or(""); }
 
 // Guest RAM of monitor `pid` resident in the host: mincore over its
 // guest-RAM memfds, reopened through /proc/PID/fd. Counts pages that are in
@@ -73,14 +71,13 @@ absl::StatusOr<uint64_t> GuestRamResident(pid_t pid) {
     struct stat st;
     if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0) continue;
     const size_t size = static_cast<size_t>(st.st_size);
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED) continue;
+    auto map = Mmap::File(fd.get(), size, PROT_READ, MAP_SHARED);
+    if (!map.ok()) continue;
     vec.resize((size + 4095) / 4096);
-    if (::mincore(p, size, vec.data()) == 0) {
+    if (::mincore(map->data(), size, vec.data()) == 0) {
       for (unsigned char v : vec) resident += (v & 1) ? 4096 : 0;
       ++found;
     }
-    ::munmap(p, size);
   }
   if (found == 0) return absl::NotFoundError("no guest-RAM memfd");
   return resident;
@@ -98,9 +95,8 @@ uint64_t ZramHeldBytes() {
 }
 
 struct Child {
-  pid_t pid = -1;
-  bool done = false;
-  int status = 0;
+  Subprocess process;                     // a monitor; killed and reaped if left running
+  std::optional<SubprocessResult> ended;  // once reaped
   std::string out, err, stats;
 };
 
@@ -130,17 +126,14 @@ std::vector<std::string> ModeArgs(const std::string& mode) {
 }
 
 void KillAll(std::vector<Child>& children, int sig) {
-  for (Child& c : children) {
-    if (!c.done && c.pid > 0) ::kill(c.pid, sig);
-  }
+  for (Child& c : children) (void)c.process.Signal(sig);
 }
 
 void ReapAll(std::vector<Child>& children) {
   for (Child& c : children) {
-    if (c.done || c.pid <= 0) continue;
-    while (::waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR) {
-    }
-    c.done = true;
+    if (!c.process.running()) continue;
+    auto r = c.process.Wait();
+    if (r.ok()) c.ended = std::move(*r);
   }
 }
 
@@ -165,31 +158,17 @@ bool RunMode(const ReclaimBenchOptions& o, const std::string& tmp, const std::st
                                      "--cmdline", "console=ttyS0 testguest.run=" + workload};
     for (const std::string& a : ModeArgs(mode)) args.push_back(a);
     if (mode != "off") args.insert(args.end(), o.vm_args.begin(), o.vm_args.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid < 0) {
+    SpawnOptions spawn;
+    spawn.argv = std::move(args);
+    spawn.out = Stdio::File(c.out);
+    spawn.err = Stdio::File(c.err);
+    auto process = Subprocess::Spawn(spawn);
+    if (!process.ok()) {
       res.failures++;
-      res.first_error = "fork failed";
+      res.first_error = std::string(process.status().message());
       break;
     }
-    if (pid == 0) {
-      // Child: async-signal-safe calls only. Default signal mask for the monitor.
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      int ofd = ::open(c.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      int efd = ::open(c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      int nfd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (ofd < 0 || efd < 0 || nfd < 0) ::_exit(121);
-      ::dup2(nfd, 0);
-      ::dup2(ofd, 1);
-      ::dup2(efd, 2);
-      ::execv(argv[0], argv.data());
-      ::_exit(122);
-    }
-    c.pid = pid;
+    c.process = std::move(*process);
   }
   std::vector<MemSample> samples, rss_samples;
   bool interrupted = false;
@@ -197,16 +176,20 @@ bool RunMode(const ReclaimBenchOptions& o, const std::string& tmp, const std::st
     MemSample s{MonotonicNowNs(), 0}, r{s.t_ns, 0};
     int alive = 0;
     for (Child& c : children) {
-      if (c.done || c.pid <= 0) continue;
-      pid_t w = ::waitpid(c.pid, &c.status, WNOHANG);
-      if (w == c.pid) {
-        c.done = true;
+      if (!c.process.running()) continue;
+      auto polled = c.process.Poll();
+      if (!polled.ok()) {
+        c.process = Subprocess();  // cannot be waited for: no result
+        continue;
+      }
+      if (polled->has_value()) {
+        c.ended = std::move(**polled);
         continue;
       }
       ++alive;
-      auto pm = balloon::ReadProcessMemory(c.pid);
+      auto pm = balloon::ReadProcessMemory(c.process.pid());
       if (!pm.ok()) continue;
-      auto ram = GuestRamResident(c.pid);
+      auto ram = GuestRamResident(c.process.pid());
       s.bytes += pm->rss_anon + pm->rss_file + (ram.ok() ? *ram : pm->rss_shmem);
       r.bytes += pm->vm_rss;
     }
@@ -239,9 +222,10 @@ bool RunMode(const ReclaimBenchOptions& o, const std::string& tmp, const std::st
   for (size_t i = 0; i < children.size(); ++i) {
     const Child& c = children[i];
     std::string error;
-    if (c.pid <= 0) continue;
-    if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
-      error = absl::StrFormat("%s vm %d: exit status 0x%x: %s", mode, i, c.status,
+    if (!c.ended) continue;
+    const int status = c.ended->wait_status;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      error = absl::StrFormat("%s vm %d: exit status 0x%x: %s", mode, i, status,
                               ReadText(c.err).substr(0, 400));
     }
     std::optional<uint64_t> hot;

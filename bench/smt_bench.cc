@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "bench/process_runner.h"
+#include "bench/percentile.h"
 #include "nlohmann/json.hpp"
 #include "sched/core_sched.h"
 #include "sched/cpu_list.h"

@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
-#include "bench/process_runner.h"
+#include "bench/percentile.h"
 #include "nlohmann/json.hpp"
 #include "base/eventfd.h"
 #include "base/scoped_fd.h"

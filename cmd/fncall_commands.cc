@@ -1,15 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cmd/fncall_commands.h"
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/random.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "sandbox/layers/layer_refs.h"
@@ -19,8 +15,6 @@
 #include "sandbox/fncall/pool.h"
 #include "base/logging.h"
 #include "base/status.h"
-
-extern char** environ;
 
 namespace dsec::cmd {
 
@@ -41,32 +35,11 @@ absl::Status BuildPythonToolkit(const layers::LayerRefOptions& o) {
   fprintf(stderr, "dsec-vmm: building the python:1 toolkit layer (apt-get install python3 over "
                   "base:bookworm; once)\n");
   fflush(stderr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    if (!absl::StartsWith(*e, "DSEC_VMM=")) env_strings.push_back(*e);
-  }
-  env_strings.push_back(absl::StrCat("DSEC_VMM=", o.dsec_vmm));
-  std::vector<std::string> args = {"/bin/bash", o.build_script, "--store", o.store_root,
-                                   "--toolkit", "python", "1", "python3"};
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, 2, 1);
-  pid_t pid = 0;
-  int err = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) return ErrnoToStatus("spawn build-base-layer.sh", err);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  DSEC_ASSIGN_OR_RETURN(int code,
+                        layers::RunBuildScript(o, {"--store", o.store_root, "--toolkit", "python", "1", "python3"}));
+  if (code != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "building the python:1 layer failed (status ", status, "); see the output above"));
+        "building the python:1 layer failed (exit status ", code, "); see the output above"));
   }
   return absl::OkStatus();
 }

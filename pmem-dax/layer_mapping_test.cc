@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
 #include "gtest/gtest.h"
 #include "pmem-dax/pmem_placement.h"
 #include "pmem-dax/readonly_write_sink.h"
@@ -19,13 +20,13 @@ class TempFile {
  public:
   explicit TempFile(size_t size, uint8_t fill = 0x5a) {
     char tmpl[] = "/tmp/dsec-layer-XXXXXX";
-    int fd = ::mkstemp(tmpl);
+    ScopedFd fd(::mkstemp(tmpl));
+    EXPECT_TRUE(fd.valid());
     path_ = tmpl;
     std::vector<uint8_t> data(size, fill);
     if (size > 0) {
-      EXPECT_EQ(::write(fd, data.data(), size), static_cast<ssize_t>(size));
+      EXPECT_EQ(::write(fd.get(), data.data(), size), static_cast<ssize_t>(size));
     }
-    ::close(fd);
   }
   ~TempFile() { ::unlink(path_.c_str()); }
   const std::string& path() const { return path_; }
@@ -81,10 +82,10 @@ TEST(LayerMappingTest, WritableMappingReachesTheFile) {
     ASSERT_TRUE(m.ok()) << m.status();
     std::memcpy(m->host_addr() + 4096, "dsec", 4);
   }
-  int fd = ::open(f.path().c_str(), O_RDONLY);
+  ScopedFd fd(::open(f.path().c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
   char buf[4];
-  ASSERT_EQ(::pread(fd, buf, 4, 4096), 4);
-  ::close(fd);
+  ASSERT_EQ(::pread(fd.get(), buf, 4, 4096), 4);
   EXPECT_EQ(std::string(buf, 4), "dsec");
 }
 

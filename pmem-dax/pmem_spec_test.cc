@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "base/scoped_fd.h"
 #include "platform/bus/bus.h"
 
 namespace dsec::pmem {
@@ -50,10 +51,11 @@ TEST(PmemSpecTest, JsonAndFlags) {
 
 TEST(PmemSpecTest, ReadOnlyLayerGetsAWindowAMappingAndAWriteSink) {
   char path[] = "/tmp/dsec-pmem-spec-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, 3 << 20), 0);  // rounds up to a 4 MiB window
-  ::close(fd);
+  {
+    ScopedFd fd(::mkstemp(path));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::ftruncate(fd.get(), 3 << 20), 0);  // rounds up to a 4 MiB window
+  }
   FakeAddressSpace space;
   bus::Bus mmio("mmio");
   PmemSpec spec;

@@ -3,30 +3,9 @@
 
 #include <utility>
 
+#include "base/little_endian.h"
+
 namespace dsec::devices {
-
-namespace {
-
-// The register file of `width` bytes as a little-endian value: bytes of an
-// access beyond it read 0 and are not written.
-void ReadBytes(uint64_t value, size_t width, uint64_t offset, std::span<uint8_t> data) {
-  for (size_t i = 0; i < data.size(); ++i) {
-    const uint64_t at = offset + i;
-    data[i] = at < width ? static_cast<uint8_t>(value >> (8 * at)) : 0;
-  }
-}
-
-uint64_t WriteBytes(uint64_t value, size_t width, uint64_t offset, std::span<const uint8_t> data) {
-  for (size_t i = 0; i < data.size(); ++i) {
-    const uint64_t at = offset + i;
-    if (at >= width) continue;
-    value &= ~(uint64_t{0xff} << (8 * at));
-    value |= uint64_t{data[i]} << (8 * at);
-  }
-  return value;
-}
-
-}  // namespace
 
 class AcpiPmDevice::EventBlock : public bus::BusDevice {
  public:
@@ -67,25 +46,25 @@ AcpiPmDevice::Metrics AcpiPmDevice::metrics() const {
 void AcpiPmDevice::ReadEvent(uint64_t offset, std::span<uint8_t> data) {
   absl::MutexLock lock(&mu_);
   // PM1_STS (bytes 0-1) is always 0; PM1_EN (bytes 2-3) as written.
-  ReadBytes(uint64_t{enable_} << 16, 4, offset, data);
+  ReadLeWindow(uint64_t{enable_} << 16, 4, offset, data);
 }
 
 void AcpiPmDevice::WriteEvent(uint64_t offset, std::span<const uint8_t> data) {
   absl::MutexLock lock(&mu_);
   // Writes to PM1_STS clear bits that are never set; PM1_EN is stored.
-  enable_ = static_cast<uint16_t>(WriteBytes(uint64_t{enable_} << 16, 4, offset, data) >> 16);
+  enable_ = static_cast<uint16_t>(WriteLeWindow(uint64_t{enable_} << 16, 4, offset, data) >> 16);
 }
 
 void AcpiPmDevice::ReadControl(uint64_t offset, std::span<uint8_t> data) {
   absl::MutexLock lock(&mu_);
-  ReadBytes(control_value_ | kSciEn, 2, offset, data);
+  ReadLeWindow(control_value_ | kSciEn, 2, offset, data);
 }
 
 void AcpiPmDevice::WriteControl(uint64_t offset, std::span<const uint8_t> data) {
   bool soft_off = false;
   {
     absl::MutexLock lock(&mu_);
-    const uint16_t value = static_cast<uint16_t>(WriteBytes(control_value_, 2, offset, data));
+    const uint16_t value = static_cast<uint16_t>(WriteLeWindow(control_value_, 2, offset, data));
     // SLP_EN is write-only and self-clearing; SCI_EN is read-only here.
     control_value_ = static_cast<uint16_t>(value & ~(kSlpEn | kSciEn));
     if (value & kSlpEn) {

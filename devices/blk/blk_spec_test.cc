@@ -7,6 +7,8 @@
 
 #include <fstream>
 
+#include "base/scoped_fd.h"
+
 namespace dsec::devices {
 namespace {
 
@@ -36,10 +38,11 @@ TEST(BlkSpecTest, FlagsKeepTheirOrder) {
 
 TEST(BlkSpecTest, BuildsOnAnImageAndNamesAMissingOne) {
   char path[] = "/tmp/dsec-blk-spec-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);
-  ::close(fd);
+  {
+    ScopedFd fd(::mkstemp(path));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::ftruncate(fd.get(), 1 << 20), 0);
+  }
   BlkSpec spec;
   spec.path = path;
   virtio::DeviceEnv env;

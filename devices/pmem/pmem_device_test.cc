@@ -14,6 +14,7 @@
 #include "devices/virtio/virtqueue_builder.h"
 #include "gtest/gtest.h"
 #include "base/event_loop.h"
+#include "base/scoped_fd.h"
 #include "platform/memory/fake_guest_memory.h"
 
 namespace dsec::devices {
@@ -235,15 +236,14 @@ TEST(PmemDeviceCreateTest, RejectsBadOptions) {
 
 TEST(FilePmemBackendTest, FlushesAndNoticesSizeChange) {
   char path[] = "/tmp/dsec-pmem-backend-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, 8192), 0);
-  auto backend = FilePmemBackend::Create(fd, 8192).value();
+  ScopedFd fd(::mkstemp(path));
+  ASSERT_TRUE(fd.valid());
+  ASSERT_EQ(::ftruncate(fd.get(), 8192), 0);
+  auto backend = FilePmemBackend::Create(fd.get(), 8192).value();
   EXPECT_TRUE(backend->Flush().ok());
   EXPECT_TRUE(backend->CheckSize().ok());
-  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  ASSERT_EQ(::ftruncate(fd.get(), 4096), 0);
   EXPECT_EQ(backend->CheckSize().code(), absl::StatusCode::kFailedPrecondition);
-  ::close(fd);
   ::unlink(path);
 }
 

@@ -17,10 +17,8 @@ namespace dsec::devices {
 
 // Empty when `head` (the first `len` bytes of the file) is not an EROFS image
 // or is one without compressed data; otherwise why it is not DAX-capable.
-// Reads the EROFS superblock (fs/erofs/erofs_fs.h: magic 0xE0F5E1E2 at byte
-// 1024, feature_incompat at superblock offset 80): the incompat bits
-// LZ4_0PADDING (0x1), COMPR_CFGS/BIG_PCLUSTER (0x2), ZTAILPACKING (0x10) and
-// FRAGMENTS/DEDUPE (0x20) are set only by compressing mkfs runs.
+// The superblock is decoded by base/erofs_superblock.h (compressed: one of
+// the incompat bits only compressing mkfs runs set).
 std::string ErofsDaxIncompatibility(const uint8_t* head, size_t len);
 
 // ErofsDaxIncompatibility of the file behind `fd` (pread of its first

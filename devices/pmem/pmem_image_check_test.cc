@@ -7,33 +7,23 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "base/erofs_superblock.h"
 #include "base/scoped_fd.h"
 
 namespace dsec::devices {
 namespace {
 
-// The first 1152 bytes of an EROFS image: superblock at 1024, magic, then
-// feature_incompat at superblock offset 80 (little endian).
-std::vector<uint8_t> ErofsHead(uint32_t feature_incompat) {
-  std::vector<uint8_t> head(1024 + 128, 0);
-  const uint8_t magic[] = {0xE2, 0xE1, 0xF5, 0xE0};
-  std::copy(std::begin(magic), std::end(magic), head.begin() + 1024);
-  for (int i = 0; i < 4; ++i) head[1024 + 80 + i] = static_cast<uint8_t>(feature_incompat >> (8 * i));
-  head[1024 + 12] = 12;  // 4 KiB blocks
-  return head;
-}
-
 TEST(PmemImageCheckTest, UncompressedErofsIsDaxCapable) {
-  auto head = ErofsHead(0);
+  auto head = EncodeErofsHead(0);
   EXPECT_EQ(ErofsDaxIncompatibility(head.data(), head.size()), "");
   // Chunked files (0x4) and a device table (0x8) do not mean compression.
-  head = ErofsHead(0x4 | 0x8);
+  head = EncodeErofsHead(0x4 | 0x8);
   EXPECT_EQ(ErofsDaxIncompatibility(head.data(), head.size()), "");
 }
 
 TEST(PmemImageCheckTest, ReportsEachCompressionFeatureBit) {
   for (uint32_t bit : {0x1u, 0x2u, 0x10u, 0x20u}) {
-    auto head = ErofsHead(bit);
+    auto head = EncodeErofsHead(bit);
     std::string why = ErofsDaxIncompatibility(head.data(), head.size());
     EXPECT_NE(why.find("compressed EROFS image"), std::string::npos) << "bit " << bit << ": " << why;
     EXPECT_NE(why.find("--compress none"), std::string::npos) << why;
@@ -41,17 +31,17 @@ TEST(PmemImageCheckTest, ReportsEachCompressionFeatureBit) {
 }
 
 TEST(PmemImageCheckTest, IgnoresOtherFilesAndShortInput) {
-  auto head = ErofsHead(0x1);
+  auto head = EncodeErofsHead(0x1);
   head[1024] = 0;  // no magic: some other file (ext4 image, raw data)
   EXPECT_EQ(ErofsDaxIncompatibility(head.data(), head.size()), "");
-  head = ErofsHead(0x1);
+  head = EncodeErofsHead(0x1);
   EXPECT_EQ(ErofsDaxIncompatibility(head.data(), 1024 + 64), "");
 }
 
 TEST(PmemImageCheckTest, ReadsTheSuperblockOfAFile) {
   ScopedFd fd(memfd_create("pmem-image-check", MFD_CLOEXEC));
   ASSERT_TRUE(fd.valid());
-  auto head = ErofsHead(0x1);
+  auto head = EncodeErofsHead(0x1);
   ASSERT_EQ(write(fd.get(), head.data(), head.size()), static_cast<ssize_t>(head.size()));
   EXPECT_NE(ErofsDaxIncompatibilityOfFile(fd.get()), "");
   ASSERT_EQ(pwrite(fd.get(), "\0\0\0\0", 4, 1024 + 80), 4);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "devices/testdev/testdev_regs.h"
+#include "base/little_endian.h"
 #include "base/logging.h"
 
 namespace dsec::devices {
@@ -13,12 +14,6 @@ namespace {
 
 bool ValidAccess(uint64_t offset, size_t size) {
   return (size == 4 || size == 8) && offset % size == 0 && offset < DSEC_TESTDEV_SIZE;
-}
-
-uint64_t LoadLe(std::span<const uint8_t> data) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < data.size(); ++i) value |= static_cast<uint64_t>(data[i]) << (8 * i);
-  return value;
 }
 
 // The 32-bit register at a 4-aligned offset, as the guest reads it.
@@ -50,7 +45,7 @@ void TestDevice::Read(uint64_t offset, std::span<uint8_t> data) {
   }
   uint64_t value = ReadRegister32(offset);
   if (data.size() == 8) value |= static_cast<uint64_t>(ReadRegister32(offset + 4)) << 32;
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(value >> (8 * i));
+  StoreLe(value, data);
 }
 
 void TestDevice::Write(uint64_t offset, std::span<const uint8_t> data) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "base/little_endian.h"
 #include "devices/testdev/testdev_regs.h"
 #include "gtest/gtest.h"
 #include "platform/memory/fake_guest_memory.h"
@@ -48,20 +49,18 @@ class TestDeviceTest : public ::testing::Test {
   }
   void Write32(uint64_t off, uint32_t v) {
     uint8_t b[4];
-    for (int i = 0; i < 4; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
+    StoreLe32(b, v);
     dev_->Write(off, b);
   }
   void Write64(uint64_t off, uint64_t v) {
     uint8_t b[8];
-    for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
+    StoreLe64(b, v);
     dev_->Write(off, b);
   }
   uint64_t Read(uint64_t off, size_t size) {
     uint8_t b[8] = {};
     dev_->Read(off, std::span<uint8_t>(b, size));
-    uint64_t v = 0;
-    for (size_t i = 0; i < size; ++i) v |= static_cast<uint64_t>(b[i]) << (8 * i);
-    return v;
+    return LoadLe(std::span<const uint8_t>(b, size));
   }
   void Send(uint64_t gpa, const std::string& text) {
     ASSERT_TRUE(mem_->Write(gpa, std::span<const uint8_t>(

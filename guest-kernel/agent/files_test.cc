@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/mount.h"
 #include "gtest/gtest.h"
 #include "guest-kernel/agent/test_server.h"
 
@@ -147,13 +148,8 @@ TEST_F(FilesTest, SymlinksResolveInsideTheRoot) {
 TEST_F(FilesTest, ProcMagicLinksAreRefused) {
   std::string proc = root_ + "/proc";
   ASSERT_EQ(mkdir(proc.c_str(), 0755), 0);
-  if (mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
-    GTEST_SKIP() << "cannot mount procfs in the test root: " << std::strerror(errno);
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
-  } unmount{proc};
+  auto procfs = Mount::Create("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+  if (!procfs.ok()) GTEST_SKIP() << "cannot mount procfs in the test root: " << procfs.status();
   ExpectNoEscape("proc/self/root/etc/passwd");
   ExpectNoEscape("proc/self/cwd/../outside/secret");
   ExpectNoEscape("proc/1/root/etc/passwd");

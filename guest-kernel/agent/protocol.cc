@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/little_endian.h"
 #include "base/status.h"
 
 namespace dsec::agent {
@@ -49,18 +50,6 @@ const TypeInfo* FindType(uint8_t type) {
   return nullptr;
 }
 
-void PutU32(std::string* out, uint32_t v) {
-  char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
-               static_cast<char>((v >> 16) & 0xff), static_cast<char>((v >> 24) & 0xff)};
-  out->append(b, 4);
-}
-
-uint32_t GetU32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return static_cast<uint32_t>(u[0]) | static_cast<uint32_t>(u[1]) << 8 |
-         static_cast<uint32_t>(u[2]) << 16 | static_cast<uint32_t>(u[3]) << 24;
-}
-
 }  // namespace
 
 bool IsKnownType(uint8_t type) { return FindType(type) != nullptr; }
@@ -80,7 +69,7 @@ std::string TypeName(uint8_t type) {
 
 void AppendFrame(const Frame& frame, std::string* out) {
   DSEC_CHECK(frame.payload.size() <= kMaxFramePayload);
-  PutU32(out, static_cast<uint32_t>(frame.payload.size()));
+  AppendLe32(out, static_cast<uint32_t>(frame.payload.size()));
   out->push_back(static_cast<char>(frame.type));
   out->append(frame.payload);
 }
@@ -109,7 +98,7 @@ absl::StatusOr<std::optional<Frame>> FrameReader::Next() {
   if (avail < kFrameHeaderBytes) return std::nullopt;
   const char* p = buffer_.data() + offset_;
   // Peer-controlled: length and type are checked before the body is awaited.
-  uint32_t len = GetU32(p);
+  uint32_t len = LoadLe32(p);
   uint8_t type = static_cast<uint8_t>(p[4]);
   if (len > max_payload_) {
     error_ = absl::InvalidArgumentError(

@@ -19,6 +19,7 @@
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
 #include "base/file_io.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::container {
 namespace {
@@ -167,18 +168,19 @@ TEST_F(InitPoolTest, SandboxesThatCannotUseASlotDoNotTakeOne) {
 TEST_F(InitPoolTest, ARuntimeKilledWithReadySlotsLeavesThemToOrphanCleanup) {
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
+  ScopedFd ready_r(ready[0]), ready_w(ready[1]);
   pid_t runtime = ::fork();
   if (runtime == 0) {
-    ::close(ready[0]);
+    ready_r.Reset();
     auto pool = InitPool::Create(state_root_, 2);
     char ok = pool.ok() && (*pool)->WaitReady(2, kReadyMs) ? 1 : 0;
-    (void)!::write(ready[1], &ok, 1);
+    (void)!::write(ready_w.get(), &ok, 1);
     while (true) ::pause();
   }
-  ::close(ready[1]);
+  ready_w.Reset();
   char ok = 0;
-  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
-  ::close(ready[0]);
+  ASSERT_EQ(::read(ready_r.get(), &ok, 1), 1);
+  ready_r.Reset();
   ASSERT_EQ(ok, 1);
   std::vector<pid_t> inits = SlotInits();
   ASSERT_EQ(inits.size(), 2u);

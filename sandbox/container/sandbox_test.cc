@@ -24,6 +24,7 @@
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
 #include "base/file_io.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::container {
 namespace {
@@ -258,24 +259,25 @@ TEST_F(SandboxTest, CleanupRemovesTheSandboxOfAKilledRuntime) {
   SandboxConfig config = Config("orphan");
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
+  ScopedFd ready_r(ready[0]), ready_w(ready[1]);
   pid_t runtime = ::fork();
   if (runtime == 0) {
     // A stand-in runtime process: holds a sandbox with a running command.
-    ::close(ready[0]);
+    ready_r.Reset();
     auto sb = Sandbox::Create(config);
     if (!sb.ok()) ::_exit(1);
     ExecOptions o;
     o.argv = {"sh", "-c", "echo started; sleep 1000 & sleep 1000"};
     o.timeout_ms = 600000;
     char one = 1;
-    (void)!::write(ready[1], &one, 1);
+    (void)!::write(ready_w.get(), &one, 1);
     (void)(*sb)->Exec(o);
     ::_exit(0);
   }
-  ::close(ready[1]);
+  ready_w.Reset();
   char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  ::close(ready[0]);
+  ASSERT_EQ(::read(ready_r.get(), &c, 1), 1);
+  ready_r.Reset();
   const std::string state = absl::StrCat(config.state_root, "/", config.id);
   auto init_record = dsec::ReadSmallFile(absl::StrCat(state, "/init"));
   auto cgroup_record = dsec::ReadSmallFile(absl::StrCat(state, "/cgroups"));

@@ -15,6 +15,7 @@
 #include <functional>
 
 #include "gtest/gtest.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::container {
 namespace {
@@ -61,14 +62,13 @@ TEST(SeccompPolicyTest, DeniesCloneAndDedupeIoctlsEvenWithHighBitsSet) {
 TEST(SeccompPolicyTest, OrdinaryIoctlsStillWork) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
-  int rfd = fds[0];
+  ScopedFd read_end(fds[0]), write_end(fds[1]);
+  int rfd = read_end.get();
   EXPECT_EQ(ErrnoUnderProfile([rfd] {
               int n = 0;
               return ::ioctl(rfd, FIONREAD, &n);
             }),
             0);
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 TEST(SeccompPolicyTest, DeniesNamespaceAndKernelSyscalls) {

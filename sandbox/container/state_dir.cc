@@ -32,27 +32,6 @@ namespace dsec::container {
 
 namespace {
 
-absl::Status MkdirAll(const std::string& path, mode_t mode) {
-  std::string partial;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&partial, "/", part);
-    if (::mkdir(partial.c_str(), mode) != 0 && errno != EEXIST) {
-      return ErrnoToStatus(absl::StrCat("mkdir ", partial));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteFile(const std::string& path, std::string_view text, bool append) {
-  ScopedFd fd(::open(path.c_str(),
-                     O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0600));
-  if (!fd) return ErrnoToStatus(absl::StrCat("open ", path));
-  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    return ErrnoToStatus(absl::StrCat("write ", path));
-  }
-  return absl::OkStatus();
-}
-
 int RemoveEntry(const char* path, const struct stat*, int type, FTW*) {
   int rc = (type == FTW_DP) ? ::rmdir(path) : ::unlink(path);
   return rc == 0 || errno == ENOENT ? 0 : errno;
@@ -92,13 +71,13 @@ std::optional<std::string> ProcessIdentity(pid_t pid) {
 }
 
 absl::StatusOr<StateDir> StateDir::Create(const std::string& root, const std::string& id) {
-  DSEC_RETURN_IF_ERROR(MkdirAll(root, 0700));
+  DSEC_RETURN_IF_ERROR(MakeDirs(root, 0700));
   std::string path = absl::StrCat(root, "/", id);
   if (::mkdir(path.c_str(), 0700) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", path));
   StateDir dir(path);
   auto me = ProcessIdentity(::getpid());
   if (!me) return absl::InternalError("cannot read /proc/self/stat");
-  DSEC_RETURN_IF_ERROR(WriteFile(absl::StrCat(path, "/owner"), *me, false));
+  DSEC_RETURN_IF_ERROR(WriteFile(absl::StrCat(path, "/owner"), *me, 0600));
   return dir;
 }
 
@@ -127,13 +106,13 @@ absl::Status StateDir::RenameTo(const std::string& id) {
 }
 
 absl::Status StateDir::RecordCgroup(const std::string& cgroup_dir) const {
-  return WriteFile(absl::StrCat(path_, "/cgroups"), absl::StrCat(cgroup_dir, "\n"), true);
+  return WriteFile(absl::StrCat(path_, "/cgroups"), absl::StrCat(cgroup_dir, "\n"), 0600, /*append=*/true);
 }
 
 absl::Status StateDir::RecordInit(pid_t pid) const {
   auto id = ProcessIdentity(pid);
   if (!id) return absl::NotFoundError(absl::StrCat("init process ", pid, " is gone"));
-  return WriteFile(absl::StrCat(path_, "/init"), *id, false);
+  return WriteFile(absl::StrCat(path_, "/init"), *id, 0600);
 }
 
 absl::Status StateDir::Remove() {
@@ -203,7 +182,7 @@ absl::StatusOr<bool> MountStateRootTmpfs(const std::string& root) {
     if (::statfs(root.c_str(), &fs) != 0) return ErrnoToStatus(absl::StrCat("statfs ", root));
     return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
   };
-  DSEC_RETURN_IF_ERROR(MkdirAll(root, 0700));
+  DSEC_RETURN_IF_ERROR(MakeDirs(root, 0700));
   DSEC_ASSIGN_OR_RETURN(bool already, on_tmpfs());
   if (already) return false;
   // Two runtimes starting at once: the lock is on the directory below the

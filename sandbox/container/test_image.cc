@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,23 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sandbox/container/state_dir.h"
+#include "base/file_io.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace dsec::container::testing {
 
 namespace {
-
-absl::Status MkdirAll(const std::string& path) {
-  std::string partial;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&partial, "/", part);
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoToStatus(absl::StrCat("mkdir ", partial));
-    }
-  }
-  return absl::OkStatus();
-}
 
 std::string FirstExisting(std::initializer_list<const char*> paths) {
   for (const char* p : paths) {
@@ -83,9 +73,9 @@ absl::StatusOr<std::string> FindMkfsErofs() {
 
 absl::Status BuildBusyboxTree(const std::string& dir) {
   DSEC_ASSIGN_OR_RETURN(std::string path, FindStaticBusybox());
-  DSEC_RETURN_IF_ERROR(MkdirAll(absl::StrCat(dir, "/bin")));
-  DSEC_RETURN_IF_ERROR(MkdirAll(absl::StrCat(dir, "/etc")));
-  DSEC_RETURN_IF_ERROR(MkdirAll(absl::StrCat(dir, "/root")));
+  DSEC_RETURN_IF_ERROR(MakeDirs(absl::StrCat(dir, "/bin")));
+  DSEC_RETURN_IF_ERROR(MakeDirs(absl::StrCat(dir, "/etc")));
+  DSEC_RETURN_IF_ERROR(MakeDirs(absl::StrCat(dir, "/root")));
   DSEC_RETURN_IF_ERROR(RunHostCommand({"/bin/cp", path, absl::StrCat(dir, "/bin/busybox")}).status());
   DSEC_ASSIGN_OR_RETURN(std::string list, RunHostCommand({path, "--list"}));
   for (absl::string_view applet : absl::StrSplit(list, '\n', absl::SkipEmpty())) {
@@ -103,7 +93,7 @@ absl::Status BuildBusyboxTree(const std::string& dir) {
 absl::Status WriteTreeFile(const std::string& root, const std::string& relpath,
                            const std::string& content, unsigned mode) {
   std::string path = absl::StrCat(root, "/", relpath);
-  DSEC_RETURN_IF_ERROR(MkdirAll(path.substr(0, path.rfind('/'))));
+  DSEC_RETURN_IF_ERROR(MakeDirs(path.substr(0, path.rfind('/'))));
   ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
   if (!fd) return ErrnoToStatus(absl::StrCat("open ", path));
   if (::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
@@ -119,35 +109,16 @@ absl::Status MakeErofs(const std::string& dir, const std::string& image) {
 }
 
 absl::StatusOr<std::string> RunHostCommand(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-  ScopedFd rd(fds[0]), wr(fds[1]);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) return ErrnoToStatus("fork");
-  if (pid == 0) {
-    ::dup2(wr.get(), 1);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    if (devnull >= 0) ::dup2(devnull, 2);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+  SpawnOptions o;
+  o.argv = argv;
+  o.in = Stdio::Inherit();
+  o.out = Stdio::Capture();
+  o.capture_max_bytes = 64 << 20;
+  DSEC_ASSIGN_OR_RETURN(SubprocessResult r, RunSubprocess(o));
+  if (!r.Succeeded()) {
+    return absl::InternalError(absl::StrCat(argv[0], " failed (status ", r.wait_status, ")"));
   }
-  wr.Reset();
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(rd.get(), buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
-    if (n > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat(argv[0], " failed (status ", status, ")"));
-  }
-  return out;
+  return std::move(r.out);
 }
 
 absl::StatusOr<uint64_t> HashFile(const std::string& path) {

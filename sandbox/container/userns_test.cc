@@ -21,6 +21,7 @@
 #include "sandbox/layers/layer_store.h"
 #include "sandbox/layers/pack_diff.h"
 #include "base/file_io.h"
+#include "base/scoped_fd.h"
 
 namespace dsec::container {
 namespace {
@@ -192,18 +193,19 @@ TEST_F(UserNamespaceTest, OrphanCleanupRemovesEverything) {
   SandboxConfig config = Config("orphan");
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
+  ScopedFd ready_r(ready[0]), ready_w(ready[1]);
   pid_t runtime = ::fork();
   if (runtime == 0) {
-    ::close(ready[0]);
+    ready_r.Reset();
     auto sb = Sandbox::Create(config);
     char ok = sb.ok() ? 1 : 0;
-    (void)!::write(ready[1], &ok, 1);
+    (void)!::write(ready_w.get(), &ok, 1);
     while (true) ::pause();
   }
-  ::close(ready[1]);
+  ready_w.Reset();
   char ok = 0;
-  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
-  ::close(ready[0]);
+  ASSERT_EQ(::read(ready_r.get(), &ok, 1), 1);
+  ready_r.Reset();
   ASSERT_EQ(ok, 1);
   ASSERT_EQ(::kill(runtime, SIGKILL), 0);
   ASSERT_EQ(::waitpid(runtime, nullptr, 0), runtime);

@@ -4,34 +4,19 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/little_endian.h"
 
 namespace dsec::fncall {
-
-namespace {
-
-void PutU32(std::string* out, uint32_t v) {
-  char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
-               static_cast<char>((v >> 16) & 0xff), static_cast<char>((v >> 24) & 0xff)};
-  out->append(b, 4);
-}
-
-uint32_t GetU32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return static_cast<uint32_t>(u[0]) | static_cast<uint32_t>(u[1]) << 8 |
-         static_cast<uint32_t>(u[2]) << 16 | static_cast<uint32_t>(u[3]) << 24;
-}
-
-}  // namespace
 
 std::string EncodeFrame(const std::vector<std::string>& fields) {
   std::string payload;
   for (const std::string& f : fields) {
-    PutU32(&payload, static_cast<uint32_t>(f.size()));
+    AppendLe32(&payload, static_cast<uint32_t>(f.size()));
     payload += f;
   }
   std::string frame;
   frame.reserve(payload.size() + 4);
-  PutU32(&frame, static_cast<uint32_t>(payload.size()));
+  AppendLe32(&frame, static_cast<uint32_t>(payload.size()));
   frame += payload;
   return frame;
 }
@@ -42,7 +27,7 @@ absl::StatusOr<std::vector<std::string>> DecodeFields(std::string_view payload) 
   while (off < payload.size()) {
     // Guest-controlled: the field length is checked against what is left.
     if (payload.size() - off < 4) return absl::InvalidArgumentError("frame: truncated field length");
-    uint32_t len = GetU32(payload.data() + off);
+    uint32_t len = LoadLe32(payload.data() + off);
     off += 4;
     if (len > payload.size() - off) {
       return absl::InvalidArgumentError(
@@ -56,7 +41,7 @@ absl::StatusOr<std::vector<std::string>> DecodeFields(std::string_view payload) 
 
 absl::StatusOr<std::optional<std::vector<std::string>>> FrameReader::Next() {
   if (buffer_.size() < 4) return std::nullopt;
-  uint32_t len = GetU32(buffer_.data());
+  uint32_t len = LoadLe32(buffer_.data());
   // Guest-controlled: a frame larger than any legitimate one is an error.
   if (len > kMaxFrameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("frame of ", len, " bytes is too large"));

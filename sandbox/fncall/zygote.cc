@@ -16,6 +16,7 @@
 
 #include "sandbox/fncall/protocol.h"
 #include "base/fd_passing.h"
+#include "base/little_endian.h"
 
 namespace dsec::fncall {
 
@@ -246,19 +247,6 @@ void WriteAll(int fd, const char* p, size_t n) {
   }
 }
 
-void PutU32(char* p, uint32_t v) {
-  p[0] = static_cast<char>(v & 0xff);
-  p[1] = static_cast<char>((v >> 8) & 0xff);
-  p[2] = static_cast<char>((v >> 16) & 0xff);
-  p[3] = static_cast<char>((v >> 24) & 0xff);
-}
-
-uint32_t GetU32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return static_cast<uint32_t>(u[0]) | static_cast<uint32_t>(u[1]) << 8 |
-         static_cast<uint32_t>(u[2]) << 16 | static_cast<uint32_t>(u[3]) << 24;
-}
-
 // Sends ["done"|"ready", ...] built from up to 4 C-string fields.
 bool SendFrame(int fd, const char* const* fields, int count) {
   char buf[256];
@@ -266,11 +254,11 @@ bool SendFrame(int fd, const char* const* fields, int count) {
   for (int i = 0; i < count; ++i) {
     size_t len = StrLen(fields[i]);
     if (off + 4 + len > sizeof(buf)) return false;
-    PutU32(buf + off, static_cast<uint32_t>(len));
+    StoreLe32(buf + off, static_cast<uint32_t>(len));
     std::memcpy(buf + off + 4, fields[i], len);
     off += 4 + len;
   }
-  PutU32(buf, static_cast<uint32_t>(off - 4));
+  StoreLe32(buf, static_cast<uint32_t>(off - 4));
   size_t sent = 0;
   while (sent < off) {
     ssize_t n = ::send(fd, buf + sent, off - sent, MSG_NOSIGNAL);
@@ -324,7 +312,7 @@ bool ReadExact(int fd, char* p, size_t n) {
     for (size_t i = 0; i < nmore; ++i) fds[nfds++] = more[i];
     got += static_cast<size_t>(n);
   }
-  const uint32_t size = GetU32(head);
+  const uint32_t size = LoadLe32(head);
   if (size > kMaxFrameBytes || nfds != 3) ::_exit(125);
   // Payload, then NUL-terminated copies of the fields and pointer arrays.
   const size_t map_len = 2 * static_cast<size_t>(size) + 64 +
@@ -345,7 +333,7 @@ bool ReadExact(int fd, char* p, size_t n) {
   // Guest-controlled lengths are checked against the payload size.
   while (off < size) {
     if (size - off < 4) ::_exit(125);
-    uint32_t len = GetU32(payload + off);
+    uint32_t len = LoadLe32(payload + off);
     off += 4;
     if (len > size - off) ::_exit(125);
     if (nfields < 8) {

@@ -161,9 +161,9 @@ TEST_F(ErofsCompressionTest, PackDiffBuildsACompressedDiffLayer) {
     if (!l1.ok()) return l1.status();
     auto root = MountOverlay({dir_.Sub("l1"), dir_.Sub("l0")}, "", "", dir_.Sub("root"));
     if (!root.ok()) return root.status();
-    auto changed = ReadFileToString(dir_.Sub("root/lib/mod.py"));
-    auto added = ReadFileToString(dir_.Sub("root/etc/new"));
-    auto kept = ReadFileToString(dir_.Sub("root/big/zeros"));
+    auto changed = ReadFile(dir_.Sub("root/lib/mod.py"));
+    auto added = ReadFile(dir_.Sub("root/etc/new"));
+    auto kept = ReadFile(dir_.Sub("root/big/zeros"));
     if (!changed.ok() || *changed != "changed\n") return absl::InternalError("lib/mod.py not the diff's");
     if (!added.ok() || *added != std::string(100000, 'n')) return absl::InternalError("etc/new wrong");
     if (!kept.ok() || kept->size() != (3u << 20)) return absl::InternalError("big/zeros from base wrong");

@@ -13,20 +13,23 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "sandbox/layers/subprocess.h"
-#include "base/scoped_fd.h"
+#include "base/mount.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace dsec::layers {
 namespace {
 
-constexpr uint32_t kErofsMagic = 0xE0F5E1E2u;
-constexpr size_t kErofsSuperblockOffset = 1024;
-constexpr size_t kErofsSuperblockBytes = 128;
-
-uint32_t Le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+// mkfs.erofs with `env` as its whole environment (and PATH), stdin and
+// stdout on /dev/null, the tail of stderr captured for errors and --help.
+absl::StatusOr<SubprocessResult> RunMkfs(std::vector<std::string> argv, std::vector<std::string> env) {
+  SpawnOptions o;
+  o.argv = std::move(argv);
+  o.inherit_env = false;
+  o.env = std::move(env);
+  o.err = Stdio::Capture();
+  o.capture_max_bytes = 16 * 1024;
+  return RunSubprocess(o);
 }
 
 bool AllOf(const std::string& s, bool (*pred)(char)) {
@@ -54,14 +57,14 @@ absl::Status ValidateCompressionSpec(const std::string& spec) {
 std::string CompressionAlgorithm(const std::string& spec) { return spec.substr(0, spec.find(',')); }
 
 absl::StatusOr<std::vector<std::string>> AvailableErofsCompressors(const std::string& mkfs) {
-  auto result = RunCommand({mkfs, "--help"}, {"LC_ALL=C"});
+  auto result = RunMkfs({mkfs, "--help"}, {"LC_ALL=C"});
   if (!result.ok()) return Annotate(result.status(), "mkfs.erofs --help (package erofs-utils)");
   // The list is the last line of the help text, on stderr.
   static constexpr char kPrefix[] = "Available compressors are:";
-  size_t pos = result->stderr_tail.rfind(kPrefix);
+  size_t pos = result->err.rfind(kPrefix);
   std::vector<std::string> algs;
   if (pos != std::string::npos) {
-    std::string line = result->stderr_tail.substr(pos + sizeof(kPrefix) - 1);
+    std::string line = result->err.substr(pos + sizeof(kPrefix) - 1);
     line = line.substr(0, line.find('\n'));
     for (absl::string_view a : absl::StrSplit(line, ',')) {
       a = absl::StripAsciiWhitespace(a);
@@ -100,7 +103,7 @@ absl::StatusOr<uint64_t> BuildErofsImage(const std::string& src_dir, const std::
   // SOURCE_DATE_EPOCH sets the superblock build time (and clamps newer mtimes).
   std::vector<std::string> env = {
       absl::StrCat("SOURCE_DATE_EPOCH=", options.build_time), "LC_ALL=C"};
-  auto result = RunCommand(argv, env);
+  auto result = RunMkfs(argv, env);
   if (!result.ok()) return Annotate(result.status(), "mkfs.erofs (package erofs-utils)");
   if (!result->Succeeded()) {
     unlink(image_path.c_str());
@@ -115,63 +118,14 @@ absl::StatusOr<uint64_t> BuildErofsImage(const std::string& src_dir, const std::
 }
 
 absl::Status CheckErofsImage(const std::string& image_path) {
-  ScopedFd fd(open(image_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", image_path));
-  uint8_t magic[4];
-  ssize_t n = pread(fd.get(), magic, sizeof(magic), kErofsSuperblockOffset);
-  if (n < 0) return ErrnoStatus(absl::StrCat("pread ", image_path));
-  if (n != 4 || Le32(magic) != kErofsMagic) {
+  auto sb = ReadErofsSuperblock(image_path);
+  if (absl::IsInvalidArgument(sb.status())) {
     return absl::InvalidArgumentError(absl::StrCat(image_path, " is not an EROFS image"));
   }
-  return absl::OkStatus();
+  return sb.status();
 }
 
-absl::StatusOr<ErofsSuperblockInfo> DecodeErofsSuperblock(const uint8_t* image, size_t len) {
-  if (len < kErofsSuperblockOffset + kErofsSuperblockBytes) {
-    return absl::InvalidArgumentError("too short for an EROFS superblock");
-  }
-  const uint8_t* sb = image + kErofsSuperblockOffset;
-  if (Le32(sb) != kErofsMagic) return absl::InvalidArgumentError("no EROFS superblock magic");
-  ErofsSuperblockInfo info;
-  info.block_size_bits = sb[12];
-  info.feature_incompat = Le32(sb + 80);
-  info.compressed = (info.feature_incompat & kErofsIncompatCompressionMask) != 0;
-  return info;
-}
-
-absl::StatusOr<ErofsSuperblockInfo> ReadErofsSuperblock(const std::string& image_path) {
-  ScopedFd fd(open(image_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", image_path));
-  uint8_t buf[kErofsSuperblockOffset + kErofsSuperblockBytes];
-  ssize_t n = pread(fd.get(), buf, sizeof(buf), 0);
-  if (n < 0) return ErrnoStatus(absl::StrCat("pread ", image_path));
-  auto info = DecodeErofsSuperblock(buf, static_cast<size_t>(n));
-  if (!info.ok()) return Annotate(info.status(), image_path);
-  return info;
-}
-
-ScopedMount::~ScopedMount() {
-  if (!target_.empty()) umount2(target_.c_str(), MNT_DETACH);
-}
-
-ScopedMount& ScopedMount::operator=(ScopedMount&& other) noexcept {
-  if (this != &other) {
-    if (!target_.empty()) umount2(target_.c_str(), MNT_DETACH);
-    target_ = std::move(other.target_);
-    other.target_.clear();
-  }
-  return *this;
-}
-
-absl::Status ScopedMount::Unmount() {
-  if (target_.empty()) return absl::OkStatus();
-  std::string target = std::move(target_);
-  target_.clear();
-  if (umount2(target.c_str(), 0) != 0) return ErrnoStatus(absl::StrCat("umount ", target));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<ScopedMount> MountErofsFile(const std::string& image_path, const std::string& target) {
+absl::StatusOr<Mount> MountErofsFile(const std::string& image_path, const std::string& target) {
   DSEC_RETURN_IF_ERROR(CheckErofsImage(image_path));
   if (mount(image_path.c_str(), target.c_str(), "erofs", MS_RDONLY, nullptr) != 0) {
     int err = errno;
@@ -182,26 +136,21 @@ absl::StatusOr<ScopedMount> MountErofsFile(const std::string& image_path, const 
     }
     return ErrnoToStatus(absl::StrCat("mount erofs ", image_path, " on ", target), err);
   }
-  return ScopedMount(target);
+  return Mount::Adopt(target);
 }
 
-absl::StatusOr<ScopedMount> MountOverlay(const std::vector<std::string>& lowers,
-                                         const std::string& upper, const std::string& work,
-                                         const std::string& target) {
-  if (lowers.empty()) return absl::InvalidArgumentError("overlay needs at least one lower layer");
-  for (const auto& l : lowers) {
-    if (l.find_first_of(",:") != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("overlay layer path has ',' or ':': ", l));
-    }
-  }
-  std::string opts = absl::StrCat("lowerdir=", absl::StrJoin(lowers, ":"));
+absl::StatusOr<Mount> MountOverlay(const std::vector<std::string>& lowers, const std::string& upper,
+                                   const std::string& work, const std::string& target) {
+  // `lowers` is top first here, lowest first for OverlayLowerDir.
+  DSEC_ASSIGN_OR_RETURN(std::string lowerdir,
+                        OverlayLowerDir(std::vector<std::string>(lowers.rbegin(), lowers.rend())));
+  std::string opts = absl::StrCat("lowerdir=", lowerdir);
   if (!upper.empty()) absl::StrAppend(&opts, ",upperdir=", upper, ",workdir=", work);
   absl::StrAppend(&opts, ",redirect_dir=off,metacopy=off");
   unsigned long flags = upper.empty() ? MS_RDONLY : 0;
-  if (mount("overlay", target.c_str(), "overlay", flags, opts.c_str()) != 0) {
-    return ErrnoToStatus(absl::StrCat("mount overlay on ", target, " (", opts, ")"));
-  }
-  return ScopedMount(target);
+  auto m = Mount::Create("overlay", target, "overlay", flags, opts);
+  if (!m.ok()) return Annotate(m.status(), absl::StrCat("(", opts, ")"));
+  return m;
 }
 
 }  // namespace dsec::layers

@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/erofs_superblock.h"
+#include "base/mount.h"
 
 namespace dsec::layers {
 
@@ -61,61 +63,20 @@ struct ErofsBuildOptions {
 absl::StatusOr<uint64_t> BuildErofsImage(const std::string& src_dir, const std::string& image_path,
                                          const ErofsBuildOptions& options);
 
-// OK if `image_path` is a regular file that starts with an EROFS superblock
-// (magic 0xE0F5E1E2 at offset 1024); InvalidArgument otherwise.
+// OK if `image_path` is a file that starts with an EROFS superblock
+// (base/erofs_superblock.h, which also tells whether it is compressed);
+// InvalidArgument otherwise.
 absl::Status CheckErofsImage(const std::string& image_path);
 
-// What the superblock (EROFS on-disk format, fs/erofs/erofs_fs.h: struct
-// erofs_super_block at byte 1024) says about an image.
-struct ErofsSuperblockInfo {
-  uint32_t feature_incompat = 0;  // at superblock offset 80
-  uint8_t block_size_bits = 0;    // blkszbits, offset 12
-  // The image may hold compressed files: one of the incompat bits that only
-  // compressed images carry is set (LZ4_0PADDING 0x1, COMPR_CFGS /
-  // BIG_PCLUSTER 0x2, ZTAILPACKING 0x10, FRAGMENTS / DEDUPE 0x20). Such
-  // files are not DAX-mapped by the guest kernel.
-  bool compressed = false;
-};
-inline constexpr uint32_t kErofsIncompatCompressionMask = 0x1 | 0x2 | 0x10 | 0x20;
-
-// Decodes the superblock from the first `len` bytes of an image (at least
-// 1024 + 128). InvalidArgument when too short or without the EROFS magic.
-absl::StatusOr<ErofsSuperblockInfo> DecodeErofsSuperblock(const uint8_t* image, size_t len);
-// Reads and decodes the superblock of the image file.
-absl::StatusOr<ErofsSuperblockInfo> ReadErofsSuperblock(const std::string& image_path);
-
-// A mount this process made; unmounted (lazily, MNT_DETACH) on destruction.
-// Move-only. Used by one thread; lives as long as its owner needs the tree.
-class ScopedMount {
- public:
-  ScopedMount() = default;
-  explicit ScopedMount(std::string target) : target_(std::move(target)) {}
-  ~ScopedMount();
-  ScopedMount(ScopedMount&& other) noexcept : target_(std::move(other.target_)) {
-    other.target_.clear();
-  }
-  ScopedMount& operator=(ScopedMount&& other) noexcept;
-  ScopedMount(const ScopedMount&) = delete;
-  ScopedMount& operator=(const ScopedMount&) = delete;
-
-  const std::string& target() const { return target_; }
-  // Unmounts now and reports failure (the destructor cannot).
-  absl::Status Unmount();
-
- private:
-  std::string target_;
-};
-
-// Mounts the EROFS image file read-only at `target` with the file-backed form
-// of mount(2) (Linux 6.12+: the source is a regular file). Unavailable when
+// Mounts the EROFS image file read-only at `target` (owned by the returned
+// Mount, base/mount.h) with the file-backed form of mount(2) (Linux 6.12+: the source is a regular file). Unavailable when
 // the kernel lacks EROFS or file-backed mounts (ENODEV/ENOTBLK).
-absl::StatusOr<ScopedMount> MountErofsFile(const std::string& image_path, const std::string& target);
+absl::StatusOr<Mount> MountErofsFile(const std::string& image_path, const std::string& target);
 
 // Mounts overlayfs at `target`. `lowers` are top first (overlayfs order).
 // Without `upper` the overlay is read-only. redirect_dir and metacopy are
 // off so that the upper directory stays something pack_diff can capture.
-absl::StatusOr<ScopedMount> MountOverlay(const std::vector<std::string>& lowers,
-                                         const std::string& upper, const std::string& work,
-                                         const std::string& target);
+absl::StatusOr<Mount> MountOverlay(const std::vector<std::string>& lowers, const std::string& upper,
+                                   const std::string& work, const std::string& target);
 
 }  // namespace dsec::layers

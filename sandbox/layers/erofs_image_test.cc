@@ -53,8 +53,8 @@ TEST_F(ErofsImageTest, SameTreeGivesSameImageBytes) {
   opts.build_time = 1700000000;
   ASSERT_TRUE(BuildErofsImage(dir_.Sub("src"), dir_.Sub("a.erofs"), opts).ok());
   ASSERT_TRUE(BuildErofsImage(dir_.Sub("src"), dir_.Sub("b.erofs"), opts).ok());
-  auto a = ReadFileToString(dir_.Sub("a.erofs"));
-  auto b = ReadFileToString(dir_.Sub("b.erofs"));
+  auto a = ReadFile(dir_.Sub("a.erofs"));
+  auto b = ReadFile(dir_.Sub("b.erofs"));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
   EXPECT_EQ(BuildErofsImage(dir_.Sub("src"), dir_.Sub("a.erofs"), opts).status().code(),

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/layers/fs_util.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -21,23 +20,6 @@ std::string JoinPath(const std::string& dir, const std::string& rel) {
   if (rel.empty()) return dir;
   if (!dir.empty() && dir.back() == '/') return dir + rel;
   return dir + "/" + rel;
-}
-
-absl::StatusOr<std::vector<std::string>> ListDirSorted(const std::string& dir) {
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return ErrnoToStatus(absl::StrCat("opendir ", dir));
-  std::vector<std::string> names;
-  errno = 0;
-  while (struct dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-    errno = 0;
-  }
-  int err = errno;
-  closedir(d);
-  if (err != 0) return ErrnoStatus(absl::StrCat("readdir ", dir), err);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 absl::StatusOr<Xattrs> ListXattrs(const std::string& path) {
@@ -94,7 +76,7 @@ absl::Status RemoveBelow(const std::string& path, dev_t root_dev) {
     if (st.st_dev != root_dev) {
       return absl::FailedPreconditionError(absl::StrCat("remove tree: ", path, " is a mount point"));
     }
-    DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirSorted(path));
+    DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(path));
     for (const auto& n : names) DSEC_RETURN_IF_ERROR(RemoveBelow(JoinPath(path, n), root_dev));
     if (rmdir(path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(absl::StrCat("rmdir ", path));
     return absl::OkStatus();
@@ -144,21 +126,6 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& content
   ScopedFd dfd(open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dfd.valid()) fsync(dfd.get());
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", path));
-  std::string out;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(absl::StrCat("read ", path));
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
 }
 
 absl::StatusOr<std::string> MakeTempDir(const std::string& parent, const std::string& prefix) {

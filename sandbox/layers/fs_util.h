@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Small filesystem helpers shared by the layer store, the tree digest and
-// pack_diff. All take paths and never follow a final symlink.
+// Filesystem helpers of the layer store, the tree digest and pack_diff that
+// base/file_io.h (ListDirectory, ReadFile, WriteFile, MakeDirs) does not
+// offer. All take paths and never follow a final symlink.
 #pragma once
 
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/file_io.h"
 
 namespace dsec::layers {
 
@@ -16,9 +18,6 @@ using Xattrs = std::vector<std::pair<std::string, std::string>>;
 
 // "a" + "/" + "b", without doubling a trailing slash; `rel` empty gives `dir`.
 std::string JoinPath(const std::string& dir, const std::string& rel);
-
-// Names in `dir` except "." and "..", sorted bytewise.
-absl::StatusOr<std::vector<std::string>> ListDirSorted(const std::string& dir);
 
 // Extended attributes of `path` (not following a symlink), sorted by name.
 // A filesystem without xattr support gives an empty list.
@@ -31,9 +30,6 @@ absl::Status RemoveTree(const std::string& path);
 // Writes `content` to `path` atomically: a unique temporary file in the same
 // directory, fsync, rename over `path`, fsync of the directory.
 absl::Status WriteFileAtomic(const std::string& path, const std::string& content);
-
-// Whole file contents (for small metadata files).
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Creates a fresh uniquely named directory `<parent>/<prefix>XXXXXX`.
 absl::StatusOr<std::string> MakeTempDir(const std::string& parent, const std::string& prefix);

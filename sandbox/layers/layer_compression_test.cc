@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Compression option of the layer store (unit: no mkfs.erofs, a fake image
-// builder): spec parsing, superblock decoding, metadata and store behaviour.
+// builder): spec parsing, metadata and store behaviour. (The superblock
+// decoder is base/erofs_superblock.h, tested there.)
 #include <optional>
 #include <vector>
 
@@ -35,35 +36,6 @@ TEST(CompressionSpecTest, RejectsMalformedSpecs) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find(bad), absl::string_view::npos) << s;
   }
-}
-
-std::vector<uint8_t> SuperblockWithIncompat(uint32_t incompat) {
-  std::vector<uint8_t> b(1024 + 128, 0);
-  b[1024] = 0xE2, b[1025] = 0xE1, b[1026] = 0xF5, b[1027] = 0xE0;
-  b[1024 + 12] = 12;
-  for (int i = 0; i < 4; ++i) b[1024 + 80 + i] = static_cast<uint8_t>(incompat >> (8 * i));
-  return b;
-}
-
-TEST(ErofsSuperblockTest, DecodesCompressionBits) {
-  auto plain = SuperblockWithIncompat(0);
-  auto info = DecodeErofsSuperblock(plain.data(), plain.size());
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_FALSE(info->compressed);
-  EXPECT_EQ(info->block_size_bits, 12);
-  auto chunked = SuperblockWithIncompat(0x4);
-  EXPECT_FALSE(DecodeErofsSuperblock(chunked.data(), chunked.size())->compressed);
-  for (uint32_t bit : {0x1u, 0x2u, 0x10u, 0x20u}) {
-    auto z = SuperblockWithIncompat(bit | 0x4);
-    info = DecodeErofsSuperblock(z.data(), z.size());
-    ASSERT_TRUE(info.ok());
-    EXPECT_TRUE(info->compressed) << bit;
-    EXPECT_EQ(info->feature_incompat, bit | 0x4);
-  }
-  EXPECT_EQ(DecodeErofsSuperblock(plain.data(), 1100).status().code(), absl::StatusCode::kInvalidArgument);
-  plain[1024] = 0;
-  EXPECT_EQ(DecodeErofsSuperblock(plain.data(), plain.size()).status().code(),
-            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LayerMetadataCompressionTest, RoundTripsAndDefaultsToNone) {

@@ -95,18 +95,18 @@ TEST_F(LayerRebuildTest, ChangingTheToolkitRebuildsOnlyThatLayer) {
     auto ws = store_->Inspect("ws:1");
     if (!ws.ok()) return ws.status();
     std::vector<std::string> images = {(*chain)[0].image_path, (*chain)[1].image_path, ws->image_path};
-    std::vector<ScopedMount> mounts;
+    std::vector<Mount> mounts;
     std::vector<std::string> lowers;  // top first
     for (size_t i = 0; i < images.size(); ++i) {
       std::string target = dir_.Sub(absl::StrCat("l", i));
-      DSEC_ASSIGN_OR_RETURN(ScopedMount m, MountErofsFile(images[i], target));
+      DSEC_ASSIGN_OR_RETURN(Mount m, MountErofsFile(images[i], target));
       mounts.push_back(std::move(m));
       lowers.insert(lowers.begin(), target);
     }
-    DSEC_ASSIGN_OR_RETURN(ScopedMount root, MountOverlay(lowers, "", "", dir_.Sub("root")));
-    DSEC_ASSIGN_OR_RETURN(std::string py, ReadFileToString(dir_.Sub("root/usr/bin/python3")));
-    DSEC_ASSIGN_OR_RETURN(std::string os, ReadFileToString(dir_.Sub("root/etc/os-release")));
-    DSEC_ASSIGN_OR_RETURN(std::string ws_file, ReadFileToString(dir_.Sub("root/work/repo/main.py")));
+    DSEC_ASSIGN_OR_RETURN(Mount root, MountOverlay(lowers, "", "", dir_.Sub("root")));
+    DSEC_ASSIGN_OR_RETURN(std::string py, ReadFile(dir_.Sub("root/usr/bin/python3")));
+    DSEC_ASSIGN_OR_RETURN(std::string os, ReadFile(dir_.Sub("root/etc/os-release")));
+    DSEC_ASSIGN_OR_RETURN(std::string ws_file, ReadFile(dir_.Sub("root/work/repo/main.py")));
     if (py != "python v2\n" || os != "ID=debian\n" || ws_file != "print(1)\n") {
       return absl::InternalError("stacked root does not show base + new toolkit + workspace");
     }

@@ -1,23 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/layers/layer_refs.h"
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <optional>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/layers/layer_store.h"
 #include "base/status.h"
-
-extern char** environ;
+#include "base/subprocess.h"
 
 namespace dsec::layers {
 
@@ -43,40 +37,6 @@ bool OnPath(const std::string& tool) {
   return ::access(absl::StrCat("/usr/sbin/", tool).c_str(), X_OK) == 0;
 }
 
-// Runs the build script with its output on `progress`; returns its exit code.
-absl::StatusOr<int> RunScript(const LayerRefOptions& o) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!absl::StartsWith(*e, "DSEC_VMM=")) env_strings.push_back(*e);
-  }
-  if (!o.dsec_vmm.empty()) env_strings.push_back(absl::StrCat("DSEC_VMM=", o.dsec_vmm));
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_strings = {o.build_script, "--store", o.store_root};
-  std::vector<char*> argv;
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  std::fflush(o.progress);
-  const int out = ::fileno(o.progress);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out, 1);
-  posix_spawn_file_actions_adddup2(&actions, out, 2);
-  pid_t pid = 0;
-  int err = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) return ErrnoToStatus(absl::StrCat("running ", o.build_script), err);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return ErrnoToStatus("waitpid");
-  }
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
-}
-
 absl::Status BuildDefaultLayer(const LayerRefOptions& o) {
   const std::string hint = absl::StrCat(
       "build it with tools/build-base-layer.sh --store ", o.store_root,
@@ -93,7 +53,7 @@ absl::Status BuildDefaultLayer(const LayerRefOptions& o) {
   }
   std::fprintf(o.progress, "dsec-vmm: building base layer %s (first use, ~1-2 min)...\n",
                kDefaultBaseLayer);
-  DSEC_ASSIGN_OR_RETURN(int code, RunScript(o));
+  DSEC_ASSIGN_OR_RETURN(int code, RunBuildScript(o, {"--store", o.store_root}));
   if (code != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "building the default layer ", kDefaultBaseLayer, " failed (", o.build_script,
@@ -106,6 +66,19 @@ absl::Status BuildDefaultLayer(const LayerRefOptions& o) {
 }
 
 }  // namespace
+
+absl::StatusOr<int> RunBuildScript(const LayerRefOptions& o, const std::vector<std::string>& args) {
+  SpawnOptions spawn;
+  spawn.argv = {o.build_script};
+  spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+  spawn.env = {o.dsec_vmm.empty() ? "DSEC_VMM" : absl::StrCat("DSEC_VMM=", o.dsec_vmm)};
+  std::fflush(o.progress);
+  spawn.out = Stdio::Fd(::fileno(o.progress));
+  spawn.err = Stdio::SameAsStdout();
+  auto r = RunSubprocess(spawn);
+  if (!r.ok()) return Annotate(r.status(), "running the layer build script");
+  return r->signal != 0 ? 128 + r->signal : r->exit_code;
+}
 
 absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
     const std::vector<std::string>& args, const LayerRefOptions& o) {

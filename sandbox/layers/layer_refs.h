@@ -38,6 +38,13 @@ struct LayerRefOptions {
 absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
     const std::vector<std::string>& args, const LayerRefOptions& options);
 
+// Runs `options.build_script ARGS...` (tools/build-base-layer.sh) with
+// DSEC_VMM=`options.dsec_vmm` added to this process's environment, stdin on
+// /dev/null, stdout and stderr on `options.progress`; blocks until it ends.
+// Returns its exit status (128 + N when killed by signal N); an error only
+// when it cannot be started.
+absl::StatusOr<int> RunBuildScript(const LayerRefOptions& options, const std::vector<std::string>& args);
+
 // tools/build-base-layer.sh for a binary at `self_exe`: $DSEC_BASE_LAYER_SCRIPT
 // if set; else the first that exists of <exe dir>/../tools/ (a build
 // directory inside a checkout), <exe dir>/../share/dsec-vmm/,

@@ -92,7 +92,7 @@ absl::StatusOr<StoreState> LoadState(const std::string& refs_path, const std::st
   StoreState state;
   struct stat st;
   if (stat(refs_path.c_str(), &st) == 0) {
-    DSEC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(refs_path));
+    DSEC_ASSIGN_OR_RETURN(std::string text, ReadFile(refs_path));
     try {
       nlohmann::json j = nlohmann::json::parse(text);
       state.refs = j.at("refs").get<Refs>();
@@ -100,10 +100,10 @@ absl::StatusOr<StoreState> LoadState(const std::string& refs_path, const std::st
       return absl::InternalError(absl::StrCat(refs_path, " is corrupt: ", e.what()));
     }
   }
-  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirSorted(layers_dir));
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(layers_dir));
   for (const auto& n : names) {
     if (n.size() != 64 + 5 || n.substr(64) != ".json") continue;
-    DSEC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(JoinPath(layers_dir, n)));
+    DSEC_ASSIGN_OR_RETURN(std::string text, ReadFile(JoinPath(layers_dir, n)));
     auto m = LayerMetadataFromJson(text);
     if (!m.ok()) return Annotate(m.status(), JoinPath(layers_dir, n));
     state.layers.emplace(m->digest, *std::move(m));
@@ -380,7 +380,7 @@ absl::StatusOr<std::vector<std::string>> LayerStore::Gc() {
     }
   }
   // Images whose metadata never got written (a crash between the two).
-  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirSorted(LayersDir()));
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(LayersDir()));
   for (const auto& n : names) {
     bool image = n.size() == 64 + 6 && n.substr(64) == ".erofs";
     if (image && state.layers.count("sha256:" + n.substr(0, 64)) == 0) {
@@ -388,7 +388,7 @@ absl::StatusOr<std::vector<std::string>> LayerStore::Gc() {
     }
   }
   // Builds whose process died: their lock is free.
-  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> builds, ListDirSorted(TmpDir()));
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> builds, ListDirectory(TmpDir()));
   for (const auto& b : builds) {
     std::string dir = JoinPath(TmpDir(), b);
     ScopedFd fd(open(JoinPath(dir, "lock").c_str(), O_RDWR | O_CLOEXEC));

@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/layers/sha256.h"
-#include "sandbox/layers/subprocess.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace dsec::layers::testing {
 
@@ -77,7 +77,7 @@ absl::Status Snap(const std::string& root, const std::string& rel,
     case S_IFREG: {
       e.type = 'f';
       e.size = static_cast<uint64_t>(st.st_size);
-      DSEC_ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
+      DSEC_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
       Sha256 h;
       h.Update(data);
       e.content = ToHex(h.Finish());
@@ -90,7 +90,7 @@ absl::Status Snap(const std::string& root, const std::string& rel,
   }
   (*out)[rel] = e;
   if (S_ISDIR(st.st_mode)) {
-    DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirSorted(path));
+    DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(path));
     for (const auto& n : names) DSEC_RETURN_IF_ERROR(Snap(root, rel.empty() ? n : rel + "/" + n, out));
   }
   return absl::OkStatus();
@@ -139,6 +139,8 @@ absl::Status RunInPrivateMountNamespace(const std::function<absl::Status()>& fn)
   ScopedFd read_end(fds[0]);
   ScopedFd write_end(fds[1]);
   fflush(nullptr);
+  // A fork, not base/subprocess: the child runs `fn` (this test's code), not
+  // a program.
   pid_t pid = fork();
   if (pid < 0) return ErrnoStatus("fork");
   if (pid == 0) {
@@ -175,7 +177,9 @@ absl::Status RunInPrivateMountNamespace(const std::function<absl::Status()>& fn)
 
 std::string IntegrationSkipReason() {
   if (geteuid() != 0) return "needs root (mount, mknod, trusted.* xattrs)";
-  auto r = RunCommand({"mkfs.erofs", "--help"});
+  SpawnOptions help;
+  help.argv = {"mkfs.erofs", "--help"};
+  auto r = RunSubprocess(help);
   if (!r.ok()) return "mkfs.erofs not found (install erofs-utils)";
   return "";
 }

@@ -66,7 +66,7 @@ class DiffStager {
     switch (st.st_mode & S_IFMT) {
       case S_IFDIR: {
         if (mkdir(dst.c_str(), 0700) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", dst));
-        DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirSorted(src));
+        DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(src));
         for (const auto& n : names) DSEC_RETURN_IF_ERROR(Stage(JoinPath(src, n), JoinPath(dst, n)));
         break;
       }

@@ -87,19 +87,19 @@ TEST_F(PackDiffTest, BasePlusDiffReproducesTheSandboxView) {
     ASSERT_EQ(mkdir(dir_.Sub(d).c_str(), 0755), 0);
   }
   absl::Status s = testing::RunInPrivateMountNamespace([&]() -> absl::Status {
-    DSEC_ASSIGN_OR_RETURN(ScopedMount base_mnt,
+    DSEC_ASSIGN_OR_RETURN(Mount base_mnt,
                           MountErofsFile(store->ImagePath(base->layer.digest), dir_.Sub("base")));
     if (mount("tmpfs", dir_.Sub("rw").c_str(), "tmpfs", 0, "size=64m,mode=0755") != 0) {
       return ErrnoStatus("mount tmpfs");
     }
-    ScopedMount rw(dir_.Sub("rw"));
+    Mount rw = Mount::Adopt(dir_.Sub("rw"));
     std::string upper = dir_.Sub("rw/upper");
     std::string work = dir_.Sub("rw/work");
     DSEC_RETURN_IF_ERROR(Check(mkdir(upper.c_str(), 0755) == 0 && mkdir(work.c_str(), 0755) == 0,
                                "mkdir upper/work"));
     std::map<std::string, testing::EntrySummary> first;
     {
-      DSEC_ASSIGN_OR_RETURN(ScopedMount merged,
+      DSEC_ASSIGN_OR_RETURN(Mount merged,
                             MountOverlay({dir_.Sub("base")}, upper, work, dir_.Sub("merged")));
       DSEC_RETURN_IF_ERROR(ChangeTree(dir_.Sub("merged")));
       DSEC_ASSIGN_OR_RETURN(first, testing::SnapshotTree(dir_.Sub("merged")));
@@ -107,7 +107,7 @@ TEST_F(PackDiffTest, BasePlusDiffReproducesTheSandboxView) {
     }
     DSEC_ASSIGN_OR_RETURN(BuildResult diff,
                           PackDiff(*store, upper, {"diff", "1", {base->layer.digest}, ""}));
-    DSEC_ASSIGN_OR_RETURN(ScopedMount diff_mnt,
+    DSEC_ASSIGN_OR_RETURN(Mount diff_mnt,
                           MountErofsFile(store->ImagePath(diff.layer.digest), dir_.Sub("diff")));
     // The layer itself carries overlay's markers.
     struct stat st;
@@ -123,7 +123,7 @@ TEST_F(PackDiffTest, BasePlusDiffReproducesTheSandboxView) {
     if (lgetxattr(dir_.Sub("diff/keep/file").c_str(), "trusted.overlay.origin", nullptr, 0) >= 0) {
       return absl::InternalError("overlay bookkeeping xattr origin leaked into the layer");
     }
-    DSEC_ASSIGN_OR_RETURN(ScopedMount merged2,
+    DSEC_ASSIGN_OR_RETURN(Mount merged2,
                           MountOverlay({dir_.Sub("diff"), dir_.Sub("base")}, "", "",
                                        dir_.Sub("merged2")));
     DSEC_ASSIGN_OR_RETURN(auto second, testing::SnapshotTree(dir_.Sub("merged2")));

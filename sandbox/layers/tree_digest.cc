@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/layers/fs_util.h"
+#include "base/little_endian.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
 
@@ -45,7 +46,7 @@ class TreeHasher {
       case S_IFDIR: {
         stats_.directories++;
         Tag('d');
-        DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirSorted(path));
+        DSEC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(path));
         for (const auto& name : names) {
           DSEC_RETURN_IF_ERROR(Walk(rel.empty() ? name : rel + "/" + name));
         }
@@ -128,7 +129,7 @@ class TreeHasher {
   void Tag(char t) { hash_.Update(&t, 1); }
   void U64(uint64_t v) {
     uint8_t b[8];
-    for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
+    StoreLe64(b, v);
     hash_.Update(b, sizeof(b));
   }
   void Field(std::string_view s) {

@@ -1,16 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/microvm/cpl0_probe.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -18,10 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/clock.h"
-#include "base/scoped_fd.h"
 #include "base/status.h"
-
-extern char** environ;
+#include "base/subprocess.h"
 
 namespace dsec::microvm {
 
@@ -64,54 +53,19 @@ absl::StatusOr<Cpl0Probe> RunCpl0Probe(const std::string& monitor_binary, const 
         std::string("--timeout-ms"), absl::StrCat(timeout_ms)}) {
     argv.push_back(a);
   }
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus("pipe2");
-  ScopedFd out_r(fds[0]), out_w(fds[1]);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_w.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, out_w.get(), 2);
-  std::vector<char*> args;
-  for (std::string& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  out_w.Reset();
-  if (rc != 0) {
+  SpawnOptions spawn;
+  spawn.argv = std::move(argv);
+  spawn.out = Stdio::Capture();
+  spawn.err = Stdio::SameAsStdout();
+  // vm run's own --timeout-ms stops the guest; this bounds the monitor too.
+  spawn.timeout_ms = timeout_ms + 5000;
+  auto run = RunSubprocess(spawn);
+  if (!run.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("microvm: cannot run the CPL0 probe (", monitor_binary, "): ", strerror(rc)));
+        absl::StrCat("microvm: cannot run the CPL0 probe (", monitor_binary, "): ", run.status().message()));
   }
-  ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  // Read to EOF, bounded by the deadline (vm run's own --timeout-ms stops
-  // the guest; this bounds the monitor too).
-  const int64_t deadline = start + (timeout_ms + 5000) * 1'000'000;
-  std::string output;
-  bool timed_out = false;
-  for (;;) {
-    const int64_t left_ms = (deadline - MonotonicNowNs()) / 1'000'000;
-    if (left_ms <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{out_r.get(), POLLIN, 0};
-    int n = ::poll(&p, 1, static_cast<int>(left_ms));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;
-    char buf[4096];
-    ssize_t r = ::read(out_r.get(), buf, sizeof(buf));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    if (output.size() < (1u << 20)) output.append(buf, static_cast<size_t>(r));
-  }
-  if (timed_out) {
-    if (pidfd) ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-    else ::kill(pid, SIGKILL);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  std::string& output = run->out;
+  const bool timed_out = run->timed_out;
   auto probe = ParseCpl0ProbeOutput(output);
   if (!probe.ok()) {
     if (output.size() > 1500) output = output.substr(output.size() - 1500);

@@ -327,11 +327,12 @@ TEST_F(VmProcessTest, DestructionKillsAndCleansUp) {
 TEST_F(VmProcessTest, TheMonitorDiesWithItsOwner) {
   int fds[2];
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  ScopedFd from_owner(fds[0]), to_parent(fds[1]);
   const pid_t owner = ::fork();
   ASSERT_GE(owner, 0);
   if (owner == 0) {
     // The owner (a "daemon"): its own spawner thread clones the monitor.
-    ::close(fds[0]);
+    from_owner.Reset();
     std::string msg;
     auto vm = VmProcess::Start(Plan("idle:60"), Jail());
     if (vm.ok() && (*vm)->WaitRunning(30'000).ok()) {
@@ -339,20 +340,20 @@ TEST_F(VmProcessTest, TheMonitorDiesWithItsOwner) {
       for (const std::string& d : (*vm)->cgroups().dirs()) absl::StrAppend(&msg, d, "\n");
     }
     msg += "END\n";
-    ssize_t ignored = ::write(fds[1], msg.data(), msg.size());
+    ssize_t ignored = ::write(to_parent.get(), msg.data(), msg.size());
     (void)ignored;
     for (;;) ::pause();  // dies by SIGKILL, never cleaning up
   }
-  ::close(fds[1]);
+  to_parent.Reset();
   std::string got;
   while (got.find("END\n") == std::string::npos) {
-    if (!WaitReadable(fds[0], 60'000)) break;
+    if (!WaitReadable(from_owner.get(), 60'000)) break;
     char buf[512];
-    ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    ssize_t n = ::read(from_owner.get(), buf, sizeof(buf));
     if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
   }
-  ::close(fds[0]);
+  from_owner.Reset();
   std::istringstream lines(got);
   std::string line;
   std::getline(lines, line);

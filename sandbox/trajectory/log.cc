@@ -16,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/little_endian.h"
 #include "base/logging.h"
 #include "base/status.h"
 
@@ -30,18 +31,6 @@ constexpr size_t kFrameHeader = 12;
 // plus the request.
 constexpr uint64_t kMaxPayload = 2 * kMaxOutputBytes + kMaxArgBytes + (1u << 20);
 constexpr char kSuffix[] = ".trj";
-
-uint32_t Le32(const char* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;  // x86-64 only (see ARCHITECTURE.md)
-}
-
-void PutLe32(std::string* out, uint32_t v) {
-  char b[4];
-  memcpy(b, &v, 4);
-  out->append(b, 4);
-}
 
 uint32_t FrameCrc(const char* len_field, std::string_view payload) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -165,9 +154,9 @@ absl::Status TrajectoryLog::Recover() {
         why = absl::StrCat("short frame header at offset ", off);
         break;
       }
-      uint32_t magic = Le32(data.data() + off);
-      uint32_t len = Le32(data.data() + off + 4);
-      uint32_t crc = Le32(data.data() + off + 8);
+      uint32_t magic = LoadLe32(data.data() + off);
+      uint32_t len = LoadLe32(data.data() + off + 4);
+      uint32_t crc = LoadLe32(data.data() + off + 8);
       // The frame runs to the end of the file (a torn append, or one whose
       // data blocks never reached the disk).
       bool last = magic == kFrameMagic && len <= kMaxPayload && rest - kFrameHeader <= len;
@@ -267,9 +256,9 @@ absl::Status TrajectoryLog::WriteFrameLocked(const std::string& payload) {
   }
   std::string frame;
   frame.reserve(kFrameHeader + payload.size());
-  PutLe32(&frame, kFrameMagic);
-  PutLe32(&frame, static_cast<uint32_t>(payload.size()));
-  PutLe32(&frame, FrameCrc(frame.data() + 4, payload));
+  AppendLe32(&frame, kFrameMagic);
+  AppendLe32(&frame, static_cast<uint32_t>(payload.size()));
+  AppendLe32(&frame, FrameCrc(frame.data() + 4, payload));
   frame.append(payload);
   const uint64_t size = frame.size();
   if (stats_.file_bytes + size > max_bytes_) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/scoped_fd.h"
 #include "gtest/gtest.h"
 
 namespace dsec::trajectory {
@@ -165,29 +166,30 @@ TEST(TrajectoryLogTest, AcknowledgedRecordsSurviveKill9) {
   std::string path = dir.path() + "/t.trj";
   int acks[2];
   ASSERT_EQ(::pipe(acks), 0);
+  ScopedFd acks_r(acks[0]), acks_w(acks[1]);
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    ::close(acks[0]);
+    acks_r.Reset();
     auto log = TrajectoryLog::Open(path, 64 << 20, nullptr);
     if (!log.ok()) ::_exit(2);
     for (uint64_t i = 0;; ++i) {
       auto r = (*log)->AppendExec(Req(absl::StrCat("step ", i)), Res(std::string(i % 500, 'x')));
       if (!r.ok()) ::_exit(3);
       // Acknowledge only after Append returned.
-      if (::write(acks[1], &i, sizeof(i)) != sizeof(i)) ::_exit(4);
+      if (::write(acks_w.get(), &i, sizeof(i)) != sizeof(i)) ::_exit(4);
     }
   }
-  ::close(acks[1]);
+  acks_w.Reset();
   uint64_t last = 0, n = 0;
-  while (n < 200 && ::read(acks[0], &last, sizeof(last)) == sizeof(last)) ++n;
+  while (n < 200 && ::read(acks_r.get(), &last, sizeof(last)) == sizeof(last)) ++n;
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
   // Acks still in the pipe were sent too.
-  while (::read(acks[0], &last, sizeof(last)) == sizeof(last)) ++n;
-  ::close(acks[0]);
+  while (::read(acks_r.get(), &last, sizeof(last)) == sizeof(last)) ++n;
+  acks_r.Reset();
   ASSERT_GE(n, 200u);
   auto log = TrajectoryLog::Open(path, 64 << 20, nullptr);
   ASSERT_TRUE(log.ok()) << log.status();

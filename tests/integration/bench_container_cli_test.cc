@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Runs the real `dsec-vmm bench container --json` with a few iterations
 // (label integration: root, real namespaces, cgroups, mounts and crun).
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "base/subprocess.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -21,25 +20,16 @@ struct Output {
 // Runs argv with stdout captured (stderr passes through to the test log).
 Output RunArgv(const std::vector<std::string>& argv) {
   Output o;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return o;
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) o.out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  o.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  dsec::SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.in = dsec::Stdio::Inherit();
+  spawn.out = dsec::Stdio::Capture();
+  spawn.err = dsec::Stdio::Inherit();
+  spawn.capture_max_bytes = 16 << 20;
+  auto r = dsec::RunSubprocess(spawn);
+  if (!r.ok()) return o;
+  o.out = std::move(r->out);
+  o.status = r->signal == 0 ? r->exit_code : -1;
   return o;
 }
 

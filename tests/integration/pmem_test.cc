@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/mmap.h"
+#include "base/scoped_fd.h"
 #include "devices/pmem/pmem_device.h"
 #include "devices/blk/blk_spec.h"
 #include "gtest/gtest.h"
@@ -113,10 +115,10 @@ MapUse SmapsOf(const std::string& path) {
 TEST_F(PmemTest, TwoVmsShareOneCopyOfTheImage) {
   // Drop the image from the page cache so that residency comes from the guests.
   {
-    int fd = ::open(image_.c_str(), O_RDONLY);
-    ASSERT_EQ(::fdatasync(fd), 0);
-    ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-    ::close(fd);
+    ScopedFd fd(::open(image_.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::fdatasync(fd.get()), 0);
+    ASSERT_EQ(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED), 0);
   }
   std::vector<std::unique_ptr<Vm>> vms;
   for (int i = 0; i < 2; ++i) {
@@ -136,15 +138,16 @@ TEST_F(PmemTest, TwoVmsShareOneCopyOfTheImage) {
     EXPECT_EQ(result->GetU64("bytes"), kImageBytes);
   }
   // Both VMs still map the file (until destroyed): the host holds one copy.
-  int fd = ::open(image_.c_str(), O_RDONLY);
-  void* p = ::mmap(nullptr, kImageBytes, PROT_READ, MAP_SHARED, fd, 0);
-  ASSERT_NE(p, MAP_FAILED);
   std::vector<unsigned char> vec(kImageBytes / 4096);
-  ASSERT_EQ(::mincore(p, kImageBytes, vec.data()), 0);
+  {
+    ScopedFd fd(::open(image_.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid());
+    auto map = Mmap::File(fd.get(), kImageBytes, PROT_READ, MAP_SHARED);
+    ASSERT_TRUE(map.ok()) << map.status();
+    ASSERT_EQ(::mincore(map->data(), kImageBytes, vec.data()), 0);
+  }
   size_t resident = 0;
   for (unsigned char c : vec) resident += c & 1;
-  ::munmap(p, kImageBytes);
-  ::close(fd);
   EXPECT_EQ(resident, vec.size());  // every page of the one page-cache copy
 
   MapUse use = SmapsOf(image_);

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <thread>
 
+#include "base/scoped_fd.h"
 #include "gtest/gtest.h"
 #include "platform/kvm/kvm_ioctl_numbers.h"
 #include "vmm/jail/monitor_jail.h"
@@ -113,8 +114,10 @@ TEST(SeccompFiltersTest, ACallOutsideTheListKillsTheProcess) {
 }
 
 TEST(SeccompFiltersTest, CallsOnTheListWork) {
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
+  int raw[2];
+  ASSERT_EQ(::pipe(raw), 0);
+  ScopedFd ends[2] = {ScopedFd(raw[0]), ScopedFd(raw[1])};
+  const int fds[2] = {ends[0].get(), ends[1].get()};
   ChildEnd end = Filtered(ThreadKind::kVcpu, [&] {
     char c = 'x';
     if (::write(fds[1], &c, 1) != 1) return 3;
@@ -130,8 +133,6 @@ TEST(SeccompFiltersTest, CallsOnTheListWork) {
   });
   EXPECT_TRUE(end.exited) << "signal " << end.signal;
   EXPECT_EQ(end.code, 0);
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 TEST(SeccompFiltersTest, ArgumentsAreChecked) {
@@ -234,10 +235,11 @@ class PrivilegesTest : public ::testing::Test {
 
 TEST_F(PrivilegesTest, DropHoldsAndRootFilesAreClosed) {
   char path[] = "/tmp/dsec-jail-secret-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::fchmod(fd, 0600), 0);
-  ::close(fd);
+  {
+    ScopedFd fd(::mkstemp(path));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::fchmod(fd.get(), 0600), 0);
+  }
   ChildEnd end = InChild([&] {
     if (!DropPrivileges(1'900'123'457, 1'900'123'457).ok()) return 3;
     Credentials c = CurrentCredentials();

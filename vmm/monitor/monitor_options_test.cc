@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
 #include "vmm/vm/device_table.h"
 
 namespace dsec::monitor {
@@ -46,9 +47,7 @@ TEST(MonitorOptionsTest, PrintConfigOutputIsAConfigFileForTheSameVm) {
   ASSERT_TRUE(o.ok()) << o.status();
   const nlohmann::json j = MonitorOptionsToJson(*o);
   char path[] = "/tmp/dsec-monitor-config-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::close(fd);
+  ASSERT_TRUE(ScopedFd(::mkstemp(path)).valid());
   std::ofstream(path) << j.dump(2);
   auto from_file = Parse({"--config", path});
   ::unlink(path);
@@ -68,9 +67,7 @@ TEST(MonitorOptionsTest, ConfigExcludesTheOtherFlags) {
 
 TEST(MonitorOptionsTest, BadConfigFilesNameTheField) {
   char path[] = "/tmp/dsec-monitor-config-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::close(fd);
+  ASSERT_TRUE(ScopedFd(::mkstemp(path)).valid());
   for (auto [text, field] : std::vector<std::pair<std::string, std::string>>{
            {R"({"kernel": "/k", "monitor": {"log_level": "loud"}})", "monitor.log_level"},
            {R"({"kernel": "/k", "monitor": {"reclaim": {"mode": "all"}}})", "monitor.reclaim.mode"},

@@ -7,7 +7,6 @@
 //   half of the time): never crashes; when it opens, the file is left on a
 //   frame boundary (a second Open finds nothing to repair and the same
 //   records), and an append still works.
-#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 
 #include "sandbox/trajectory/log.h"
 #include "sandbox/trajectory/record.h"
+#include "base/file_io.h"
 #include "base/logging.h"
 
 namespace {
@@ -51,12 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string path = Dir() + "/log.trj";
   std::string contents = with_header ? std::string("DSECTRJ\x01", 8) : std::string();
   contents.append(body);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) __builtin_trap();
-  if (::write(fd, contents.data(), contents.size()) != static_cast<ssize_t>(contents.size())) {
-    __builtin_trap();
-  }
-  ::close(fd);
+  if (!dsec::WriteFile(path, contents, 0600).ok()) __builtin_trap();
   {
     auto log = t::TrajectoryLog::Open(path, 1 << 20, nullptr);
     if (log.ok()) {

@@ -17,6 +17,7 @@ usage: api_bench.py --socket PATH --work DIR [--json] [--iterations N]
 
 import argparse
 import json
+import math
 import os
 import secrets
 import shutil
@@ -36,8 +37,15 @@ TIERS = ("fncall", "container", "microvm", "fullvm")
 
 
 def percentile(values, p):
+    """Nearest rank, as bench/percentile.h computes it for every C++ bench,
+    so that these p50/p99 compare with theirs: the smallest sample with at
+    least p% of the samples <= it, sorted[ceil(p / 100 * n) - 1]; 0 for no
+    samples."""
+    if not values:
+        return 0
     v = sorted(values)
-    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
+    rank = math.ceil(p / 100.0 * len(v))
+    return v[min(len(v) - 1, max(rank, 1) - 1)]
 
 
 def wait_health(socket_path, seconds=30):
