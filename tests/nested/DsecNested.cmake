@@ -40,7 +40,7 @@ function(dsec_nested_test)
     set(_labels nested)
   endif()
   add_test(NAME ${A_NAME}
-           COMMAND ${DSEC_NESTED_PYTHON} ${DSEC_NESTED_DIR}/bed.py run --timeout ${bed_timeout}
+           COMMAND ${DSEC_NESTED_PYTHON} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/bed.py run --timeout ${bed_timeout}
                    ${A_BED_ARGS} -- ${A_COMMAND}
            WORKING_DIRECTORY ${A_WORKING_DIRECTORY})
   set_tests_properties(${A_NAME} PROPERTIES
