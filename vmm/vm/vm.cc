@@ -582,13 +582,13 @@ Vm::~Vm() {
     Wait();
   }
   // Members are destroyed in reverse order: vCPU threads (joined) first, then
-  // the event loop, devices, irqfd, memory slots (the KvmVm outlives them)...
+  // the event loop, devices, irqfds (the KvmVm outlives them), the KvmVm
+  // (its close frees guest RAM's memslots), guest memory.
   vcpus_.clear();
   isolation_.reset();  // removes the sandbox's cgroup once its threads are gone
   virtio_.reset();
   pit_.reset();
   serial_irq_.reset();
-  ram_slots_.clear();
 }
 
 }  // namespace dsec::vm
