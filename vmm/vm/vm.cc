@@ -17,7 +17,6 @@
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "devices/acpi/acpi_pm_device.h"
-#include "devices/balloon/balloon_spec.h"
 #include "devices/i8042/i8042_device.h"
 #include "devices/pit/pit_device.h"
 #include "devices/pit/timer_service.h"
@@ -560,11 +559,6 @@ std::vector<pid_t> Vm::VcpuThreadIds() const {
 }
 
 std::optional<VmPlacementInfo> Vm::placement() const { return placement_info_; }
-
-devices::BalloonControl* Vm::balloon() const {
-  if (virtio_ == nullptr) return nullptr;
-  return devices::AsBalloonControl(virtio_->Control(devices::BalloonDeviceKind()));
-}
 
 std::vector<std::string> Vm::TestMessages() const {
   absl::MutexLock lock(&mu_);

@@ -27,7 +27,6 @@
 
 namespace dsec::devices {
 class AcpiPmDevice;
-class BalloonControl;
 class ConsoleOutput;
 class SerialDevice;
 class I8042Device;
@@ -150,10 +149,9 @@ class Vm : private vcpu::VcpuStopSink {
   // The command line the guest was given (with the virtio-mmio devices the
   // monitor appended).
   const std::string& cmdline() const { return cmdline_; }
+  // The virtio devices; what they offer the owner (a balloon's
+  // BalloonControl, a pmem layer) is found by type: virtio()->Find<T>().
   const VirtioDevices* virtio() const { return virtio_.get(); }
-  // The balloon's control interface (the reclaim controller and the control
-  // socket drive it), or nullptr without a balloon device. Any thread.
-  devices::BalloonControl* balloon() const;
   uint32_t vcpu_count() const { return static_cast<uint32_t>(vcpus_.size()); }
 
  private:
