@@ -5,64 +5,40 @@
 // "ok". Half the inputs are raw text; the other half build a request object
 // from the bytes (ops, keys and values from the protocol and around it), so
 // that a short run from an empty corpus reaches every op.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
+#include "fuzzer/FuzzedDataProvider.h"
 #include "nlohmann/json.hpp"
 #include "vmm/api/control.h"
 
 namespace {
 
-// The input read as a sequence of choices (zeros once it is used up).
-class Choices {
- public:
-  Choices(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  uint64_t Word() {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v = (v << 8) | Byte();
-    return v;
-  }
-  std::string Text() {
-    const size_t n = std::min<size_t>(Byte() % 24, size_ - std::min(pos_, size_));
-    std::string s(reinterpret_cast<const char*>(data_ + pos_), n);
-    pos_ += n;
-    return s;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
-nlohmann::json Value(Choices& c) {
+nlohmann::json Value(FuzzedDataProvider& in) {
   static const char* const kWords[] = {"stats", "balloon", "pause", "resume", "", "STATS"};
-  switch (c.Byte() % 9) {
-    case 0: return c.Byte();                                  // small
-    case 1: return static_cast<int64_t>(c.Word());            // negative too
-    case 2: return c.Word();                                  // above 2^20
-    case 3: return (uint64_t{1} << 20) + (c.Byte() % 3) - 1;  // around the limit
-    case 4: return static_cast<double>(c.Byte()) / 2;
-    case 5: return kWords[c.Byte() % 6];
-    case 6: return c.Text();
-    case 7: return c.Byte() % 2 == 0 ? nlohmann::json(nullptr) : nlohmann::json(true);
-    default: return c.Byte() % 2 == 0 ? nlohmann::json::array() : nlohmann::json::object();
+  switch (in.ConsumeIntegralInRange(0, 8)) {
+    case 0: return in.ConsumeIntegral<uint8_t>();                    // small
+    case 1: return in.ConsumeIntegral<int64_t>();                    // negative too
+    case 2: return in.ConsumeIntegral<uint64_t>();                   // above 2^20
+    case 3: return (uint64_t{1} << 20) + in.ConsumeIntegralInRange(0, 2) - 1;  // the limit
+    case 4: return in.ConsumeFloatingPoint<double>();
+    case 5: return in.PickValueInArray(kWords);
+    case 6: return in.ConsumeRandomLengthString(24);
+    case 7: return in.ConsumeBool() ? nlohmann::json(nullptr) : nlohmann::json(true);
+    default: return in.ConsumeBool() ? nlohmann::json::array() : nlohmann::json::object();
   }
 }
 
-std::string Request(Choices& c) {
+std::string Request(FuzzedDataProvider& in) {
   static const char* const kKeys[] = {"op", "op", "target_mib", "target_mib", "extra"};
   nlohmann::json j = nlohmann::json::object();
-  for (int n = c.Byte() % 4; n >= 0; --n) j[kKeys[c.Byte() % 5]] = Value(c);
-  // Invalid UTF-8 from Text() is replaced, as a client's bytes would arrive.
+  for (int n = in.ConsumeIntegralInRange(0, 3); n >= 0; --n) j[in.PickValueInArray(kKeys)] = Value(in);
+  // Invalid UTF-8 from a string is replaced, as a client's bytes would be.
   std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (c.Byte() % 8 == 0) line += "\r";
+  if (in.ConsumeIntegralInRange(0, 7) == 0) line += "\r";
   return line;
 }
 
@@ -70,8 +46,8 @@ std::string Request(Choices& c) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  Choices choices(data + 1, size - 1);
-  const std::string built = data[0] % 2 == 0 ? Request(choices) : std::string();
+  FuzzedDataProvider in(data + 1, size - 1);
+  const std::string built = data[0] % 2 == 0 ? Request(in) : std::string();
   const std::string_view line =
       data[0] % 2 == 0 ? std::string_view(built)
                        : std::string_view(reinterpret_cast<const char*>(data + 1), size - 1);
