@@ -10,7 +10,6 @@
 
 #include "base/scoped_fd.h"
 #include "gtest/gtest.h"
-#include "pmem-dax/pmem_placement.h"
 #include "pmem-dax/readonly_write_sink.h"
 
 namespace dsec::pmem {
@@ -97,58 +96,6 @@ TEST(LayerMappingTest, NoticesSizeChangeWhileMapped) {
   absl::Status s = m->CheckSize();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("changed size"), absl::string_view::npos);
-}
-
-TEST(PmemPlacementTest, PlacesAfterLowRamTwoMiBAligned) {
-  std::vector<arch::AddressRange> ram{{0, (128ull << 20) + 4096}};
-  std::vector<uint64_t> sizes{2ull << 20, 256ull << 20};
-  auto starts = PlacePmemRegions(ram, sizes);
-  ASSERT_TRUE(starts.ok()) << starts.status();
-  EXPECT_EQ((*starts)[0], 130ull << 20);
-  EXPECT_EQ((*starts)[1], 132ull << 20);
-}
-
-TEST(PmemPlacementTest, GoesAboveFourGiBWhenTheHoleIsInTheWay) {
-  std::vector<arch::AddressRange> ram{{0, 3ull << 30}, {4ull << 30, 1ull << 30}};
-  std::vector<uint64_t> sizes{2ull << 20};
-  auto starts = PlacePmemRegions(ram, sizes);
-  ASSERT_TRUE(starts.ok());
-  EXPECT_EQ((*starts)[0], 5ull << 30);
-  // Low RAM that leaves too little room below the hole: also above 4 GiB.
-  std::vector<arch::AddressRange> low{{0, (3ull << 30) - (2ull << 20)}};
-  std::vector<uint64_t> two{2ull << 20, 2ull << 20};
-  starts = PlacePmemRegions(low, two);
-  ASSERT_TRUE(starts.ok());
-  EXPECT_EQ((*starts)[0], (3ull << 30) - (2ull << 20));
-  EXPECT_EQ((*starts)[1], 4ull << 30);
-}
-
-TEST(PmemPlacementTest, NeverOverlapsRamOrTheHole) {
-  std::vector<arch::AddressRange> ram{{0, 1ull << 30}};
-  std::vector<uint64_t> sizes{1ull << 30, 1ull << 30, 2ull << 20};
-  auto starts = PlacePmemRegions(ram, sizes);
-  ASSERT_TRUE(starts.ok());
-  const arch::AddressRange hole{arch::kMmioHoleStart, arch::kMmioHoleEnd - arch::kMmioHoleStart};
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    arch::AddressRange w{(*starts)[i], sizes[i]};
-    EXPECT_FALSE(w.Overlaps(hole)) << i;
-    EXPECT_FALSE(w.Overlaps(ram[0])) << i;
-    EXPECT_EQ(w.start % kPmemAlignment, 0u);
-  }
-}
-
-TEST(PmemPlacementTest, RefusesTooManyLayersForTheAddressSpace) {
-  std::vector<arch::AddressRange> ram{{0, 64ull << 20}};
-  std::vector<uint64_t> sizes(5, 2ull << 30);
-  auto starts = PlacePmemRegions(ram, sizes, 8ull << 30);
-  EXPECT_EQ(starts.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(starts.status().message().find("too many"), absl::string_view::npos);
-}
-
-TEST(PmemPlacementTest, RefusesUnalignedSize) {
-  std::vector<arch::AddressRange> ram{{0, 64ull << 20}};
-  std::vector<uint64_t> sizes{4096};
-  EXPECT_EQ(PlacePmemRegions(ram, sizes).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ReadOnlyWriteSinkTest, CountsAndDropsWrites) {

@@ -16,6 +16,9 @@ class PmemKind final : public virtio::DeviceKind {
  public:
   std::string_view name() const override { return "pmem"; }
   std::span<const virtio::DeviceFlag> flags() const override { return kFlags; }
+  // fstat (the size check) is on every thread's list.
+  virtio::HostCalls host_calls() const override { return {kCalls, {}}; }
+  const std::type_info& control_type() const override { return typeid(PmemLayer); }
   absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
       JsonFields& f) const override {
     DSEC_ASSIGN_OR_RETURN(virtio::PathWithMode p, virtio::ReadPathFields(f));
@@ -34,6 +37,9 @@ class PmemKind final : public virtio::DeviceKind {
        "virtio-pmem layer mapped into the guest (DAX) (repeatable; ro: read-only memslot, guest "
        "writes refused)",
        true}};
+  static constexpr virtio::SyscallUse kCalls[] = {
+      {virtio::HostThread::kEventLoop, "fdatasync",
+       "VIRTIO_PMEM_REQ_TYPE_FLUSH: the guest's fsync reaches the layer file"}};
 };
 
 }  // namespace

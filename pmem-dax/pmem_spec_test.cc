@@ -75,6 +75,7 @@ TEST(PmemSpecTest, ReadOnlyLayerGetsAWindowAMappingAndAWriteSink) {
     EXPECT_EQ(mmio.range_count(), 1u) << "guest writes to the read-only window land in a sink";
     const PmemLayer* layer = AsPmemLayer(&built->control);
     ASSERT_NE(layer, nullptr);
+    EXPECT_EQ(PmemDeviceKind().control_type(), typeid(PmemLayer));
     EXPECT_EQ(layer->gpa(), 0x8000'0000u);
     EXPECT_EQ(layer->size(), 4u << 20);
     EXPECT_EQ(layer->refused_writes(), 0u);

@@ -18,6 +18,9 @@ class BalloonKind final : public virtio::DeviceKind {
  public:
   std::string_view name() const override { return "balloon"; }
   std::span<const virtio::DeviceFlag> flags() const override { return kFlags; }
+  // madvise (MADV_REMOVE on hugetlb-less RAM) is on every thread's list.
+  virtio::HostCalls host_calls() const override { return {kCalls, {}}; }
+  const std::type_info& control_type() const override { return typeid(BalloonControl); }
   absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
       JsonFields& f) const override {
     auto spec = std::make_shared<BalloonSpec>();
@@ -53,6 +56,9 @@ class BalloonKind final : public virtio::DeviceKind {
       {"balloon", "", "Add a virtio-balloon device (inflated guest pages are released on the host)",
        false},
       {"balloon-target-mib", "MIB", "Initial balloon target in MiB (needs --balloon)", false}};
+  static constexpr virtio::SyscallUse kCalls[] = {
+      {virtio::HostThread::kEventLoop, "fallocate",
+       "punching holes in guest RAM's memfd for inflated and reported pages"}};
 };
 
 }  // namespace

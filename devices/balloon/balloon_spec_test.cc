@@ -34,10 +34,22 @@ TEST(BalloonSpecTest, BuildsOverGuestRamAndOffersItsControl) {
   // Another kind's control object is not a balloon's.
   std::any other = std::make_shared<int>(1);
   EXPECT_EQ(AsBalloonControl(&other), nullptr);
+  // What the kind says it offers is what the builder puts there (the VM's
+  // owner finds the balloon by this type).
+  EXPECT_EQ(BalloonDeviceKind().control_type(), typeid(BalloonControl));
+  EXPECT_NE(std::any_cast<std::shared_ptr<BalloonControl>>(&built->control), nullptr);
 
   BalloonSpec too_big;
   too_big.target_mib = 64;
   EXPECT_FALSE(too_big.Build(env).ok());
+}
+
+TEST(BalloonSpecTest, ItsBackEndPunchesHolesOnTheEventLoop) {
+  const virtio::HostCalls calls = BalloonDeviceKind().host_calls();
+  ASSERT_EQ(calls.syscalls.size(), 1u);
+  EXPECT_EQ(calls.syscalls[0].name, "fallocate");
+  EXPECT_EQ(calls.syscalls[0].thread, virtio::HostThread::kEventLoop);
+  EXPECT_FALSE(calls.syscalls[0].why.empty());
 }
 
 }  // namespace

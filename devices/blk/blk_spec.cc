@@ -14,6 +14,7 @@ class BlkKind final : public virtio::DeviceKind {
  public:
   std::string_view name() const override { return "disk"; }
   std::span<const virtio::DeviceFlag> flags() const override { return kFlags; }
+  virtio::HostCalls host_calls() const override { return {kCalls, {}}; }
   absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
       JsonFields& f) const override {
     DSEC_ASSIGN_OR_RETURN(virtio::PathWithMode p, virtio::ReadPathFields(f));
@@ -29,6 +30,28 @@ class BlkKind final : public virtio::DeviceKind {
  private:
   static constexpr virtio::DeviceFlag kFlags[] = {
       {"disk", "PATH[,ro]", "virtio-blk disk on a raw image file (repeatable)", true}};
+  static constexpr virtio::HostThread kLoop = virtio::HostThread::kEventLoop;
+  static constexpr virtio::SyscallUse kCalls[] = {
+      {kLoop, "readv", "image reads"},
+      {kLoop, "pread64", "image reads"},
+      {kLoop, "pwrite64", "image writes"},
+      {kLoop, "preadv", "image reads (sync back-end)"},
+      {kLoop, "pwritev", "image writes (sync back-end)"},
+      {kLoop, "preadv2", "image reads"},
+      {kLoop, "pwritev2", "image writes"},
+      {kLoop, "fsync", "VIRTIO_BLK_T_FLUSH"},
+      {kLoop, "fdatasync", "VIRTIO_BLK_T_FLUSH"},
+      {kLoop, "fallocate", "discard and write-zeroes (hole punching)"},
+      {kLoop, "io_uring_setup", "the io_uring back-end, made when the guest starts the disk"},
+      {kLoop, "io_uring_register", "its eventfd and buffers"},
+      {kLoop, "io_uring_enter", "its submissions"},
+      {virtio::HostThread::kVcpu, "io_uring_setup",
+       "the io_uring back-end, made when the guest sets DRIVER_OK"},
+      {virtio::HostThread::kVcpu, "io_uring_register", "its eventfd"},
+      {virtio::HostThread::kVcpu, "io_uring_enter", "its first submissions"},
+      {virtio::HostThread::kMain, "io_uring_enter",
+       "the io_uring back-end's teardown (waits for requests in flight)"},
+  };
 };
 
 }  // namespace

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "devices/net/net_spec.h"
 
+#include <linux/if_tun.h>
+#include <sys/ioctl.h>
+
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +31,8 @@ class NetKind final : public virtio::DeviceKind {
  public:
   std::string_view name() const override { return "net"; }
   std::span<const virtio::DeviceFlag> flags() const override { return kFlags; }
+  // writev (frames to the tap) is on every thread's list.
+  virtio::HostCalls host_calls() const override { return {kCalls, kIoctls}; }
   absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
       JsonFields& f) const override {
     auto spec = std::make_shared<NetSpec>();
@@ -72,6 +77,11 @@ class NetKind final : public virtio::DeviceKind {
  private:
   static constexpr virtio::DeviceFlag kFlags[] = {
       {"net", "TAP[,mac=..]", "virtio-net on an existing tap (repeatable)", true}};
+  static constexpr virtio::SyscallUse kCalls[] = {
+      {virtio::HostThread::kEventLoop, "readv", "frames from the tap"}};
+  static constexpr virtio::IoctlUse kIoctls[] = {
+      {virtio::HostThread::kEventLoop, TUNSETOFFLOAD,
+       "the tap's offloads, as the guest negotiated them (device activation)"}};
 };
 
 }  // namespace

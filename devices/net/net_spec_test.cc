@@ -2,6 +2,8 @@
 #include "devices/net/net_spec.h"
 
 #include <gtest/gtest.h>
+#include <linux/if_tun.h>
+#include <sys/ioctl.h>
 
 namespace dsec::devices {
 namespace {
@@ -36,6 +38,17 @@ TEST(NetSpecTest, BuildingOnAMissingTapNamesIt) {
   auto built = spec.Build(virtio::DeviceEnv{});
   ASSERT_FALSE(built.ok());
   EXPECT_NE(built.status().message().find("dsecnotap0"), absl::string_view::npos) << built.status();
+}
+
+TEST(NetSpecTest, TheJailLetsTheLoopSetTheTapsOffloads) {
+  // NetDevice::Activate (on the event loop) sets the offloads the guest
+  // negotiated with TUNSETOFFLOAD; the tap's frames come in by readv.
+  const virtio::HostCalls calls = NetDeviceKind().host_calls();
+  ASSERT_EQ(calls.ioctls.size(), 1u);
+  EXPECT_EQ(calls.ioctls[0].request, static_cast<unsigned long>(TUNSETOFFLOAD));
+  EXPECT_EQ(calls.ioctls[0].thread, virtio::HostThread::kEventLoop);
+  ASSERT_EQ(calls.syscalls.size(), 1u);
+  EXPECT_EQ(calls.syscalls[0].name, "readv");
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ class RngKind final : public virtio::DeviceKind {
  public:
   std::string_view name() const override { return "rng"; }
   std::span<const virtio::DeviceFlag> flags() const override { return kFlags; }
+  // getrandom is on every thread's list.
+  virtio::HostCalls host_calls() const override { return {}; }
   absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
       JsonFields& f) const override {
     auto spec = std::make_shared<RngSpec>();

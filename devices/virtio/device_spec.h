@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,8 +73,8 @@ struct BuiltDevice {
   std::vector<std::shared_ptr<void>> resources;
   // What the VM's owner may use while the VM runs (the balloon's
   // BalloonControl, a pmem layer's window and counters): a std::shared_ptr
-  // of the type each kind's header names (read back with std::any_cast,
-  // which checks the type). Empty for kinds without one.
+  // of the kind's control_type(), found by that type
+  // (vm::VirtioDevices::Find<T>). Empty for kinds without one.
   std::any control;
 };
 
@@ -105,13 +106,51 @@ struct DeviceFlag {
 // flag without a value appears once per use with an empty value.
 using DeviceFlagValues = std::map<std::string, std::vector<std::string>, std::less<>>;
 
-// A device kind: its name in JSON ("type") and the functions that make its
-// specs. Kinds are constants of their device folder, listed by the VM.
+// The monitor threads a device's host side runs on. The monitor filters
+// each kind of thread with its own seccomp list (vmm/jail).
+enum class HostThread {
+  kEventLoop,  // queue notifications, back-end I/O, activation and reset
+  kVcpu,       // register accesses (the exits)
+  kMain,       // teardown once the guest stopped
+};
+
+// A system call a device's host side makes once the guest runs (what it
+// does while the VM is built needs nothing here), and why: the monitor's
+// filter for that thread allows it only in VMs that have the device.
+struct SyscallUse {
+  HostThread thread = HostThread::kEventLoop;
+  std::string_view name;  // as libseccomp names it: "pwritev2"
+  std::string_view why;
+  bool unix_socket_only = false;  // socket(): AF_UNIX only
+};
+// An ioctl request a device's host side issues once the guest runs.
+struct IoctlUse {
+  HostThread thread = HostThread::kEventLoop;
+  unsigned long request = 0;
+  std::string_view why;
+};
+struct HostCalls {
+  std::span<const SyscallUse> syscalls;
+  std::span<const IoctlUse> ioctls;
+};
+
+// A device kind: its name in JSON ("type"), the functions that make its
+// specs, and what its host side asks of the monitor's jail. Kinds are
+// constants of their device folder, listed by the VM.
 class DeviceKind {
  public:
   virtual ~DeviceKind() = default;
   virtual std::string_view name() const = 0;
   virtual std::span<const DeviceFlag> flags() const = 0;
+  // The calls beyond every thread's common set (memory, locks, clocks,
+  // read/write/close, eventfds, timerfds, getrandom, madvise, fstat) that
+  // this kind's back-ends make; a kind that needs none returns {}.
+  virtual HostCalls host_calls() const = 0;
+  // The type T of what this kind's BuiltDevice::control holds (a
+  // std::shared_ptr<T>), typeid(void) for none: the VM's owner finds a
+  // device by what it offers (the reclaim controller needs a
+  // BalloonControl) without naming its kind.
+  virtual const std::type_info& control_type() const { return typeid(void); }
   // Reads the fields of one "devices" entry (the "type" key already read);
   // unknown fields are refused by the caller afterwards. Errors name the
   // field (JsonFields).

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "devices/vsock/vsock_spec.h"
 
+#include <sys/ioctl.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -20,6 +22,7 @@ class VsockKind final : public virtio::DeviceKind {
  public:
   std::string_view name() const override { return "vsock"; }
   std::span<const virtio::DeviceFlag> flags() const override { return kFlags; }
+  virtio::HostCalls host_calls() const override { return {kCalls, kIoctls}; }
   absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
       JsonFields& f) const override {
     auto spec = std::make_shared<VsockSpec>();
@@ -59,6 +62,23 @@ class VsockKind final : public virtio::DeviceKind {
        "virtio-vsock (host clients connect to SOCKET and send 'CONNECT <port>\\n'; guest "
        "connections to port P reach SOCKET_P)",
        false}};
+  static constexpr virtio::HostThread kLoop = virtio::HostThread::kEventLoop;
+  static constexpr virtio::SyscallUse kCalls[] = {
+      {kLoop, "socket", "a guest connection to a host unix socket", true},
+      {kLoop, "connect", "the same"},
+      {kLoop, "accept4", "host connections to a guest port"},
+      {kLoop, "getsockopt", "the result of a non-blocking connect"},
+      {kLoop, "sendto", "stream data"},
+      {kLoop, "recvfrom", "stream data"},
+      {kLoop, "sendmsg", "stream data"},
+      {kLoop, "recvmsg", "stream data"},
+      {kLoop, "readv", "stream data"},
+      {kLoop, "shutdown", "half-close"},
+  };
+  static constexpr virtio::IoctlUse kIoctls[] = {
+      {kLoop, FIONREAD, "bytes waiting on a host socket"},
+      {kLoop, FIONBIO, "non-blocking host sockets"},
+  };
 };
 
 }  // namespace

@@ -53,5 +53,15 @@ TEST(VsockSpecTest, BuildsWithItsUnixBackendAndRefusesASecond) {
   ::rmdir(dir);
 }
 
+TEST(VsockSpecTest, ItsSocketsAreUnixOnly) {
+  bool socket = false;
+  for (const virtio::SyscallUse& c : VsockDeviceKind().host_calls().syscalls) {
+    EXPECT_EQ(c.thread, virtio::HostThread::kEventLoop) << c.name;
+    EXPECT_FALSE(c.why.empty()) << c.name;
+    if (c.name == "socket") socket = c.unix_socket_only;
+  }
+  EXPECT_TRUE(socket);
+}
+
 }  // namespace
 }  // namespace dsec::devices

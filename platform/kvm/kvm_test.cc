@@ -247,6 +247,24 @@ TEST_F(GuestTest, MemSlotRemovesItsSlotWhenDestroyed) {
   EXPECT_TRUE(vm_->AddMemorySlot(kRomGpa, 4096, rom_.data()).ok());
 }
 
+TEST_F(GuestTest, MemSlotOutlivingItsVmLeavesTheSlotToTheVmClose) {
+  auto slot = MemSlot::Create(vm_.get(), kRomGpa, 4096, rom_.data(), {.readonly = true});
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  // Closing the VM frees the slot; the handle must not touch the closed fd
+  // (whose number a new VM may already have).
+  vm_.reset();
+  auto other = sys_->CreateVm();
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto taken = (*other)->AddMemorySlot(kRomGpa, 4096, rom_.data());
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_TRUE(slot->active());
+  slot->Reset();
+  EXPECT_FALSE(slot->active());
+  // The other VM's slot with the same number is still there.
+  EXPECT_FALSE((*other)->AddMemorySlot(kRomGpa, 4096, rom_.data()).ok());
+  EXPECT_TRUE((*other)->RemoveMemorySlot(*taken).ok());
+}
+
 TEST_F(GuestTest, GuestMmioReadOnlyWriteAndPortIoExitToMonitor) {
   ASSERT_NO_FATAL_FAILURE(StartGuest({
       0x8b, 0x04, 0x25, 0x00, 0x00, 0x20, 0x00,  // mov eax, [0x200000]   (ROM read)
@@ -500,7 +518,9 @@ TEST_F(GuestTest, AddsOneSlotPerGuestMemoryRegionAndRollsBackOnFailure) {
   auto slots = vm_->AddGuestMemory(**mem);
   ASSERT_TRUE(slots.ok()) << slots.status();
   EXPECT_EQ(slots->size(), 2u);
-  for (uint32_t slot : *slots) ASSERT_TRUE(vm_->RemoveMemorySlot(slot).ok());
+  EXPECT_EQ((*slots)[1].gpa(), 0x100000000u);
+  // Their owner goes while the VM stays: the slots are removed.
+  slots->clear();
 
   // The second region collides with an existing slot: the first region's
   // slot must be removed again.

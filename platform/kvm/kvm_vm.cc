@@ -7,8 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/logging.h"
 #include "base/mmap.h"
 #include "base/status.h"
@@ -52,6 +55,47 @@ kvm_ioeventfd MakeIoeventfd(int fd, uint64_t addr, uint32_t len, IoSpace space,
 }
 
 }  // namespace
+
+namespace internal {
+
+struct SlotInfo {
+  uint64_t gpa = 0;
+  uint64_t size = 0;
+  MemSlotFlags flags;
+};
+
+struct SlotTable {
+  SlotTable(int vm_fd, uint32_t max) : fd(vm_fd), max_slots(max) {}
+
+  absl::Mutex mu;
+  // The VM's fd, -1 once the KvmVm closed it (every slot went with it).
+  int fd ABSL_GUARDED_BY(mu);
+  const uint32_t max_slots;
+  std::map<uint32_t, SlotInfo> slots ABSL_GUARDED_BY(mu);
+};
+
+// Deletes `slot` unless the VM is closed (then it went with the VM).
+absl::Status RemoveSlot(SlotTable& t, uint32_t slot) {
+  absl::MutexLock lock(&t.mu);
+  if (t.fd < 0) return absl::OkStatus();  // the VM is closed: the slot went with it
+  auto it = t.slots.find(slot);
+  if (it == t.slots.end()) {
+    return absl::NotFoundError(absl::StrCat("memory slot ", slot, " not in use"));
+  }
+  // A zero memory_size deletes the slot (api.rst, KVM_SET_USER_MEMORY_REGION).
+  kvm_userspace_memory_region region{};
+  region.slot = slot;
+  region.guest_phys_addr = it->second.gpa;
+  if (int r = IoctlRetry(t.fd, KVM_SET_USER_MEMORY_REGION, &region); r < 0) {
+    return ErrnoToStatus(absl::StrCat("KVM_SET_USER_MEMORY_REGION(delete slot ", slot, ", gpa ",
+                                      Hex(it->second.gpa), ")"),
+                         -r);
+  }
+  t.slots.erase(it);
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 // ---- RAII handles ----
 
@@ -104,14 +148,13 @@ absl::StatusOr<MemSlot> MemSlot::Create(KvmVm* vm, uint64_t gpa, uint64_t size, 
                                         MemSlotFlags flags) {
   DSEC_CHECK(vm != nullptr);
   DSEC_ASSIGN_OR_RETURN(uint32_t slot, vm->AddMemorySlot(gpa, size, host_addr, flags));
-  vm->live_handles_.fetch_add(1);
-  return MemSlot(vm, slot, gpa, size);
+  return MemSlot(vm->slots_, slot, gpa, size);
 }
 
 MemSlot& MemSlot::operator=(MemSlot&& other) noexcept {
   if (this != &other) {
     Reset();
-    vm_ = std::exchange(other.vm_, nullptr);
+    table_ = std::move(other.table_);
     slot_ = other.slot_;
     gpa_ = other.gpa_;
     size_ = other.size_;
@@ -120,19 +163,28 @@ MemSlot& MemSlot::operator=(MemSlot&& other) noexcept {
 }
 
 void MemSlot::Reset() {
-  if (vm_ == nullptr) return;
-  absl::Status s = vm_->RemoveMemorySlot(slot_);
+  if (table_ == nullptr) return;
+  absl::Status s = internal::RemoveSlot(*table_, slot_);
   if (!s.ok())
     DSEC_LOG(warn, "component=kvm memslot_remove_failed slot={} error={}", slot_, s.ToString());
-  vm_->live_handles_.fetch_sub(1);
-  vm_ = nullptr;
+  table_ = nullptr;
 }
 
 // ---- KvmVm ----
 
+KvmVm::KvmVm(ScopedFd fd, size_t vcpu_mmap_size, uint32_t max_slots)
+    : fd_(std::move(fd)),
+      vcpu_mmap_size_(vcpu_mmap_size),
+      slots_(std::make_shared<internal::SlotTable>(fd_.get(), max_slots)) {}
+
 KvmVm::~KvmVm() {
   // A live handle would call into this object after it is gone.
   DSEC_CHECK(live_handles_.load() == 0);
+  // MemSlots that outlive this object must not use the fd (closed below, its
+  // number free for reuse): closing it frees their slots.
+  absl::MutexLock lock(&slots_->mu);
+  slots_->fd = -1;
+  slots_->slots.clear();
 }
 
 int KvmVm::CheckExtension(int cap) const {
@@ -149,16 +201,17 @@ absl::StatusOr<uint32_t> KvmVm::AddMemorySlot(uint64_t gpa, uint64_t size, void*
         absl::StrCat("memory slot gpa ", Hex(gpa), " size ", Hex(size), " host ", Hex(host),
                      ": need non-empty, 4 KiB aligned, non-wrapping ranges"));
   }
-  absl::MutexLock lock(&mu_);
+  internal::SlotTable& t = *slots_;
+  absl::MutexLock lock(&t.mu);
   // Lowest free slot number: slots are few and long-lived, a scan is fine.
   uint32_t slot = 0;
-  for (const auto& [used, info] : slots_) {
+  for (const auto& [used, info] : t.slots) {
     if (used != slot) break;
     ++slot;
   }
-  if (slot >= max_slots_) {
+  if (slot >= t.max_slots) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("all ", max_slots_, " KVM memory slots in use"));
+        absl::StrCat("all ", t.max_slots, " KVM memory slots in use"));
   }
   kvm_userspace_memory_region region{};
   region.slot = slot;
@@ -167,44 +220,25 @@ absl::StatusOr<uint32_t> KvmVm::AddMemorySlot(uint64_t gpa, uint64_t size, void*
   region.userspace_addr = host;
   if (flags.readonly) region.flags |= KVM_MEM_READONLY;
   if (flags.log_dirty) region.flags |= KVM_MEM_LOG_DIRTY_PAGES;
-  if (int r = IoctlRetry(fd_.get(), KVM_SET_USER_MEMORY_REGION, &region); r < 0) {
+  if (int r = IoctlRetry(t.fd, KVM_SET_USER_MEMORY_REGION, &region); r < 0) {
     return ErrnoToStatus(absl::StrCat("KVM_SET_USER_MEMORY_REGION(slot ", slot, ", gpa ", Hex(gpa),
                                       ", size ", Hex(size), ")"),
                          -r);
   }
-  slots_[slot] = SlotInfo{gpa, size, flags};
+  t.slots[slot] = internal::SlotInfo{gpa, size, flags};
   return slot;
 }
 
-absl::Status KvmVm::RemoveMemorySlot(uint32_t slot) {
-  absl::MutexLock lock(&mu_);
-  auto it = slots_.find(slot);
-  if (it == slots_.end()) {
-    return absl::NotFoundError(absl::StrCat("memory slot ", slot, " not in use"));
-  }
-  // A zero memory_size deletes the slot (api.rst, KVM_SET_USER_MEMORY_REGION).
-  kvm_userspace_memory_region region{};
-  region.slot = slot;
-  region.guest_phys_addr = it->second.gpa;
-  if (int r = IoctlRetry(fd_.get(), KVM_SET_USER_MEMORY_REGION, &region); r < 0) {
-    return ErrnoToStatus(absl::StrCat("KVM_SET_USER_MEMORY_REGION(delete slot ", slot, ", gpa ",
-                                      Hex(it->second.gpa), ")"),
-                         -r);
-  }
-  slots_.erase(it);
-  return absl::OkStatus();
-}
+absl::Status KvmVm::RemoveMemorySlot(uint32_t slot) { return internal::RemoveSlot(*slots_, slot); }
 
-absl::StatusOr<std::vector<uint32_t>> KvmVm::AddGuestMemory(const memory::GuestMemory& memory,
-                                                            MemSlotFlags flags) {
-  std::vector<uint32_t> added;
+absl::StatusOr<std::vector<MemSlot>> KvmVm::AddGuestMemory(const memory::GuestMemory& memory,
+                                                           MemSlotFlags flags) {
+  // On failure the slots added so far are removed as `added` goes.
+  std::vector<MemSlot> added;
   for (const memory::GuestRegion& region : memory.regions()) {
-    absl::StatusOr<uint32_t> slot = AddMemorySlot(region.gpa, region.size, region.host, flags);
-    if (!slot.ok()) {
-      for (uint32_t s : added) (void)RemoveMemorySlot(s);
-      return slot.status();
-    }
-    added.push_back(*slot);
+    DSEC_ASSIGN_OR_RETURN(MemSlot slot,
+                          MemSlot::Create(this, region.gpa, region.size, region.host, flags));
+    added.push_back(std::move(slot));
   }
   return added;
 }
@@ -212,9 +246,9 @@ absl::StatusOr<std::vector<uint32_t>> KvmVm::AddGuestMemory(const memory::GuestM
 absl::StatusOr<std::vector<uint64_t>> KvmVm::GetDirtyLog(uint32_t slot) {
   uint64_t pages;
   {
-    absl::MutexLock lock(&mu_);
-    auto it = slots_.find(slot);
-    if (it == slots_.end()) {
+    absl::MutexLock lock(&slots_->mu);
+    auto it = slots_->slots.find(slot);
+    if (it == slots_->slots.end()) {
       return absl::NotFoundError(absl::StrCat("memory slot ", slot, " not in use"));
     }
     if (!it->second.flags.log_dirty) {

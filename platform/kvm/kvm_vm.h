@@ -6,16 +6,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "base/eventfd.h"
 #include "base/scoped_fd.h"
 #include "platform/memory/guest_memory.h"
@@ -107,9 +104,21 @@ class IoEventRegistration {
   std::optional<uint64_t> datamatch_;
 };
 
-// A memory slot that is removed when destroyed (pmem windows, ROM images,
-// anything mapped and unmapped while the VM lives). Move-only; the KvmVm
-// must outlive it, and the host memory must stay mapped while it exists.
+namespace internal {
+// A VM's memory slot table (numbers, ranges, flags) and its fd, shared by
+// the KvmVm and its MemSlots (kvm_vm.cc): a MemSlot may outlive its KvmVm.
+struct SlotTable;
+}  // namespace internal
+
+// A memory slot owned by a handle (guest RAM, pmem windows, ROM images).
+// Destroyed while its VM is open, it removes the slot
+// (KVM_SET_USER_MEMORY_REGION with size 0) and frees the number. Destroyed
+// after its KvmVm, it does nothing: closing the VM fd freed every slot at
+// once. Guest RAM relies on that (vmm/vm declares its RAM slots before the
+// KvmVm): on PVM hosts each deletion waits for SRCU grace periods, which
+// would land in every monitor's exit (docs/deviations.md).
+// Move-only; the host memory must stay mapped while the slot is registered
+// (until the MemSlot or the KvmVm is destroyed, whichever comes first).
 class MemSlot {
  public:
   static absl::StatusOr<MemSlot> Create(KvmVm* vm, uint64_t gpa, uint64_t size, void* host_addr,
@@ -121,17 +130,17 @@ class MemSlot {
   MemSlot(const MemSlot&) = delete;
   MemSlot& operator=(const MemSlot&) = delete;
 
-  bool active() const { return vm_ != nullptr; }
+  bool active() const { return table_ != nullptr; }
   uint32_t slot() const { return slot_; }
   uint64_t gpa() const { return gpa_; }
   uint64_t size() const { return size_; }
-  // Removes the slot now (errors are logged).
+  // Removes the slot now if the VM is still open (errors are logged).
   void Reset();
 
  private:
-  MemSlot(KvmVm* vm, uint32_t slot, uint64_t gpa, uint64_t size)
-      : vm_(vm), slot_(slot), gpa_(gpa), size_(size) {}
-  KvmVm* vm_ = nullptr;
+  MemSlot(std::shared_ptr<internal::SlotTable> table, uint32_t slot, uint64_t gpa, uint64_t size)
+      : table_(std::move(table)), slot_(slot), gpa_(gpa), size_(size) {}
+  std::shared_ptr<internal::SlotTable> table_;
   uint32_t slot_ = 0;
   uint64_t gpa_ = 0;
   uint64_t size_ = 0;
@@ -141,10 +150,11 @@ class MemSlot {
 //
 // Lifetime: created by KvmSystem::CreateVm() and owned by the VM object of the
 // layer above through a unique_ptr (it is pinned in memory: registrations
-// point at it). It must outlive every MemSlot, IrqfdRegistration and
+// point at it). It must outlive every IrqfdRegistration and
 // IoEventRegistration it made; the destructor aborts (DSEC_CHECK) if any is
-// still alive, since their destructors would otherwise use a dead VM. vCPUs
-// hold their own descriptor and may be destroyed in any order.
+// still alive, since their destructors would otherwise use a dead VM.
+// MemSlots may outlive it (see MemSlot). vCPUs hold their own descriptor and
+// may be destroyed in any order.
 //
 // Threads: slot bookkeeping is locked, so memory slots may be added and
 // removed from any thread (e.g. pmem hotplug from the API thread while vCPUs
@@ -163,10 +173,10 @@ class KvmVm {
                                          MemSlotFlags flags = {});
   // Deletes the slot and frees its number; NotFound if it is not in use.
   absl::Status RemoveMemorySlot(uint32_t slot);
-  // One slot per region of `memory` (the usual RAM setup). On failure the
-  // slots added so far are removed again.
-  absl::StatusOr<std::vector<uint32_t>> AddGuestMemory(const memory::GuestMemory& memory,
-                                                       MemSlotFlags flags = {});
+  // One slot per region of `memory` (the usual RAM setup), owned by the
+  // caller. On failure the slots added so far are removed again.
+  absl::StatusOr<std::vector<MemSlot>> AddGuestMemory(const memory::GuestMemory& memory,
+                                                      MemSlotFlags flags = {});
   // KVM_GET_DIRTY_LOG: one bit per 4 KiB page of the slot (bit i of word
   // i/64 is page i), set for pages written since the previous call. The slot
   // must have been added with log_dirty (FailedPrecondition otherwise).
@@ -224,24 +234,16 @@ class KvmVm {
   friend class IrqfdRegistration;
   friend class IoEventRegistration;
 
-  struct SlotInfo {
-    uint64_t gpa = 0;
-    uint64_t size = 0;
-    MemSlotFlags flags;
-  };
-
-  KvmVm(ScopedFd fd, size_t vcpu_mmap_size, uint32_t max_slots)
-      : fd_(std::move(fd)), vcpu_mmap_size_(vcpu_mmap_size), max_slots_(max_slots) {}
+  KvmVm(ScopedFd fd, size_t vcpu_mmap_size, uint32_t max_slots);
 
   absl::Status DeassignIrqfd(int eventfd, uint32_t gsi);
   absl::Status DeassignIoeventfd(const IoEventRegistration& reg);
 
   ScopedFd fd_;
   const size_t vcpu_mmap_size_;
-  const uint32_t max_slots_;
-  absl::Mutex mu_;
-  std::map<uint32_t, SlotInfo> slots_ ABSL_GUARDED_BY(mu_);
-  // MemSlots and fd registrations still alive; checked in the destructor.
+  // Slot bookkeeping (locked: slots may come and go from any thread).
+  std::shared_ptr<internal::SlotTable> slots_;
+  // Fd registrations still alive; checked in the destructor.
   std::atomic<int> live_handles_{0};
 };
 

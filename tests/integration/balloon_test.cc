@@ -156,7 +156,7 @@ TEST_F(BalloonTest, InflatingReleasesHostMemory) {
   EXPECT_EQ(result->GetU64("actual_pages"), kTargetPages);
   EXPECT_EQ(result->GetU64("inflated"), kTargetPages);
 
-  devices::BalloonControl* balloon = vm->balloon();
+  devices::BalloonControl* balloon = vm->virtio()->Find<devices::BalloonControl>();
   ASSERT_NE(balloon, nullptr);
   EXPECT_EQ(balloon->target_pages(), kTargetPages);
   EXPECT_EQ(balloon->actual_pages(), kTargetPages);
@@ -185,7 +185,7 @@ TEST_F(BalloonTest, DeflatingGivesPagesBack) {
   auto observed = dsec::testing::ObservedVm::Start(Config("balloon-cycle:64", 48));
   ASSERT_TRUE(observed.ok()) << observed.status();
   dsec::testing::ObservedVm& o = **observed;
-  devices::BalloonControl* balloon = o.vm().balloon();
+  devices::BalloonControl* balloon = o.vm().virtio()->Find<devices::BalloonControl>();
   ASSERT_NE(balloon, nullptr);
   // The guest holds the inflated balloon until the target drops. Wait for
   // its `balloon reached` line, not for the host's page count: the count is
@@ -227,31 +227,31 @@ TEST_F(BalloonTest, PagesOutsideRamAreRefused) {
   auto result = FirstReportOf(vm->TestMessages(), "result");
   ASSERT_TRUE(result.has_value());
   EXPECT_EQ(result->Get("workload"), "balloon-pfn");
-  const devices::BalloonMetrics m = vm->balloon()->metrics();
+  const devices::BalloonMetrics m = vm->virtio()->Find<devices::BalloonControl>()->metrics();
   // The first copy is not RAM; the repeat is refused as a duplicate.
   EXPECT_EQ(m.refused_not_ram, 1u);
   EXPECT_EQ(m.refused_total(), 2u);
   EXPECT_EQ(m.inflated_pages, 0u);
   EXPECT_EQ(m.released_bytes, 0u);
-  EXPECT_EQ(vm->balloon()->balloon_pages(), 0u);
+  EXPECT_EQ(vm->virtio()->Find<devices::BalloonControl>()->balloon_pages(), 0u);
 }
 
 TEST_F(BalloonTest, RepeatedPageIsInflatedOnce) {
   // PFN 0x1000 is 16 MiB: RAM. The second copy in the buffer is refused.
   std::unique_ptr<Vm> vm = RunToEnd(Config("balloon-pfn:4096", 0));
   ASSERT_NE(vm, nullptr);
-  const devices::BalloonMetrics m = vm->balloon()->metrics();
+  const devices::BalloonMetrics m = vm->virtio()->Find<devices::BalloonControl>()->metrics();
   EXPECT_EQ(m.inflated_pages, 1u);
   EXPECT_EQ(m.refused_duplicate, 1u);
   EXPECT_EQ(m.released_bytes, kPage);
-  EXPECT_EQ(vm->balloon()->balloon_pages(), 1u);
+  EXPECT_EQ(vm->virtio()->Find<devices::BalloonControl>()->balloon_pages(), 1u);
 }
 
 TEST_F(BalloonTest, PhasesWithoutBalloonKeepTheirMemory) {
   constexpr uint64_t kTouchMib = 64;
   std::unique_ptr<Vm> vm = RunToEnd(Config("phases:64,8,20,1", 0, 128, /*balloon=*/false));
   ASSERT_NE(vm, nullptr);
-  EXPECT_EQ(vm->balloon(), nullptr);
+  EXPECT_EQ(vm->virtio()->Find<devices::BalloonControl>(), nullptr);
   auto result = CheckPhases(vm->TestMessages());
   ASSERT_TRUE(result.has_value());
   EXPECT_EQ(result->GetU64("balloon_pages"), 0u);
@@ -289,7 +289,7 @@ TEST_F(BalloonTest, FreePageReportingReleasesHostMemory) {
   EXPECT_LE(reported, kTouchMib * kMiB / kPage);
   EXPECT_EQ(result->GetU64("balloon_pages"), 0u);
 
-  devices::BalloonControl* balloon = o.vm().balloon();
+  devices::BalloonControl* balloon = o.vm().virtio()->Find<devices::BalloonControl>();
   ASSERT_NE(balloon, nullptr);
   const devices::BalloonMetrics m = balloon->metrics();
   EXPECT_EQ(m.reported_pages, reported);
@@ -319,7 +319,7 @@ TEST_F(BalloonTest, StatisticsReachTheHostAndFollowTheBalloon) {
   auto start = o.WaitForLine("idle start", 10'000);
   ASSERT_TRUE(start.has_value());
   EXPECT_NE(start->find(" balloon=1 "), std::string::npos) << *start;
-  devices::BalloonControl* balloon = o.vm().balloon();
+  devices::BalloonControl* balloon = o.vm().virtio()->Find<devices::BalloonControl>();
   ASSERT_NE(balloon, nullptr);
   EXPECT_TRUE(balloon->stats_enabled());
   ASSERT_TRUE(dsec::testing::SpinUntil([&] { return balloon->GetStats().has_value(); }, 5'000));
@@ -398,7 +398,7 @@ TEST_F(BalloonTest, DeflatesOnOomWhenTheGuestNeedsThePages) {
   EXPECT_GE(oom, kTouchPages);
   EXPECT_LT(oom, kTouchPages + 256);  // deflated 256 pages at a time
 
-  devices::BalloonControl* balloon = vm->balloon();
+  devices::BalloonControl* balloon = vm->virtio()->Find<devices::BalloonControl>();
   ASSERT_NE(balloon, nullptr);
   const devices::BalloonMetrics m = balloon->metrics();
   std::printf("deflate on OOM: inflated %llu pages, deflated %llu on OOM, %llu left\n",

@@ -171,7 +171,7 @@ TEST_F(PmemTest, GuestWriteToReadOnlyLayerIsCountedAndRefused) {
   EXPECT_EQ(result->GetU64("matched"), 0u);  // the guest read back the file's bytes
   EXPECT_EQ(result->GetU64("flush"), 0u);    // flush on a read-only layer succeeds
   EXPECT_NE(result->GetU64("bad_type"), 0u);  // unknown request type: error status
-  EXPECT_EQ(pmem::AsPmemLayer((*vm)->virtio()->Control(pmem::PmemDeviceKind()))->refused_writes(), 512u);
+  EXPECT_EQ((*vm)->virtio()->Find<const pmem::PmemLayer>()->refused_writes(), 512u);
   vm->reset();
   EXPECT_EQ(ReadFile(image_), original_);
 }
@@ -187,7 +187,7 @@ TEST_F(PmemTest, FlushOnWritableLayerReachesTheFile) {
   EXPECT_EQ(result->GetU64("matched"), 512u);
   EXPECT_EQ(result->GetU64("flush"), 0u);
   const devices::PmemMetrics& m =
-      pmem::AsPmemLayer((*vm)->virtio()->Control(pmem::PmemDeviceKind()))->metrics();
+      (*vm)->virtio()->Find<const pmem::PmemLayer>()->metrics();
   EXPECT_EQ(m.flush_requests.load(), 1u);
   EXPECT_EQ(m.syncs.load(), 1u);  // one fdatasync of the backing file
   EXPECT_EQ(m.flush_errors.load(), 0u);

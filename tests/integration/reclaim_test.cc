@@ -110,7 +110,7 @@ TEST_F(ReclaimTest, AdapterShowsTheVmsRamAndBalloon) {
   ASSERT_TRUE(vm.ok()) << vm.status();
   VmReclaimAdapter a(vm->get(), "x");
   EXPECT_EQ(a.pid(), ::getpid());
-  EXPECT_EQ(a.balloon(), (*vm)->balloon());
+  EXPECT_EQ(a.balloon(), (*vm)->virtio()->Find<devices::BalloonControl>());
   ASSERT_NE(a.balloon(), nullptr);
   uint64_t total = 0;
   for (const balloon::HostRange& r : a.guest_ram()) {
@@ -131,7 +131,7 @@ TEST_F(ReclaimTest, BalloonInflatesFromGuestStatsAndHostMemoryDrops) {
   auto observed = dsec::testing::ObservedVm::Start(Config("phases:160,16,20,15", true));
   ASSERT_TRUE(observed.ok()) << observed.status();
   Vm& vm = (*observed)->vm();
-  devices::BalloonControl* b = vm.balloon();
+  devices::BalloonControl* b = vm.virtio()->Find<devices::BalloonControl>();
   ASSERT_NE(b, nullptr);
   auto reclaim = StartReclaim(vm, /*balloon=*/true, /*pageout=*/false);
   ASSERT_NE(reclaim, nullptr);

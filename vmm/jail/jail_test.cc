@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,13 +53,25 @@ ChildEnd InChild(const std::function<int()>& body) {
   return end;
 }
 
-// Installs `kind`'s filter in kill mode, then runs `after`.
+// Installs `kind`'s filter (widened by `extras`) in kill mode, then runs
+// `after`.
 ChildEnd Filtered(ThreadKind kind, const std::function<int()>& after,
-                  SeccompMode mode = SeccompMode::kKill) {
+                  SeccompMode mode = SeccompMode::kKill, const FilterExtras& extras = {}) {
   return InChild([&] {
-    if (!InstallSigsysReporter().ok() || !InstallThreadFilter(kind, mode).ok()) return 100;
+    if (!InstallSigsysReporter().ok() || !InstallThreadFilter(kind, mode, extras).ok()) return 100;
     return after();
   });
+}
+
+// What a VM with a vsock-like and a disk-like device adds (the monitor takes
+// these from the device kinds; the jail does not know devices).
+FilterExtras DeviceLikeExtras() {
+  FilterExtras e;
+  e.syscalls = {{ThreadKind::kEventLoop, "socket", true, "vsock: guest connections"},
+                {ThreadKind::kEventLoop, "pwritev2", false, "disk: writes"},
+                {ThreadKind::kMain, "io_uring_enter", false, "disk: teardown"}};
+  e.ioctls = {{ThreadKind::kEventLoop, FIONREAD, "vsock: bytes waiting"}};
+  return e;
 }
 
 // Stopped by a filter: the reporter's exit status.
@@ -97,7 +110,23 @@ TEST(SeccompFiltersTest, ListsAreNarrowAndDifferPerKind) {
   EXPECT_TRUE(Has(vcpu, "ioctl"));
   EXPECT_FALSE(Has(vcpu, "openat"));
   EXPECT_FALSE(Has(vcpu, "socket"));
-  EXPECT_TRUE(Has(AllowedSyscalls(ThreadKind::kEventLoop), "socket"));
+  // Device back-ends' calls only with the devices that make them (the
+  // control and reclaim threads have accept4 and fallocate of their own).
+  for (ThreadKind k : {ThreadKind::kVcpu, ThreadKind::kEventLoop, ThreadKind::kMain}) {
+    for (const char* device_call : {"socket", "connect", "accept4", "pwritev2", "preadv",
+                                    "fdatasync", "fallocate", "io_uring_setup", "io_uring_enter"}) {
+      EXPECT_FALSE(Has(AllowedSyscalls(k), device_call)) << ThreadKindName(k) << " " << device_call;
+    }
+  }
+  const FilterExtras extras = DeviceLikeExtras();
+  EXPECT_TRUE(Has(AllowedSyscalls(ThreadKind::kEventLoop, extras), "socket"));
+  EXPECT_TRUE(Has(AllowedSyscalls(ThreadKind::kEventLoop, extras), "pwritev2"));
+  EXPECT_FALSE(Has(AllowedSyscalls(ThreadKind::kVcpu, extras), "pwritev2"));
+  EXPECT_TRUE(Has(AllowedSyscalls(ThreadKind::kMain, extras), "io_uring_enter"));
+  const auto loop_ioctls = AllowedIoctls(ThreadKind::kEventLoop, extras);
+  EXPECT_NE(std::find(loop_ioctls.begin(), loop_ioctls.end(), FIONREAD), loop_ioctls.end());
+  const auto plain_ioctls = AllowedIoctls(ThreadKind::kEventLoop);
+  EXPECT_EQ(std::find(plain_ioctls.begin(), plain_ioctls.end(), FIONREAD), plain_ioctls.end());
   EXPECT_TRUE(Has(AllowedSyscalls(ThreadKind::kControl), "openat"));
   EXPECT_FALSE(Has(AllowedSyscalls(ThreadKind::kControl), "ioctl"));
   EXPECT_NE(AllowedSyscalls(ThreadKind::kVcpu), AllowedSyscalls(ThreadKind::kEventLoop));
@@ -147,16 +176,27 @@ TEST(SeccompFiltersTest, ArgumentsAreChecked) {
               ::ioctl(0, TIOCSTI, &c);
               return 0;
             })));
-  // Sockets: unix only.
+  // Sockets: unix only, and only with a device that asks for them.
+  const FilterExtras extras = DeviceLikeExtras();
+  EXPECT_TRUE(Stopped(Filtered(
+      ThreadKind::kEventLoop,
+      [] {
+        ::socket(AF_INET, SOCK_STREAM, 0);
+        return 0;
+      },
+      SeccompMode::kKill, extras)));
+  ChildEnd unix_ok = Filtered(
+      ThreadKind::kEventLoop,
+      [] {
+        int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        return fd >= 0 ? 0 : 3;
+      },
+      SeccompMode::kKill, extras);
+  EXPECT_TRUE(unix_ok.exited && unix_ok.code == 0) << unix_ok.signal;
   EXPECT_TRUE(Stopped(Filtered(ThreadKind::kEventLoop, [] {
-              ::socket(AF_INET, SOCK_STREAM, 0);
+              ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
               return 0;
             })));
-  ChildEnd unix_ok = Filtered(ThreadKind::kEventLoop, [] {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    return fd >= 0 ? 0 : 3;
-  });
-  EXPECT_TRUE(unix_ok.exited && unix_ok.code == 0) << unix_ok.signal;
   // openat: read-only on the control thread, never on a vCPU.
   ChildEnd ro = Filtered(ThreadKind::kControl, [] {
     int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -176,6 +216,69 @@ TEST(SeccompFiltersTest, ArgumentsAreChecked) {
               ::syscall(SYS_tgkill, 1, 1, 0);
               return 0;
             })));
+}
+
+TEST(SeccompFiltersTest, ADevicesCallsAreAllowedOnItsThreadOnly) {
+  const FilterExtras extras = DeviceLikeExtras();
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  auto write_v2 = [&] {
+    char c = 'x';
+    iovec iov{&c, 1};
+    // A pipe is not seekable: offset -1 (the current position) is the only
+    // one pwritev2 takes on it.
+    return ::pwritev2(fds[1], &iov, 1, -1, 0) == 1 ? 0 : 3;
+  };
+  ChildEnd loop = Filtered(ThreadKind::kEventLoop, write_v2, SeccompMode::kKill, extras);
+  EXPECT_TRUE(loop.exited && loop.code == 0) << loop.code << " " << loop.signal;
+  // The same call on the vCPU thread, or on the loop of a VM without the
+  // device: stopped.
+  EXPECT_TRUE(Stopped(Filtered(ThreadKind::kVcpu, write_v2, SeccompMode::kKill, extras)));
+  EXPECT_TRUE(Stopped(Filtered(ThreadKind::kEventLoop, write_v2)));
+  // An ioctl a device declares by number, on its thread only.
+  auto fionread = [&] {
+    int n = 0;
+    return ::ioctl(fds[0], FIONREAD, &n) == 0 ? 0 : 3;
+  };
+  ChildEnd ioctl_ok = Filtered(ThreadKind::kEventLoop, fionread, SeccompMode::kKill, extras);
+  EXPECT_TRUE(ioctl_ok.exited && ioctl_ok.code == 0) << ioctl_ok.code << " " << ioctl_ok.signal;
+  EXPECT_TRUE(Stopped(Filtered(ThreadKind::kEventLoop, fionread)));
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST(SeccompFiltersTest, ExtrasCannotWidenPastTheJailsLimits) {
+  auto refused = [](ExtraSyscall e) {
+    FilterExtras extras;
+    extras.syscalls.push_back(std::move(e));
+    return CheckFilterExtras(extras);
+  };
+  for (const char* never : {"execve", "clone", "ptrace", "mount", "setuid", "bpf",
+                            "init_module", "process_vm_writev", "open_by_handle_at",
+                            "rt_sigaction"}) {
+    absl::Status s = refused({ThreadKind::kEventLoop, never, false, "a device"});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << never;
+    EXPECT_NE(s.message().find(never), std::string::npos) << s;
+  }
+  EXPECT_FALSE(refused({ThreadKind::kEventLoop, "no_such_call", false, "typo"}).ok());
+  EXPECT_FALSE(refused({ThreadKind::kEventLoop, "ioctl", false, "every request"}).ok());
+  EXPECT_FALSE(refused({ThreadKind::kEventLoop, "socket", false, "any family"}).ok());
+  EXPECT_TRUE(refused({ThreadKind::kEventLoop, "socket", true, "unix"}).ok());
+  // A call the kind's list has keeps its argument checks: an extra mmap does
+  // not make executable memory possible.
+  FilterExtras mmap_extra;
+  mmap_extra.syscalls = {{ThreadKind::kEventLoop, "mmap", false, "a device"}};
+  EXPECT_TRUE(Stopped(Filtered(
+      ThreadKind::kEventLoop,
+      [] {
+        ::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return 0;
+      },
+      SeccompMode::kKill, mmap_extra)));
+  // The monitor's jail refuses such options before anything starts.
+  JailOptions o;
+  o.extras.syscalls = {{ThreadKind::kMain, "execve", false, "a device"}};
+  EXPECT_FALSE(ValidateJailOptions(o).ok());
 }
 
 TEST(SeccompFiltersTest, LogModeAllowsAndOffInstallsNothing) {

@@ -40,6 +40,7 @@ absl::Status ValidateJailOptions(const JailOptions& o) {
   if (o.uid.has_value() && (*o.uid == 0 || *o.gid == 0)) {
     return absl::InvalidArgumentError("--uid/--gid: the monitor's ids must not be 0");
   }
+  DSEC_RETURN_IF_ERROR(CheckFilterExtras(o.extras));
   for (const std::string& h : o.test_hooks) {
     if (absl::StartsWith(h, "syscall:")) {
       if (absl::Status s = ParseThreadKind(std::string_view(h).substr(8)).status(); !s.ok()) {
@@ -79,7 +80,7 @@ absl::Status MonitorJail::EnterThread(ThreadKind kind) {
     mu_.Await(absl::Condition(&open));
     if (!gate_status_.ok()) return gate_status_;
   }
-  if (absl::Status s = InstallThreadFilter(kind, options_.seccomp); !s.ok()) {
+  if (absl::Status s = InstallThreadFilter(kind, options_.seccomp, options_.extras); !s.ok()) {
     return absl::InternalError(
         absl::StrCat("the ", std::string(ThreadKindName(kind)), " thread's filter: ", s.message()));
   }
@@ -92,7 +93,7 @@ absl::Status MonitorJail::Lock(int expected_threads, int abort_fd) {
   // The main thread is filtered before the gate opens, so that whatever the
   // other threads serve once through it (the control socket's answers) comes
   // from a monitor that is wholly locked in.
-  if (s.ok()) s = InstallThreadFilter(ThreadKind::kMain, options_.seccomp);
+  if (s.ok()) s = InstallThreadFilter(ThreadKind::kMain, options_.seccomp, options_.extras);
   {
     absl::MutexLock lock(&mu_);
     gate_status_ = s.ok() ? absl::OkStatus()

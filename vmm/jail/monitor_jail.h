@@ -36,6 +36,9 @@ struct JailOptions {
   std::optional<uid_t> uid;  // with gid: drop to them; neither: keep the credentials
   std::optional<gid_t> gid;
   SeccompMode seccomp = kDefaultSeccompMode;
+  // What the VM's devices add to the threads' lists (the monitor fills it
+  // from the device kinds of its configuration).
+  FilterExtras extras;
   // For tests (the hidden --test-hook flag):
   //   syscall:KIND  a KIND thread (main, vcpu, event-loop, control, reclaim)
   //                 makes a call outside its list (getppid) once filtered
@@ -45,7 +48,7 @@ struct JailOptions {
 };
 
 // InvalidArgument naming the bad hook, or uid without gid (or the reverse),
-// or a uid/gid of 0.
+// or a uid/gid of 0, or an extra CheckFilterExtras refuses.
 absl::Status ValidateJailOptions(const JailOptions& options);
 
 class MonitorJail {

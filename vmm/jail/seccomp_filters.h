@@ -35,14 +35,45 @@ enum class SeccompMode { kOff, kLog, kKill };
 std::string_view SeccompModeName(SeccompMode mode);
 absl::StatusOr<SeccompMode> ParseSeccompMode(std::string_view name);
 
-// The system call names a kind may make (sorted, unique): for the README and
-// the tests.
-std::vector<std::string> AllowedSyscalls(ThreadKind kind);
+// What a thread kind may do only in some monitors: the system calls and
+// ioctl requests of the VM's device back-ends, which each device kind
+// declares with why (virtio::DeviceKind::host_calls) and the monitor adds
+// here for the devices it has, so that a VM without a disk has no disk I/O
+// calls on its event loop.
+struct ExtraSyscall {
+  ThreadKind thread = ThreadKind::kEventLoop;
+  std::string name;               // as libseccomp names it: "pwritev2"
+  bool unix_socket_only = false;  // for socket: AF_UNIX only (required)
+  std::string why;
+};
+struct ExtraIoctl {
+  ThreadKind thread = ThreadKind::kEventLoop;
+  unsigned long request = 0;
+  std::string why;
+};
+struct FilterExtras {
+  std::vector<ExtraSyscall> syscalls;
+  std::vector<ExtraIoctl> ioctls;
+};
 
-// Installs `kind`'s filter on the calling thread (and sets no_new_privs on
-// it). Calls of another architecture ABI (int 0x80, x32) kill the process in
-// every mode but kOff. Internal error if the kernel refuses the filter.
-absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode);
+// InvalidArgument naming the call for an extra that libseccomp does not
+// know, or that no thread of the monitor may ever make (execve, clone,
+// ptrace, mount, setuid, bpf, module loading, process_vm_*,
+// open_by_handle_at, ...): extras widen a list, never past that line.
+absl::Status CheckFilterExtras(const FilterExtras& extras);
+
+// The system call names a kind may make (sorted, unique), with `extras`: for
+// the README and the tests.
+std::vector<std::string> AllowedSyscalls(ThreadKind kind, const FilterExtras& extras = {});
+// The ioctl request numbers a kind may issue (sorted, unique), with `extras`.
+std::vector<unsigned long> AllowedIoctls(ThreadKind kind, const FilterExtras& extras = {});
+
+// Installs `kind`'s filter, widened by `extras` (CheckFilterExtras), on the
+// calling thread (and sets no_new_privs on it). Calls of another
+// architecture ABI (int 0x80, x32) kill the process in every mode but kOff.
+// Internal error if the kernel refuses the filter.
+absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode,
+                                 const FilterExtras& extras = {});
 
 // The exit status of a monitor a filter stopped.
 inline constexpr int kSeccompExitStatus = 128 + 31;  // 128 + SIGSYS

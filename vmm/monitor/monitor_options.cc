@@ -2,12 +2,15 @@
 #include "vmm/monitor/monitor_options.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
 #include "base/json_fields.h"
 #include "base/status.h"
+#include "devices/balloon/balloon_control.h"
 #include "sched/placement.h"
 #include "vmm/monitor/default_paths.h"
 #include "vmm/vm/device_table.h"
@@ -77,6 +80,7 @@ absl::Status Finish(MonitorOptions* o) {
           "with tools/setup.sh)");
     }
   }
+  o->jail.extras = DeviceFilterExtras(o->config.devices);
   DSEC_RETURN_IF_ERROR(jail::ValidateJailOptions(o->jail));
   if (o->jail.uid.has_value() && o->config.qos.has_value()) {
     // Placement writes cgroup files and removes the sandbox's cgroup at
@@ -87,9 +91,10 @@ absl::Status Finish(MonitorOptions* o) {
   if (o->jail.uid.has_value()) o->reclaim.try_damon = false;
   DSEC_ASSIGN_OR_RETURN(ReclaimMode mode, ParseReclaimMode(o->reclaim.mode));
   if (mode == ReclaimMode::kBalloon || mode == ReclaimMode::kBoth) {
+    // The controller drives whichever device offers a BalloonControl.
     bool balloon = false;
     for (const auto& d : o->config.devices) {
-      balloon = balloon || &d->kind() == vm::FindDeviceKind("balloon");
+      balloon = balloon || d->kind().control_type() == typeid(devices::BalloonControl);
     }
     if (!balloon) {
       return absl::InvalidArgumentError(
@@ -97,6 +102,18 @@ absl::Status Finish(MonitorOptions* o) {
     }
   }
   return absl::OkStatus();
+}
+
+jail::ThreadKind JailThread(virtio::HostThread thread) {
+  switch (thread) {
+    case virtio::HostThread::kVcpu:
+      return jail::ThreadKind::kVcpu;
+    case virtio::HostThread::kMain:
+      return jail::ThreadKind::kMain;
+    case virtio::HostThread::kEventLoop:
+      break;
+  }
+  return jail::ThreadKind::kEventLoop;
 }
 
 absl::StatusOr<MonitorOptions> FromFlags(const MonitorFlags& flags) {
@@ -156,6 +173,25 @@ absl::StatusOr<MonitorOptions> FromFile(const std::string& path) {
 }
 
 }  // namespace
+
+jail::FilterExtras DeviceFilterExtras(const virtio::DeviceSpecs& devices) {
+  jail::FilterExtras out;
+  std::set<const virtio::DeviceKind*> seen;
+  for (const auto& spec : devices) {
+    const virtio::DeviceKind& kind = spec->kind();
+    if (!seen.insert(&kind).second) continue;
+    const virtio::HostCalls calls = kind.host_calls();
+    for (const virtio::SyscallUse& c : calls.syscalls) {
+      out.syscalls.push_back({JailThread(c.thread), std::string(c.name), c.unix_socket_only,
+                              absl::StrCat(std::string(kind.name()), ": ", std::string(c.why))});
+    }
+    for (const virtio::IoctlUse& c : calls.ioctls) {
+      out.ioctls.push_back({JailThread(c.thread), c.request,
+                            absl::StrCat(std::string(kind.name()), ": ", std::string(c.why))});
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<MonitorOptions> MonitorOptionsFromJson(const nlohmann::json& j) {
   MonitorOptions o;

@@ -64,6 +64,12 @@ void AddMonitorFlags(CLI::App& app, MonitorFlags& flags);
 // naming the flag or field for bad input; NotFound for an unreadable file.
 absl::StatusOr<MonitorOptions> ResolveMonitorOptions(const MonitorFlags& flags);
 
+// What the configured devices' back-ends add to the jail's per-thread
+// seccomp lists: each device kind's host_calls() once, however many devices
+// of the kind there are, each call's why prefixed with the kind's name.
+// Filled in by ResolveMonitorOptions.
+jail::FilterExtras DeviceFilterExtras(const virtio::DeviceSpecs& devices);
+
 // The JSON form (a config file) and back.
 nlohmann::json MonitorOptionsToJson(const MonitorOptions& options);
 absl::StatusOr<MonitorOptions> MonitorOptionsFromJson(const nlohmann::json& j);

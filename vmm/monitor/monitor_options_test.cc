@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -82,6 +83,57 @@ TEST(MonitorOptionsTest, BadConfigFilesNameTheField) {
   std::ofstream(path, std::ios::trunc) << "{not json";
   EXPECT_EQ(Parse({"--config", path}).status().code(), absl::StatusCode::kInvalidArgument);
   ::unlink(path);
+}
+
+bool HasExtra(const jail::FilterExtras& e, jail::ThreadKind thread, const std::string& name) {
+  for (const jail::ExtraSyscall& c : e.syscalls) {
+    if (c.thread == thread && c.name == name) return true;
+  }
+  return false;
+}
+
+TEST(MonitorOptionsTest, TheJailAllowsWhatTheConfiguredDevicesNeedAndNoMore) {
+  // A VM without a disk gets none of the disk's calls.
+  auto rng = Parse({"--kernel", "/k", "--rng"});
+  ASSERT_TRUE(rng.ok()) << rng.status();
+  EXPECT_TRUE(rng->jail.extras.syscalls.empty());
+  EXPECT_TRUE(rng->jail.extras.ioctls.empty());
+  const std::vector<std::string> loop =
+      jail::AllowedSyscalls(jail::ThreadKind::kEventLoop, rng->jail.extras);
+  for (const char* call : {"pwritev2", "fdatasync", "io_uring_enter", "fallocate", "socket"}) {
+    EXPECT_EQ(std::count(loop.begin(), loop.end(), call), 0) << call;
+  }
+  // Two disks: the disk's calls once, on the threads it names, each with
+  // its why.
+  auto disks = Parse({"--kernel", "/k", "--disk", "/a.raw", "--disk", "/b.raw"});
+  ASSERT_TRUE(disks.ok()) << disks.status();
+  const jail::FilterExtras& e = disks->jail.extras;
+  EXPECT_TRUE(HasExtra(e, jail::ThreadKind::kEventLoop, "pwritev2"));
+  EXPECT_TRUE(HasExtra(e, jail::ThreadKind::kMain, "io_uring_enter"));
+  EXPECT_FALSE(HasExtra(e, jail::ThreadKind::kEventLoop, "socket"));
+  size_t pwritev2 = 0;
+  for (const jail::ExtraSyscall& c : e.syscalls) {
+    pwritev2 += c.name == "pwritev2" ? 1 : 0;
+    EXPECT_EQ(c.why.rfind("disk: ", 0), 0u) << c.why;
+  }
+  EXPECT_EQ(pwritev2, 1u);
+  // vsock: unix sockets only, and its ioctls.
+  auto vsock = Parse({"--kernel", "/k", "--vsock", "3,/s/v.sock"});
+  ASSERT_TRUE(vsock.ok()) << vsock.status();
+  bool unix_only = false;
+  for (const jail::ExtraSyscall& c : vsock->jail.extras.syscalls) {
+    if (c.name == "socket") unix_only = c.unix_socket_only;
+  }
+  EXPECT_TRUE(unix_only);
+  EXPECT_FALSE(vsock->jail.extras.ioctls.empty());
+}
+
+TEST(MonitorOptionsTest, EveryDeviceKindsCallsPassTheJailsCheck) {
+  auto all = Parse({"--kernel", "/k", "--rng", "--balloon", "--disk", "/d.raw", "--net", "tap0",
+                    "--vsock", "3,/s/v.sock", "--pmem", "/i/a.erofs,ro"});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->config.devices.size(), vm::DeviceKinds().size());
+  EXPECT_TRUE(jail::CheckFilterExtras(all->jail.extras).ok());
 }
 
 TEST(MonitorOptionsTest, BalloonReclaimNeedsABalloon) {

@@ -112,7 +112,7 @@ absl::StatusOr<std::unique_ptr<VmReclaim>> VmReclaim::Start(
   if (mode == ReclaimMode::kOff) return absl::InvalidArgumentError("reclaim is off");
   const bool use_balloon = mode == ReclaimMode::kBalloon || mode == ReclaimMode::kBoth;
   const bool use_pageout = mode == ReclaimMode::kPageout || mode == ReclaimMode::kBoth;
-  if (use_balloon && vm.balloon() == nullptr) {
+  if (use_balloon && vm.virtio()->Find<devices::BalloonControl>() == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("--reclaim ", options.mode, " needs a balloon device (--balloon)"));
   }
@@ -175,7 +175,7 @@ nlohmann::json VmReclaim::MetricsJson() const {
 
 absl::StatusOr<nlohmann::json> HandleVmControl(vm::Vm& vm, VmReclaim* reclaim,
                                                const api::ControlRequest& request) {
-  devices::BalloonControl* b = vm.balloon();
+  devices::BalloonControl* b = vm.virtio()->Find<devices::BalloonControl>();
   const uint64_t ram_mib = vm.memory().TotalSize() / kMiB;
   switch (request.op) {
     case api::ControlRequest::Op::kStats: {

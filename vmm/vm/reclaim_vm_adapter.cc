@@ -3,12 +3,15 @@
 
 #include <unistd.h>
 
+#include "vmm/vm/virtio_devices.h"
 
 namespace dsec::vm {
 
 pid_t VmReclaimAdapter::pid() const { return ::getpid(); }
 
-devices::BalloonControl* VmReclaimAdapter::balloon() { return vm_->balloon(); }
+devices::BalloonControl* VmReclaimAdapter::balloon() {
+  return vm_->virtio()->Find<devices::BalloonControl>();
+}
 
 std::vector<balloon::HostRange> VmReclaimAdapter::guest_ram() const {
   std::vector<balloon::HostRange> out;

@@ -23,6 +23,7 @@ class VmReclaimAdapter : public balloon::ReclaimVm {
   std::string name() const override { return name_; }
   // The monitor is this process: guest RAM is mapped here.
   pid_t pid() const override;
+  // The device that offers a BalloonControl, if any (found by type).
   devices::BalloonControl* balloon() override;
   std::vector<balloon::HostRange> guest_ram() const override;
   // Guest RAM pages resident in the host (mincore over the memfd mappings:

@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status.h"
 #include "platform/arch/x86_64/layout.h"
-#include "pmem-dax/pmem_placement.h"
+#include "vmm/vm/guest_address_space.h"
 #include "vmm/vm/irqfd_line.h"
 
 namespace dsec::vm {
@@ -38,35 +38,6 @@ class VirtioDevices::KvmNotifyRegistrar : public virtio::NotifyRegistrar {
   kvm::KvmVm* vm_;
 };
 
-// Device memory windows after guest RAM (pmem-dax's placement rule) mapped
-// as KVM memslots; a read-only window is a read-only memslot, whose guest
-// writes exit as MMIO.
-class VirtioDevices::KvmAddressSpace : public virtio::GuestAddressSpace {
- public:
-  KvmAddressSpace(kvm::KvmVm* vm, const std::vector<arch::AddressRange>& ram)
-      : vm_(vm), placer_(ram) {}
-
-  absl::StatusOr<uint64_t> AllocateWindow(uint64_t size) override { return placer_.Place(size); }
-
-  absl::StatusOr<std::unique_ptr<virtio::GuestMapping>> Map(uint64_t gpa, uint64_t size, void* host,
-                                                            bool read_only) override {
-    DSEC_ASSIGN_OR_RETURN(kvm::MemSlot slot,
-                          kvm::MemSlot::Create(vm_, gpa, size, host, kvm::MemSlotFlags{.readonly = read_only}));
-    return std::unique_ptr<virtio::GuestMapping>(new Slot(std::move(slot)));
-  }
-
- private:
-  class Slot : public virtio::GuestMapping {
-   public:
-    explicit Slot(kvm::MemSlot slot) : slot_(std::move(slot)) {}
-
-   private:
-    kvm::MemSlot slot_;
-  };
-  kvm::KvmVm* vm_;
-  pmem::WindowPlacer placer_;
-};
-
 absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const virtio::DeviceSpecs& specs,
                                                                      const Context& context) {
   if (specs.size() > kMaxDevices) {
@@ -77,7 +48,7 @@ absl::StatusOr<std::unique_ptr<VirtioDevices>> VirtioDevices::Create(const virti
   d->registrar_ = std::make_unique<KvmNotifyRegistrar>(context.kvm_vm);
   std::vector<arch::AddressRange> ram;
   for (const memory::GuestRegion& r : context.memory->regions()) ram.push_back({r.gpa, r.size});
-  d->address_space_ = std::make_unique<KvmAddressSpace>(context.kvm_vm, ram);
+  d->address_space_ = std::make_unique<KvmGuestAddressSpace>(context.kvm_vm, ram);
   std::map<const virtio::DeviceKind*, size_t> per_kind;
   for (const std::shared_ptr<const virtio::DeviceSpec>& spec : specs) {
     if (spec == nullptr) return absl::InvalidArgumentError("an empty device spec");
@@ -124,20 +95,6 @@ absl::Status VirtioDevices::Add(virtio::BuiltDevice built, const virtio::DeviceK
   opts.registrar = registrar_.get();
   DSEC_ASSIGN_OR_RETURN(slot.transport, virtio::MmioTransport::Create(opts));
   return context.mmio_bus->Insert(slot.transport, slot.base, virtio::mmio::kWindowSize);
-}
-
-const std::any* VirtioDevices::Control(const virtio::DeviceKind& kind, size_t i) const {
-  for (const Slot& s : slots_) {
-    if (s.kind != &kind) continue;
-    if (i-- == 0) return &s.control;
-  }
-  return nullptr;
-}
-
-size_t VirtioDevices::Count(const virtio::DeviceKind& kind) const {
-  size_t n = 0;
-  for (const Slot& s : slots_) n += s.kind == &kind ? 1 : 0;
-  return n;
 }
 
 std::string VirtioDevices::CommandLine() const {

@@ -32,7 +32,9 @@ class IrqfdLine;
 //
 // What devices need of KVM they get through narrow interfaces implemented
 // here: the ioeventfd registrar of the transports, and the guest address
-// space (windows after RAM, memslots) that virtio-pmem maps its layer into.
+// space (KvmGuestAddressSpace: windows after RAM, memslots) that a device
+// such as virtio-pmem maps its memory into. What a device offers the VM's
+// owner, the owner finds by type (Find<T>).
 //
 // Threads and lifetime: built by Vm::Create before the event loop runs and
 // destroyed after it stopped (the transports' rule); holds every device's
@@ -65,17 +67,22 @@ class VirtioDevices {
   // The name of device i ("virtio-blk0").
   const std::string& name(size_t i) const { return slots_[i].name; }
 
-  // The control object (BuiltDevice::control) of the i-th device of `kind`,
-  // or nullptr if there is no such device; what it holds is the kind's
-  // business (e.g. devices::AsBalloonControl, pmem::AsPmemLayer). Any
-  // thread, for as long as this object lives.
-  const std::any* Control(const virtio::DeviceKind& kind, size_t i = 0) const;
-  // How many devices of `kind` the VM has.
-  size_t Count(const virtio::DeviceKind& kind) const;
+  // The i-th control object (BuiltDevice::control) of type T among the
+  // devices, in configuration order, or nullptr: how the VM's owner finds
+  // what a device offers by its interface, not by its kind (the reclaim
+  // controller: Find<devices::BalloonControl>(); a pmem layer:
+  // Find<const pmem::PmemLayer>(i)). Any thread, while this object lives.
+  template <typename T>
+  T* Find(size_t i = 0) const {
+    for (const Slot& s : slots_) {
+      const auto* p = std::any_cast<std::shared_ptr<T>>(&s.control);
+      if (p != nullptr && *p != nullptr && i-- == 0) return p->get();
+    }
+    return nullptr;
+  }
 
  private:
   class KvmNotifyRegistrar;
-  class KvmAddressSpace;
   struct Slot {
     const virtio::DeviceKind* kind = nullptr;
     std::string name;
@@ -92,7 +99,7 @@ class VirtioDevices {
   absl::Status Add(virtio::BuiltDevice built, const virtio::DeviceKind* kind, const Context& context);
 
   std::unique_ptr<KvmNotifyRegistrar> registrar_;
-  std::unique_ptr<KvmAddressSpace> address_space_;
+  std::unique_ptr<virtio::GuestAddressSpace> address_space_;
   std::vector<Slot> slots_;
 };
 

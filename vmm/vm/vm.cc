@@ -17,7 +17,6 @@
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "devices/acpi/acpi_pm_device.h"
-#include "devices/balloon/balloon_spec.h"
 #include "devices/i8042/i8042_device.h"
 #include "devices/pit/pit_device.h"
 #include "devices/pit/timer_service.h"
@@ -561,11 +560,6 @@ std::vector<pid_t> Vm::VcpuThreadIds() const {
 
 std::optional<VmPlacementInfo> Vm::placement() const { return placement_info_; }
 
-devices::BalloonControl* Vm::balloon() const {
-  if (virtio_ == nullptr) return nullptr;
-  return devices::AsBalloonControl(virtio_->Control(devices::BalloonDeviceKind()));
-}
-
 std::vector<std::string> Vm::TestMessages() const {
   absl::MutexLock lock(&mu_);
   return messages_;
@@ -582,13 +576,13 @@ Vm::~Vm() {
     Wait();
   }
   // Members are destroyed in reverse order: vCPU threads (joined) first, then
-  // the event loop, devices, irqfd, memory slots (the KvmVm outlives them)...
+  // the event loop, devices, irqfds (the KvmVm outlives them), the KvmVm
+  // (its close frees guest RAM's memslots), guest memory.
   vcpus_.clear();
   isolation_.reset();  // removes the sandbox's cgroup once its threads are gone
   virtio_.reset();
   pit_.reset();
   serial_irq_.reset();
-  ram_slots_.clear();
 }
 
 }  // namespace dsec::vm

@@ -27,7 +27,6 @@
 
 namespace dsec::devices {
 class AcpiPmDevice;
-class BalloonControl;
 class ConsoleOutput;
 class SerialDevice;
 class I8042Device;
@@ -150,10 +149,9 @@ class Vm : private vcpu::VcpuStopSink {
   // The command line the guest was given (with the virtio-mmio devices the
   // monitor appended).
   const std::string& cmdline() const { return cmdline_; }
+  // The virtio devices; what they offer the owner (a balloon's
+  // BalloonControl, a pmem layer) is found by type: virtio()->Find<T>().
   const VirtioDevices* virtio() const { return virtio_.get(); }
-  // The balloon's control interface (the reclaim controller and the control
-  // socket drive it), or nullptr without a balloon device. Any thread.
-  devices::BalloonControl* balloon() const;
   uint32_t vcpu_count() const { return static_cast<uint32_t>(vcpus_.size()); }
 
  private:
@@ -173,9 +171,16 @@ class Vm : private vcpu::VcpuStopSink {
   std::string cmdline_;
   BootTimestamps timestamps_;
   std::unique_ptr<memory::MemfdGuestMemory> memory_;
+  // Guest RAM's memslots, declared before the KVM VM so that they are
+  // destroyed after it (and before the memory they map): closing the VM fd
+  // frees them all at once, whereas deleting each first would wait for SRCU
+  // grace periods in every monitor's exit (KVM swaps the memslot array twice
+  // per deletion and waits for readers each time; slow once the irqchip
+  // exists on this host, docs/deviations.md). A MemSlot destroyed while its
+  // VM is open removes its slot.
+  std::vector<kvm::MemSlot> ram_slots_;
   std::unique_ptr<kvm::KvmSystem> kvm_;
   std::unique_ptr<kvm::KvmVm> kvm_vm_;
-  std::vector<uint32_t> ram_slots_;
 
   bus::Bus pio_bus_{"pio"};
   bus::Bus mmio_bus_{"mmio"};
