@@ -8,10 +8,13 @@ import json
 import lzma
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -455,6 +458,66 @@ class CliTest(unittest.TestCase):
             self.skipTest(r.stderr.strip())
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("does not exist in L1", r.stderr)
+
+
+class FakeQmp:
+    """A QMP server on a unix socket: greets, answers every command, records
+    them; `drop_first` connections are closed right after the greeting."""
+
+    def __init__(self, path, drop_first=0):
+        self.path, self.drop_first = path, drop_first
+        self.commands, self.connections = [], 0
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(1)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with c, c.makefile("rwb") as f:
+                f.write(b'{"QMP": {"version": {}}}\n')
+                f.flush()
+                if self.connections <= self.drop_first:
+                    continue
+                for line in f:
+                    self.commands.append(json.loads(line))
+                    f.write(b'{"return": {}}\n')
+                    f.flush()
+
+    def close(self):
+        self.sock.close()
+
+
+class KickerTest(unittest.TestCase):
+    def test_sends_a_shift_press_and_release_each_period_and_reconnects(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "qmp.sock")
+            k = bed.Kicker(path, 0.05)
+            k.start()  # before QEMU listens: it retries
+            time.sleep(0.1)
+            qmp = FakeQmp(path, drop_first=1)
+            try:
+                deadline = time.monotonic() + 10
+                while k.kicks < 3 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                k.stop()
+                self.assertFalse(k.is_alive())
+                self.assertGreaterEqual(k.kicks, 3)
+                self.assertGreaterEqual(qmp.connections, 2)  # the dropped one, then a good one
+                self.assertEqual(qmp.commands[0], {"execute": "qmp_capabilities"})
+                kicks = [c for c in qmp.commands if c["execute"] == "input-send-event"]
+                self.assertEqual(len(kicks), k.kicks)
+                events = kicks[0]["arguments"]["events"]
+                self.assertEqual([e["data"]["down"] for e in events], [True, False])
+                self.assertEqual({e["data"]["key"]["data"] for e in events}, {"shift"})
+            finally:
+                qmp.close()
 
 
 if __name__ == "__main__":
