@@ -36,7 +36,9 @@ struct CommandResult {
   std::string out;
   std::string err;
 };
-// Runs argv (no shell), capturing stdout and stderr (each up to `max_bytes`).
+// Runs argv (no shell; base/subprocess.h), stdin on /dev/null, capturing
+// stdout and stderr (the last `max_bytes` of each). A program that cannot
+// be started: exit_status -1 and no signal.
 CommandResult RunCommand(const std::vector<std::string>& argv, size_t max_bytes = 16 << 20);
 
 // Open file descriptors and threads of this process (for leak checks).
