@@ -4,7 +4,6 @@
 // in-process Vm), pageout of cold guest RAM into a zram device the test
 // creates and always removes, and `vm run --control` / `vm ctl` (set a
 // target, read stats, bad requests) through the real binary.
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -333,25 +332,6 @@ TEST_F(ReclaimTest, ControlSocketSetsTargetAndReadsStats) {
 }
 
 // utime + stime of every thread of `pid`, in clock ticks.
-// Threads of `pid` that run or wait to run (state R), as "tid (comm)".
-std::vector<std::string> RunnableThreads(pid_t pid) {
-  std::vector<std::string> out;
-  const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = ::opendir(task_dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream in(task_dir + "/" + e->d_name + "/stat");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t paren = text.rfind(')');
-    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'R') {
-      out.push_back(text.substr(0, paren + 1));
-    }
-  }
-  ::closedir(d);
-  return out;
-}
-
 uint64_t ProcessCpuTicks(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -402,7 +382,7 @@ TEST_F(ReclaimTest, ControlSocketPausesAndResumesTheVcpus) {
   // deadline.
   std::vector<std::string> runnable;
   EXPECT_TRUE(dsec::testing::SpinUntil(
-      [&] { return (runnable = RunnableThreads(monitor->pid())).empty(); }, 5'000))
+      [&] { return (runnable = dsec::testing::RunnableThreads(monitor->pid())).empty(); }, 5'000))
       << "a paused VM kept running: " << runnable.size() << " thread(s), first "
       << (runnable.empty() ? "" : runnable.front());
 

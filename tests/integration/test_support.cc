@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "base/file_io.h"
 #include "base/scoped_fd.h"
 #include "base/subprocess.h"
 
@@ -100,6 +101,31 @@ int CountThreads() {
     ++n;
   }
   return n;
+}
+
+namespace {
+
+// The state letter of a /proc/.../stat text: the first field after the
+// parenthesised name (which may hold spaces and parentheses).
+char StatState(const std::string& stat) {
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+}
+
+}  // namespace
+
+char ThreadState(pid_t tid) {
+  return StatState(ReadSmallFile("/proc/self/task/" + std::to_string(tid) + "/stat").value_or(""));
+}
+
+std::vector<std::string> RunnableThreads(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+  for (const std::string& tid : ListDirectory(task_dir).value_or(std::vector<std::string>{})) {
+    const std::string stat = ReadSmallFile(task_dir + "/" + tid + "/stat").value_or("");
+    if (StatState(stat) == 'R') out.push_back(stat.substr(0, stat.rfind(')') + 1));
+  }
+  return out;
 }
 
 TempDir::TempDir() {
