@@ -21,12 +21,9 @@
 #include "absl/strings/str_split.h"
 #include "base/scoped_fd.h"
 #include "gtest/gtest.h"
-#include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/daemon_testing.h"
-#include "sandbox/daemon/http_server.h"
 #include "sandbox/fncall/fncall_testing.h"
-#include "sandbox/fncall/fncall_tier.h"
 #include "sched/cpu_list.h"
 
 namespace dsec::daemon {
@@ -109,40 +106,19 @@ class StreamQosTest : public ::testing::Test {
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
     static int n = 0;
-    const std::string run = absl::StrCat(dir_->path(), "/run", n++);
-    ASSERT_EQ(::mkdir(run.c_str(), 0700), 0);
-    ::mkdir((run + "/ctr").c_str(), 0700);
-    ::mkdir((run + "/fn").c_str(), 0700);
     ServiceOptions so;
-    std::string fncall_image;
-    if (auto l = fncall::testing::EnsureTestLayers(); l.ok()) fncall_image = l->runtime;
-    so.resolve_layers = testing::StoreResolver(Store(), fncall_image);
-    so.layer_store = Store();
     so.start_reaper = false;
     placer_ = QosPlacer::ForHost();
     so.qos = placer_;
-    std::vector<std::unique_ptr<tier::Tier>> tiers;
-    tiers.push_back(std::make_unique<container::ContainerTier>(container::ContainerTierOptions{run + "/ctr", 16 << 20}));
-    fncall::FncallTierOptions fo;
-    fo.state_root = run + "/fn";
-    fo.max_workers_per_pool = 2;
-    tiers.push_back(std::make_unique<fncall::FncallTier>(fo));
-    auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});
-    ASSERT_TRUE(store.ok());
-    service_ = std::make_unique<Service>(so, std::move(tiers), std::move(*store));
-    HttpOptions ho;
-    ho.socket_path = run + "/api/api.sock";
-    socket_ = ho.socket_path;
-    auto server = HttpServer::Start(service_.get(), ho);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    auto d = testing::LocalDaemon::Start(absl::StrCat(dir_->path(), "/run", n++), Store(), std::move(so));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    socket_ = daemon_->socket();
     client_ = testing::UnixClient(socket_);
   }
   void TearDown() override {
     client_.reset();
-    if (server_) server_->Stop();
-    server_.reset();
-    service_.reset();
+    daemon_.reset();
   }
 
   json Create(json body) {
@@ -194,8 +170,7 @@ class StreamQosTest : public ::testing::Test {
   static TempDir* dir_;
   static std::string skip_;
   std::shared_ptr<QosPlacer> placer_;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<testing::LocalDaemon> daemon_;
   std::unique_ptr<httplib::Client> client_;
   std::string socket_;
 };
