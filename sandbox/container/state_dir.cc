@@ -183,6 +183,7 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root, const OrphanCleanupO
       continue;  // its runtime lives
     }
     DSEC_LOG(info, "{}: removing orphaned sandbox={} dir={}", options.tier, id, dir);
+    if (options.before_kill) options.before_kill(id);
     if (auto init = dsec::ReadSmallFile(absl::StrCat(dir, "/init")); init.ok()) {
       note(KillRecorded(*init, options.init_cmdline_names_dir ? dir + "/" : ""));
     }

@@ -69,6 +69,10 @@ struct OrphanCleanupOptions {
   // KillAndRemoveCgroup; a tier whose processes make cgroups below their
   // own passes one that removes the whole tree.
   std::function<absl::Status(const std::string& cgroup_dir)> remove_cgroup;
+  // Runs for each orphan (its id) before anything of it is killed: the
+  // container tier thaws the sandbox's freezer cgroup, since frozen
+  // processes cannot die.
+  std::function<void(const std::string& id)> before_kill;
 };
 
 // Removes every sandbox under `root` whose owner process is gone: kills its
