@@ -52,6 +52,13 @@ echo "setup.sh: built into $(pwd)/build (dsec-vmm: build/dsec-vmm)"
 # under ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm}/guest-kernel afterwards.
 tools/build-guest-kernel.sh
 
+# The microvm tier's guest root image (the static dsec-agent as /sbin/init)
+# where the tier looks by default; rebuilt from the agent just built (a
+# second or so), so that it never lags behind the agent's protocol.
+guest_image=${DSEC_CACHE_DIR:-$HOME/.cache/dsec-vmm}/guest-image
+mkdir -p "$guest_image"
+tools/build-guest-image.sh build/guest-kernel/agent/dsec-agent "$guest_image/rootfs.erofs" >/dev/null
+
 # The layers the Linux guest tests boot (tests/integration/linux_boot_test,
 # the microvm tier's nested tests): the Debian base and the python toolkit
 # on it, built once into the default layer store (debootstrap, a minute or

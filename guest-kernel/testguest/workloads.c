@@ -59,28 +59,43 @@ static int run_spin(const struct tg_boot_info *bi, uint64_t n, struct tg_line *o
 
 /* cpl0-probe:N: N rounds of a two-instruction loop at CPL3, then at CPL0
  * (user call TG_SYS_SPIN), in TSC cycles each. Where the hypervisor
- * emulates CPL0 (PVM) the second is thousands of times the first. */
+ * emulates CPL0 (PVM) the second is thousands of times the first. Each
+ * figure is the least of kProbeRepeats measurements: a vCPU thread the
+ * host preempts in the middle of one (a loaded host, or L1 of the nested
+ * bed sharing a CPU) inflates that measurement only, while emulation
+ * inflates every one. */
+#define kProbeRepeats 7
+
 static int run_cpl0_probe(const struct tg_boot_info *bi, uint64_t n, struct tg_line *out)
 {
 	uint32_t rounds = n > 0xffffffffu ? 0xffffffffu : (uint32_t)n;
-	uint32_t i = rounds;
+	uint64_t best_cpl3 = ~0ull, best_entry = ~0ull, best_cpl0 = ~0ull;
 
 	(void)bi;
-	uint64_t c0 = rdtsc();
-	if (i) {
-		__asm__ volatile("1: decl %0\n\tjnz 1b" : "+r"(i));
+	for (int rep = 0; rep < kProbeRepeats; rep++) {
+		uint32_t i = rounds;
+		uint64_t c0 = rdtsc();
+		if (i) {
+			__asm__ volatile("1: decl %0\n\tjnz 1b" : "+r"(i));
+		}
+		uint64_t c1 = rdtsc();
+		sys_cpl0_spin(0); /* the entry and exit alone, to subtract */
+		uint64_t c2 = rdtsc();
+		sys_cpl0_spin(rounds);
+		uint64_t c3 = rdtsc();
+		if (c1 - c0 < best_cpl3)
+			best_cpl3 = c1 - c0;
+		if (c2 - c1 < best_entry)
+			best_entry = c2 - c1;
+		if (c3 - c2 < best_cpl0)
+			best_cpl0 = c3 - c2;
 	}
-	uint64_t c1 = rdtsc();
-	sys_cpl0_spin(0); /* the entry and exit alone, to subtract */
-	uint64_t c2 = rdtsc();
-	sys_cpl0_spin(rounds);
-	uint64_t c3 = rdtsc();
-	uint64_t entry = c2 - c1, cpl0 = c3 - c2;
 	result_start(out, "cpl0-probe");
 	line_kv(out, "iterations", rounds);
-	line_kv(out, "cpl3_cycles", c1 - c0);
-	line_kv(out, "ucall_cycles", entry);
-	line_kv(out, "cpl0_cycles", cpl0 > entry ? cpl0 - entry : 0);
+	line_kv(out, "cpl3_cycles", best_cpl3);
+	line_kv(out, "ucall_cycles", best_entry);
+	line_kv(out, "cpl0_cycles", best_cpl0 > best_entry ? best_cpl0 - best_entry : 0);
+	line_kv(out, "repeats", kProbeRepeats);
 	return TG_EXIT_OK;
 }
 

@@ -21,11 +21,7 @@
 namespace dsec::microvm {
 namespace {
 
-std::string SourceDir() {
-  std::string f = __FILE__;
-  size_t at = f.rfind("/sandbox/microvm/");
-  return at == std::string::npos ? "." : f.substr(0, at);
-}
+std::string SourceDir() { return DSEC_SOURCE_DIR; }
 
 class VmLauncherTest : public ::testing::Test {
  protected:

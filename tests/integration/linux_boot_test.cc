@@ -34,12 +34,9 @@ constexpr int64_t kBootTimeoutMs = 60'000;
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
-// The checkout this test was built from (CMake passes absolute paths).
-std::string SourceDir() {
-  std::string f = __FILE__;
-  size_t at = f.rfind("/tests/integration/");
-  return at == std::string::npos ? "." : f.substr(0, at);
-}
+// The checkout this test was built from (not __FILE__: a compiler cache
+// may compile with paths relative to the build directory).
+std::string SourceDir() { return DSEC_SOURCE_DIR; }
 
 std::string Output(const std::vector<std::pair<int, std::string>>& chunks, int stream) {
   std::string out;

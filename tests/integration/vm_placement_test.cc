@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -28,18 +29,52 @@ std::vector<int> AffinityOf(pid_t tid) {
   return cpus;
 }
 
-// The cpuset cgroup path of a thread ("" if the v1 cpuset line is absent).
-std::string CpusetCgroupOf(pid_t tid) {
+// Where a thread's cpuset cgroup is: the hierarchy's mount point and the
+// path below it. The v1 cpuset line when there is one; otherwise the v2
+// line ("0::/path"), when the v2 hierarchy offers cpuset (Linux 6.12 has
+// no v1 cpuset at all unless CONFIG_CPUSETS_V1). Empty if neither.
+struct CpusetCgroup {
+  std::string root;
+  std::string path;
+  std::string dir() const { return root + path; }
+};
+
+std::string CgroupV2Root() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "... mountpoint options - cgroup2 source options"
+    size_t dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream fields(line.substr(0, dash));
+    std::string f, mount_point;
+    for (int i = 0; i < 5 && fields >> f; ++i) mount_point = f;
+    return mount_point;
+  }
+  return "";
+}
+
+CpusetCgroup CpusetCgroupOf(pid_t tid) {
   std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/cgroup");
   std::string line;
+  std::string v2_path;
   while (std::getline(in, line)) {
     auto first = line.find(':');
     auto second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
     std::string controllers = line.substr(first + 1, second - first - 1);
-    if (controllers.find("cpuset") != std::string::npos) return line.substr(second + 1);
+    if (controllers.find("cpuset") != std::string::npos) {
+      return {"/sys/fs/cgroup/cpuset", line.substr(second + 1)};
+    }
+    if (line.rfind("0::", 0) == 0) v2_path = line.substr(3);
   }
-  return "";
+  const std::string v2 = CgroupV2Root();
+  std::ifstream controllers(v2 + "/cgroup.controllers");
+  std::string word;
+  while (!v2.empty() && controllers >> word) {
+    if (word == "cpuset") return {v2, v2_path};
+  }
+  return {};
 }
 
 class VmPlacementTest : public ::testing::TestWithParam<sched::QosClass> {
@@ -74,17 +109,17 @@ TEST_P(VmPlacementTest, VcpuThreadsArePinnedAndIsolatedBeforeTheyRun) {
   pid_t tid = (*vm)->VcpuThreadIds()[0];
   ASSERT_GT(tid, 0);
   EXPECT_EQ(AffinityOf(tid), std::vector<int>{info->vcpu_cpus[0]});
-  std::string cgroup;
+  CpusetCgroup cgroup;
   if (info->mechanism == "cpuset") {
     cgroup = CpusetCgroupOf(tid);
-    EXPECT_NE(cgroup.find("dsec"), std::string::npos) << cgroup;
+    EXPECT_NE(cgroup.path.find("dsec"), std::string::npos) << cgroup.dir();
   }
   (*vm)->RequestStop(StopReason::kHostRequest, "test done");
   (*vm)->Wait();
   vm->reset();
-  if (!cgroup.empty()) {
-    EXPECT_FALSE(std::filesystem::exists("/sys/fs/cgroup/cpuset" + cgroup))
-        << "sandbox cgroup left behind: " << cgroup;
+  if (!cgroup.path.empty()) {
+    EXPECT_FALSE(std::filesystem::exists(cgroup.dir()))
+        << "sandbox cgroup left behind: " << cgroup.dir();
   }
 }
 

@@ -9,7 +9,13 @@ command line and the same root: a read-only EROFS image on virtio-blk
 `reboot=t` the guest ends in a triple fault, which ends both monitors (QEMU
 with -no-reboot). What is timed is the whole process, spawn to exit: boot
 to the first userspace program, then teardown. Peak RSS is the process's
-ru_maxrss. Prints medians and the ratios, and one JSON line.
+ru_maxrss. A second, untimed pass samples each monitor's /proc/PID/smaps
+every 20 ms and reports its own memory: RSS minus the guest RAM it backs
+(our memfd `dsec-guest-ram-*`; QEMU's RAM is put in a memfd backend named
+`dsec-peer-ram` for this), the largest sample of a run. Peak RSS counts the
+guest's RAM, which the same kernel touches alike in both; the monitor's own
+memory is what a monitor costs. Prints medians and the ratios, and one JSON
+line.
 
     tests/nested/bed.py run -- python3 tests/nested/boot_compare.py \\
         --vmm build/dsec-vmm --runs 10
@@ -71,6 +77,43 @@ def timed(argv, timeout):
     return t, ru.ru_maxrss, (p.returncode, err[-300:])
 
 
+def own_memory_kib(pid, ram_name):
+    """RSS minus the RSS of the guest-RAM mapping, KiB (None once the process is gone)."""
+    total = ram = 0
+    in_ram = False
+    try:
+        with open("/proc/%d/smaps" % pid) as f:
+            for line in f:
+                parts = line.split()
+                if not parts:
+                    continue
+                if not parts[0].endswith(":"):
+                    in_ram = len(parts) > 5 and parts[5].startswith("/memfd:" + ram_name)
+                elif parts[0] == "Rss:":
+                    total += int(parts[1])
+                    if in_ram:
+                        ram += int(parts[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return total - ram
+
+
+def sampled(argv, ram_name, timeout):
+    """The largest own-memory sample (KiB) of one run, and its exit status."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    best = 0
+    while p.poll() is None and time.monotonic() < deadline:
+        kib = own_memory_kib(p.pid, ram_name)
+        if kib is not None:
+            best = max(best, kib)
+        time.sleep(0.02)  # sampling period
+    if p.poll() is None:
+        p.kill()
+    return best, p.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vmm", required=True, help="build/dsec-vmm")
@@ -78,6 +121,7 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--mem-mib", type=int, default=256)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--own-runs", type=int, default=5, help="sampled runs per monitor for own memory")
     a = ap.parse_args()
     qemu = shutil.which("qemu-system-x86_64")
     busybox = shutil.which("busybox") or "/bin/busybox"
@@ -91,7 +135,9 @@ def main():
         img = make_root(tmp, busybox)
         ours = [a.vmm, "vm", "run", "--kernel", a.kernel, "--mem-mib", str(a.mem_mib), "--console", "none",
                 "--disk", img + ",ro", "--cmdline", CMDLINE, "--timeout-ms", str(int(a.timeout * 1000))]
-        peer = [qemu, "-M", "microvm", "-accel", "kvm", "-cpu", "host", "-m", str(a.mem_mib), "-smp", "1",
+        peer = [qemu, "-M", "microvm,memory-backend=dsec-peer-ram", "-accel", "kvm", "-cpu", "host",
+                "-object", "memory-backend-memfd,id=dsec-peer-ram,size=%dM" % a.mem_mib,
+                "-m", str(a.mem_mib), "-smp", "1",
                 "-kernel", a.kernel, "-append", CMDLINE, "-nodefaults", "-no-user-config", "-nographic",
                 "-no-reboot", "-serial", "null",
                 "-drive", "id=root,file=%s,format=raw,if=none,readonly=on" % img,
@@ -110,12 +156,27 @@ def main():
                     failed.append((name, end))
                     continue
                 results[name].append((t, rss))
+        own = {"dsec-vmm": [], "qemu-microvm": []}
+        for i in range(a.own_runs):
+            order = [("dsec-vmm", ours, "dsec-guest-ram"), ("qemu-microvm", peer, "dsec-peer-ram")]
+            if i % 2:
+                order.reverse()
+            for name, argv, ram_name in order:
+                kib, status = sampled(argv, ram_name, a.timeout)
+                if kib:
+                    own[name].append(kib)
         out = {"runs": a.runs, "kernel": a.kernel, "mem_mib": a.mem_mib}
         for name, rs in results.items():
             if rs:
                 out[name] = {"wall_ms_p50": round(statistics.median(r[0] for r in rs) * 1000, 1),
                              "peak_rss_kib_p50": int(statistics.median(r[1] for r in rs)),
                              "ok_runs": len(rs)}
+        for name, ks in own.items():
+            if ks and name in out:
+                out[name]["own_memory_kib_p50"] = int(statistics.median(ks))
+        if own["dsec-vmm"] and own["qemu-microvm"]:
+            out["own_memory_ratio_qemu_over_dsec"] = round(
+                statistics.median(own["qemu-microvm"]) / statistics.median(own["dsec-vmm"]), 2)
         if results["dsec-vmm"] and results["qemu-microvm"]:
             o, q = out["dsec-vmm"], out["qemu-microvm"]
             out["wall_ratio_qemu_over_dsec"] = round(q["wall_ms_p50"] / o["wall_ms_p50"], 2)
@@ -127,6 +188,10 @@ def main():
         if "wall_ratio_qemu_over_dsec" in out:
             print("QEMU/dsec-vmm: wall %.2fx, peak RSS %.2fx" % (out["wall_ratio_qemu_over_dsec"],
                                                               out["rss_ratio_qemu_over_dsec"]))
+        if "own_memory_ratio_qemu_over_dsec" in out:
+            print("own memory (RSS - guest RAM), p50 of %d sampled runs: dsec-vmm %d KiB, QEMU %d KiB: %.2fx"
+                  % (a.own_runs, out["dsec-vmm"]["own_memory_kib_p50"],
+                     out["qemu-microvm"]["own_memory_kib_p50"], out["own_memory_ratio_qemu_over_dsec"]))
         for f in failed[:4]:
             print("failed: %s %s" % f)
         print(json.dumps(out))

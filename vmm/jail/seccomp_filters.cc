@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,8 +49,19 @@ void AppendText(char* buf, size_t* n, size_t cap, const char* s) {
   while (*s != '\0' && *n < cap) buf[(*n)++] = *s++;
 }
 
-void ReportSigsys(int, siginfo_t* info, void*) {
-  char line[160];
+void AppendHex(char* buf, size_t* n, size_t cap, unsigned long v) {
+  AppendText(buf, n, cap, "0x");
+  char digits[16];
+  size_t d = 0;
+  do {
+    digits[d++] = "0123456789abcdef"[v & 0xf];
+    v >>= 4;
+  } while (v != 0 && d < sizeof(digits));
+  while (d > 0 && *n < cap) buf[(*n)++] = digits[--d];
+}
+
+void ReportSigsys(int, siginfo_t* info, void* context) {
+  char line[400];
   size_t n = 0;
   AppendText(line, &n, sizeof(line), "dsec-monitor: seccomp: system call ");
   AppendNumber(line, &n, sizeof(line), info->si_syscall);
@@ -57,7 +69,26 @@ void ReportSigsys(int, siginfo_t* info, void*) {
   static const char* const kNames[] = {"main", "vcpu", "event-loop", "control", "reclaim"};
   const int k = current_kind;
   AppendText(line, &n, sizeof(line), k >= 0 && k < 5 ? kNames[k] : "unfiltered");
-  AppendText(line, &n, sizeof(line), " thread; stopping\n");
+  AppendText(line, &n, sizeof(line), " thread; stopping");
+  // Where it came from, so that a call off the lists can be found (the
+  // binary is static and not position-independent: addr2line maps the
+  // address), and for a file opened, which file (the thread's own pointer,
+  // read in its own handler; the copy is bounded).
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  if (uc != nullptr) {
+    AppendText(line, &n, sizeof(line), " (at ");
+    AppendHex(line, &n, sizeof(line), static_cast<unsigned long>(uc->uc_mcontext.gregs[REG_RIP]));
+    const long nr = info->si_syscall;
+    const char* path = nullptr;
+    if (nr == SYS_openat) path = reinterpret_cast<const char*>(uc->uc_mcontext.gregs[REG_RSI]);
+    if (nr == SYS_open) path = reinterpret_cast<const char*>(uc->uc_mcontext.gregs[REG_RDI]);
+    if (path != nullptr) {
+      AppendText(line, &n, sizeof(line), ", path ");
+      for (int i = 0; i < 120 && path[i] != '\0' && n < sizeof(line); ++i) line[n++] = path[i];
+    }
+    AppendText(line, &n, sizeof(line), ")");
+  }
+  AppendText(line, &n, sizeof(line), "\n");
   ::syscall(SYS_write, 2, line, n);
   ::syscall(SYS_exit_group, kSeccompExitStatus);
 }

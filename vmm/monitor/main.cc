@@ -2,6 +2,8 @@
 // dsec-monitor: the microVM monitor binary, one process per VM. It carries
 // only monitor code (no daemon, sandbox tiers or benchmarks), so that its
 // start-up and resident memory, paid once per VM, stay small.
+#include <malloc.h>
+
 #include <cstdio>
 #include <string>
 
@@ -11,6 +13,13 @@
 
 int main(int argc, char** argv) {
   (void)dsec::monitor::MainEntryNs();  // latch the time main() was reached
+  // Every thread allocates from glibc's main arena (brk/mmap), before any
+  // thread exists. A thread's own arena, the first time its heap shrinks,
+  // makes glibc open /proc/sys/vm/overcommit_memory (check_may_shrink_heap):
+  // off every jailed thread's list, so a guest flooding vsock stopped its
+  // monitor when the event loop freed its buffers. One arena also spares the
+  // 64 MiB reservations and their touched pages that each arena costs a VM.
+  ::mallopt(M_ARENA_MAX, 1);
   CLI::App app{"dsec-monitor: boots one microVM and runs it until the guest stops"};
   dsec::monitor::MonitorFlags flags;
   dsec::monitor::AddMonitorFlags(app, flags);

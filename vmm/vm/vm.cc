@@ -319,10 +319,13 @@ absl::Status Vm::SetUpVcpus(const VmConfig& config, const void* boot_plan) {
   for (const auto& m : plan.msrs) {
     if (std::find(msr_list.begin(), msr_list.end(), m.index) != msr_list.end()) msrs.push_back(m);
   }
+  arch::CpuidOptions cpuid_options;
+  cpuid_options.tsc_deadline_timer =
+      kvm_->CheckExtension(kvm::Capability::kTscDeadlineTimer) > 0;
   for (uint32_t id = 0; id < config.vcpus; ++id) {
     DSEC_ASSIGN_OR_RETURN(std::unique_ptr<kvm::KvmVcpu> vcpu, kvm_vm_->CreateVcpu(id));
     DSEC_ASSIGN_OR_RETURN(std::vector<kvm::CpuidEntry> cpuid,
-                          arch::NormalizeCpuid(supported, id, config.vcpus));
+                          arch::NormalizeCpuid(supported, id, config.vcpus, cpuid_options));
     DSEC_RETURN_IF_ERROR(vcpu->SetCpuid(cpuid));
     DSEC_RETURN_IF_ERROR(vcpu->SetMsrs(msrs));
     DSEC_RETURN_IF_ERROR(vcpu->SetFpu(plan.fpu));

@@ -19,6 +19,7 @@ namespace {
 constexpr uint32_t kLeaf1EcxClear = (1u << 3) | (1u << 4) | (1u << 5) | (1u << 6) |
                                     (1u << 7) | (1u << 8) | (1u << 15);
 constexpr uint32_t kLeaf1EcxHypervisor = 1u << 31;
+constexpr uint32_t kLeaf1EcxTscDeadline = 1u << 24;
 // Leaf 1 EDX: DS (debug store), ACPI (thermal MSRs), TM, PBE: no thermal or
 // debug-store hardware behind them.
 constexpr uint32_t kLeaf1EdxClear = (1u << 21) | (1u << 22) | (1u << 29) | (1u << 31);
@@ -69,7 +70,8 @@ kvm::CpuidEntry HypervisorBaseLeaf(bool has_kvm_features) {
 }  // namespace
 
 absl::StatusOr<std::vector<kvm::CpuidEntry>> NormalizeCpuid(
-    std::span<const kvm::CpuidEntry> supported, uint32_t vcpu_id, uint32_t vcpu_count) {
+    std::span<const kvm::CpuidEntry> supported, uint32_t vcpu_id, uint32_t vcpu_count,
+    const CpuidOptions& options) {
   if (vcpu_count == 0 || vcpu_count > 256 || vcpu_id >= vcpu_count) {
     return absl::InvalidArgumentError(
         absl::StrFormat("vCPU %d of %d is not a valid topology", vcpu_id, vcpu_count));
@@ -86,6 +88,11 @@ absl::StatusOr<std::vector<kvm::CpuidEntry>> NormalizeCpuid(
         // package (meaningful with HTT, which we set for SMP guests).
         e.ebx = (e.ebx & 0x0000'FFFF) | (vcpu_id << 24) | (std::min<uint32_t>(vcpu_count, 255) << 16);
         e.ecx = (e.ecx & ~kLeaf1EcxClear) | kLeaf1EcxHypervisor;
+        if (options.tsc_deadline_timer) {
+          e.ecx |= kLeaf1EcxTscDeadline;
+        } else {
+          e.ecx &= ~kLeaf1EcxTscDeadline;
+        }
         e.edx &= ~kLeaf1EdxClear;
         if (vcpu_count > 1) {
           e.edx |= kLeaf1EdxHtt;

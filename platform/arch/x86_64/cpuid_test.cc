@@ -67,6 +67,19 @@ TEST(CpuidTest, ZeroesThermalAndPmuLeaves) {
   EXPECT_FALSE(Find(*t, 1, 0)->edx & (1u << 28));  // no HTT for one vCPU
 }
 
+TEST(CpuidTest, OffersTheTscDeadlineTimerOnlyWhenKvmEmulatesIt) {
+  constexpr uint32_t kTscDeadline = 1u << 24;
+  auto without = NormalizeCpuid(HostTable(), 0, 1);
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(Find(*without, 1, 0)->ecx & kTscDeadline);
+  CpuidOptions o;
+  o.tsc_deadline_timer = true;
+  auto with = NormalizeCpuid(HostTable(), 0, 1, o);
+  ASSERT_TRUE(with.ok());
+  EXPECT_TRUE(Find(*with, 1, 0)->ecx & kTscDeadline);
+  EXPECT_TRUE(Find(*with, 1, 0)->ecx & (1u << 31));  // still a hypervisor
+}
+
 TEST(CpuidTest, TopologyIsOneThreadPerCore) {
   auto t = NormalizeCpuid(HostTable(), 3, 6);
   ASSERT_TRUE(t.ok());

@@ -187,9 +187,6 @@ def _base_image():
     return json.loads(out)["image"]
 
 
-@pytest.mark.skip(reason="known bug, not fixed yet: under a 12 MB flood the agent's vsock stream "
-                         "sometimes ends mid-frame (1 of 6 runs of `sandbox run --tier microvm` in "
-                         "the nested bed; tests/nested/README.md, known problems)")
 def test_attack_yes_floods_are_capped_at_the_host(mvm):
     # 12 MB of `yes` against the daemon's 4 MiB cap per exec: the rest is
     # dropped in the guest's agent, never buffered on the host. (The serial
