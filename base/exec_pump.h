@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The I/O loop of one running command, shared by every exec path (the
-// container tier, fncall, the guest agent). It feeds the command's stdin
+// container tier, fncall, the guest agent) and by the spawner of host
+// programs (base/subprocess.h: captured output, deadline). It feeds the command's stdin
 // from a buffer, reads its stdout and stderr through one OutputLimiter into
 // a sink, kills it at its deadline, bounds the wait for the exit after a
 // kill and the reading of the pipes after the exit, and serves the caller's

@@ -12,15 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <climits>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
+#include "base/exec_pump.h"
 #include "base/status.h"
 
 extern char** environ;
@@ -240,25 +239,24 @@ absl::StatusOr<pid_t> PosixSpawn(const SpawnOptions& o, const StdioPlan& plan, c
   return pid;
 }
 
-// Appends what `fd` has now; false at EOF or on an error (the stream ends).
-bool ReadAvailable(int fd, std::string& text, size_t max_bytes) {
-  char buf[16384];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return true;
-    if (n <= 0) return false;
-    text.append(buf, static_cast<size_t>(n));
-    // Keep the tail; trim in large steps so that a flood costs linear time.
-    if (text.size() > 2 * max_bytes + sizeof(buf)) text.erase(0, text.size() - max_bytes);
+// The last `max_bytes` of each stream: an error message is at the end of a
+// tool's output. Trimmed in large steps, so that a flood costs linear time.
+class TailSink final : public ExecOutputSink {
+ public:
+  TailSink(std::string* out, std::string* err, size_t max_bytes)
+      : out_(out), err_(err), max_bytes_(max_bytes) {}
+  absl::Status Write(int stream, std::string_view bytes) override {
+    std::string& text = stream == 2 ? *err_ : *out_;
+    text.append(bytes);
+    if (text.size() > 2 * max_bytes_ + (64 << 10)) text.erase(0, text.size() - max_bytes_);
+    return absl::OkStatus();
   }
-}
 
-// Milliseconds left until `deadline_ns` (CLOCK_MONOTONIC), rounded up, >= 0.
-int MsUntil(int64_t deadline_ns) {
-  const int64_t left = (deadline_ns - MonotonicNowNs() + 999'999) / 1'000'000;
-  return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
-}
+ private:
+  std::string* out_;
+  std::string* err_;
+  size_t max_bytes_;
+};
 
 void KeepTail(std::string& text, size_t max_bytes) {
   if (text.size() > max_bytes) text.erase(0, text.size() - max_bytes);
@@ -353,31 +351,6 @@ absl::Status Subprocess::Signal(int sig) {
   return absl::OkStatus();
 }
 
-void Subprocess::Drain(bool block_until_eof, int64_t deadline_ns) {
-  for (;;) {
-    pollfd fds[2];
-    std::string* texts[2];
-    ScopedFd* owners[2];
-    int n = 0;
-    for (auto [fd, text] : {std::pair{&out_, &out_text_}, std::pair{&err_, &err_text_}}) {
-      if (!*fd) continue;
-      fds[n] = {fd->get(), POLLIN, 0};
-      texts[n] = text;
-      owners[n++] = fd;
-    }
-    if (n == 0) return;
-    const int wait_ms = !block_until_eof ? 0 : deadline_ns < 0 ? -1 : MsUntil(deadline_ns);
-    int ready = ::poll(fds, static_cast<nfds_t>(n), wait_ms);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return;  // nothing now, or the deadline passed
-    for (int i = 0; i < n; ++i) {
-      if (fds[i].revents == 0) continue;
-      if (!ReadAvailable(fds[i].fd, *texts[i], capture_max_bytes_)) owners[i]->Reset();
-    }
-    if (!block_until_eof) return;
-  }
-}
-
 SubprocessResult Subprocess::Reaped(int status, const struct rusage& usage) {
   SubprocessResult r;
   r.wait_status = status;
@@ -391,11 +364,6 @@ SubprocessResult Subprocess::Reaped(int status, const struct rusage& usage) {
   r.peak_rss_kib = static_cast<uint64_t>(usage.ru_maxrss);
   r.spawn_ns = spawn_ns_;
   r.exit_ns = MonotonicNowNs();
-  // Whatever the child wrote before it exited is in the pipes; a
-  // descendant that still holds them is not waited for.
-  Drain(false, -1);
-  out_.Reset();
-  err_.Reset();
   KeepTail(out_text_, capture_max_bytes_);
   KeepTail(err_text_, capture_max_bytes_);
   r.out = std::move(out_text_);
@@ -405,22 +373,27 @@ SubprocessResult Subprocess::Reaped(int status, const struct rusage& usage) {
   return r;
 }
 
-absl::StatusOr<SubprocessResult> Subprocess::Wait(int64_t timeout_ms) {
-  if (pid_ <= 0) return absl::FailedPreconditionError("Subprocess::Wait: no child");
-  const int64_t deadline = timeout_ms < 0 ? -1 : MonotonicNowNs() + timeout_ms * 1'000'000;
-  // Output until EOF or the deadline, then the exit (the pidfd turns
-  // readable), bounded by the same deadline.
-  Drain(true, deadline);
-  if (deadline >= 0) {
-    pollfd p{pidfd_.get(), POLLIN, 0};
-    int ready;
-    do {
-      ready = ::poll(&p, 1, MsUntil(deadline));
-    } while (ready < 0 && errno == EINTR);
-    if (ready == 0) {
-      timed_out_ = true;
-      DSEC_RETURN_IF_ERROR(Signal(SIGKILL));
-    }
+absl::StatusOr<SubprocessResult> Subprocess::Finish(int64_t deadline_ns, int64_t drain_after_exit_ns) {
+  ExecPumpOptions o;
+  o.deadline_ns = deadline_ns;
+  o.drain_after_exit_ns = drain_after_exit_ns;
+  // A killed child: what its pipes hold when its exit is reported is read,
+  // nothing more is waited for.
+  o.drain_after_kill_ns = 0;
+  TailSink sink(&out_text_, &err_text_, capture_max_bytes_);
+  ExecPump pump(o, ScopedFd(), std::move(out_), std::move(err_), &sink, [this] { (void)Signal(SIGKILL); });
+  // The exit: the pidfd turns readable (and stays so: not watched after).
+  const int pidfd = pidfd_.get();
+  pump.Watch([&pump, pidfd](int64_t) { return ExecPump::Interest{pump.exited() ? -1 : pidfd, POLLIN}; },
+             [&pump](short, int64_t) {
+               pump.MarkExited();
+               return absl::OkStatus();
+             });
+  absl::Status s = pump.Run();
+  timed_out_ = pump.timed_out();
+  if (!s.ok()) {
+    Kill();
+    return s;
   }
   int status = 0;
   struct rusage usage {};
@@ -430,18 +403,26 @@ absl::StatusOr<SubprocessResult> Subprocess::Wait(int64_t timeout_ms) {
   return Reaped(status, usage);
 }
 
+absl::StatusOr<SubprocessResult> Subprocess::Wait(int64_t timeout_ms) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("Subprocess::Wait: no child");
+  if (timeout_ms < 0) return Finish(kExecNoDeadline, kExecNoDeadline);
+  const int64_t timeout_ns = timeout_ms * 1'000'000;
+  return Finish(MonotonicNowNs() + timeout_ns, timeout_ns);
+}
+
 absl::StatusOr<std::optional<SubprocessResult>> Subprocess::Poll() {
   if (pid_ <= 0) return absl::FailedPreconditionError("Subprocess::Poll: no child");
-  Drain(false, -1);
-  int status = 0;
-  struct rusage usage {};
-  pid_t w;
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  int ready;
   do {
-    w = ::wait4(pid_, &status, WNOHANG, &usage);
-  } while (w < 0 && errno == EINTR);
-  if (w < 0) return ErrnoToStatus(absl::StrCat("wait4 ", pid_));
-  if (w == 0) return std::optional<SubprocessResult>();
-  return std::optional<SubprocessResult>(Reaped(status, usage));
+    ready = ::poll(&p, 1, 0);
+  } while (ready < 0 && errno == EINTR);
+  if (ready < 0) return ErrnoStatus("poll pidfd");
+  if (ready == 0) return std::optional<SubprocessResult>();
+  // Exited: what the pipes hold now is read; descendants that keep them
+  // open are not waited for.
+  DSEC_ASSIGN_OR_RETURN(SubprocessResult r, Finish(kExecNoDeadline, 0));
+  return std::optional<SubprocessResult>(std::move(r));
 }
 
 absl::StatusOr<SubprocessResult> RunSubprocess(const SpawnOptions& options) {

@@ -4,11 +4,13 @@
 // environment, working directory and standard streams chosen by the caller;
 // output captured (bounded) or passed on; an optional deadline after which
 // the child is killed. The one spawner of the tree: its callers differ only
-// in the options they pass.
+// in the options they pass. While it runs, its captured output, deadline
+// and kill go through the exec pump (base/exec_pump.h), the one I/O loop
+// of a running command: this class adds how a host program starts, how its
+// exit is learnt (its pidfd) and what is kept of its output (a tail).
 //
 // Not for sandbox processes: the tiers start those with their own clone
-// (namespaces, seccomp, an init) and stream their output through the exec
-// pump.
+// (namespaces, seccomp, an init) and drive the exec pump themselves.
 #pragma once
 
 #include <sys/resource.h>
@@ -141,12 +143,16 @@ class Subprocess {
   // Spawned and not yet reaped.
   bool running() const { return pid_ > 0; }
 
-  // Reads captured output until the child exits, then reaps it. With
-  // `timeout_ms` >= 0 the child is killed (SIGKILL) when that many ms have
-  // passed since this call, and the result says timed_out.
+  // Reads captured output until the child has exited and its pipes are at
+  // EOF, then reaps it. With `timeout_ms` >= 0 the child is killed
+  // (SIGKILL) when that many ms have passed since this call (the result
+  // says timed_out), and pipes that its descendants hold open after its
+  // exit are read for at most that long again.
   absl::StatusOr<SubprocessResult> Wait(int64_t timeout_ms = -1);
-  // Without blocking: drains captured output; the result once the child has
-  // exited (then reaped), nullopt while it runs.
+  // Without blocking: the result once the child has exited (then reaped,
+  // with what its pipes hold), nullopt while it runs. Captured output is
+  // read only then, or by Wait: a child that writes more than a pipe holds
+  // (64 KiB) before it exits needs Wait.
   absl::StatusOr<std::optional<SubprocessResult>> Poll();
   // Sends `sig` through the child's pidfd (never to a recycled pid). OK if
   // it is gone already; nothing once reaped.
@@ -155,14 +161,15 @@ class Subprocess {
  private:
   void TakeFrom(Subprocess& other);
   void Kill();  // SIGKILL and reap, if running
-  // Reads the captured pipes: what is there now, or (block_until_eof) until
-  // both are at EOF or the deadline (< 0: none) passes.
-  void Drain(bool block_until_eof, int64_t deadline_ns);
+  // Runs the exec pump over the captured pipes until the child has exited
+  // (killed at `deadline_ns`) and its pipes are read (at most
+  // `drain_after_exit_ns` past the exit), then reaps it.
+  absl::StatusOr<SubprocessResult> Finish(int64_t deadline_ns, int64_t drain_after_exit_ns);
   SubprocessResult Reaped(int status, const struct rusage& usage);
 
   pid_t pid_ = -1;
   ScopedFd pidfd_;
-  ScopedFd out_, err_;  // captured streams, read non-blocking
+  ScopedFd out_, err_;  // captured streams, until the pump takes them
   size_t capture_max_bytes_ = 0;
   int64_t spawn_ns_ = 0;
   bool timed_out_ = false;

@@ -151,6 +151,23 @@ TEST(SubprocessTest, ADeadlineThatIsNotReachedChangesNothing) {
   EXPECT_EQ(r->out, "quick\n");
 }
 
+TEST(SubprocessTest, ADescendantHoldingThePipesDoesNotHoldTheResultPastTheDeadline) {
+  // The shell exits at once; its background child keeps stdout open. With
+  // a deadline the pipes are read for at most that long after the exit.
+  SpawnOptions o = Sh("echo parent; sleep 1000 & exit 5");
+  o.new_session = true;  // the stray is in the child's group: killed below
+  o.timeout_ms = 300;
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const pid_t group = p->pid();
+  auto r = p->Wait(o.timeout_ms);
+  ::kill(-group, SIGKILL);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ExitedWith(5)) << r->Describe();
+  EXPECT_FALSE(r->timed_out);
+  EXPECT_EQ(r->out, "parent\n");
+}
+
 TEST(SubprocessTest, PollReportsRunningThenTheExit) {
   int fds[2];
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "bench/fncall_bench.h"
-#include "cmd/fncall_commands.h"
+#include "base/file_io.h"
+#include "sandbox/layers/layer_refs.h"
 #include "sandbox/layers/layer_store.h"
 
 namespace dsec::cmd {
@@ -44,8 +45,9 @@ void RegisterFncallBenchCommands(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   cmd->add_flag("--json", o->bench.json, "Print one JSON object");
   registry.Add(cmd, [o] {
-    auto py = ResolveFncallLayers("python", o->python_layers, o->store);
-    auto sh = ResolveFncallLayers("bash", o->bash_layers, o->store);
+    const layers::LayerRefOptions lo = layers::LayerRefOptionsFor(o->store, SelfExePath());
+    auto py = layers::ResolveFncallLayers("python", o->python_layers, lo);
+    auto sh = layers::ResolveFncallLayers("bash", o->bash_layers, lo);
     if (!py.ok() || !sh.ok()) {
       fprintf(stderr, "dsec-vmm: layers: %s\n",
               (py.ok() ? sh.status() : py.status()).ToString().c_str());

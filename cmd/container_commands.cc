@@ -103,11 +103,7 @@ int Run(const RunOptions& o) {
   if (::getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = static_cast<uint32_t>(::getpid());
   container::SandboxConfig config;
   config.id = absl::StrFormat("run-%d-%08x", ::getpid(), rnd);
-  layers::LayerRefOptions layer_options;
-  layer_options.store_root = o.store;
-  layer_options.dsec_vmm = SelfExePath();
-  layer_options.build_script = layers::FindBaseLayerScript(layer_options.dsec_vmm);
-  auto images = layers::ResolveLayerRefs(o.layers, layer_options);
+  auto images = layers::ResolveLayerRefs(o.layers, layers::LayerRefOptionsFor(o.store, SelfExePath()));
   if (!images.ok()) {
     fprintf(stderr, "dsec-vmm: layers: %s\n", std::string(images.status().message()).c_str());
     return absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())

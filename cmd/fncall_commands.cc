@@ -22,48 +22,8 @@ namespace {
 
 constexpr int kExitLimit = 124;
 constexpr int kExitRuntimeError = 125;
-constexpr char kPythonToolkit[] = "python:1";
-
-// `build-base-layer.sh --store STORE --toolkit python 1 python3`, output on
-// stderr.
-absl::Status BuildPythonToolkit(const layers::LayerRefOptions& o) {
-  if (o.build_script.empty()) {
-    return absl::FailedPreconditionError(
-        "the python:1 layer is missing and tools/build-base-layer.sh was not found "
-        "(set DSEC_BASE_LAYER_SCRIPT)");
-  }
-  fprintf(stderr, "dsec-vmm: building the python:1 toolkit layer (apt-get install python3 over "
-                  "base:bookworm; once)\n");
-  fflush(stderr);
-  DSEC_ASSIGN_OR_RETURN(int code,
-                        layers::RunBuildScript(o, {"--store", o.store_root, "--toolkit", "python", "1", "python3"}));
-  if (code != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "building the python:1 layer failed (exit status ", code, "); see the output above"));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
-
-absl::StatusOr<std::vector<std::string>> ResolveFncallLayers(const std::string& lang,
-                                                             const std::vector<std::string>& layers,
-                                                             const std::string& store) {
-  layers::LayerRefOptions o;
-  o.store_root = store;
-  o.dsec_vmm = SelfExePath();
-  o.build_script = layers::FindBaseLayerScript(o.dsec_vmm);
-  if (!layers.empty()) return layers::ResolveLayerRefs(layers, o);
-  // base:bookworm, built on first use.
-  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> base, layers::ResolveLayerRefs({}, o));
-  if (lang != "python") return base;
-  auto python = layers::ResolveLayerRefs({kPythonToolkit}, o);
-  if (absl::IsNotFound(python.status())) {
-    DSEC_RETURN_IF_ERROR(BuildPythonToolkit(o));
-    python = layers::ResolveLayerRefs({kPythonToolkit}, o);
-  }
-  return python;
-}
 
 int RunFncall(const FncallRunOptions& o) {
   log::SetLevel(o.log_level);
@@ -78,7 +38,8 @@ int RunFncall(const FncallRunOptions& o) {
   if (auto removed = container::CleanupOrphans(fncall::kDefaultStateRoot); !removed.ok()) {
     DSEC_LOG(warn, "fncall: orphan cleanup: {}", removed.status().ToString());
   }
-  auto images = ResolveFncallLayers(o.lang, o.layers, o.store);
+  auto images = layers::ResolveFncallLayers(o.lang, o.layers,
+                                            layers::LayerRefOptionsFor(o.store, SelfExePath()));
   if (!images.ok()) {
     fprintf(stderr, "dsec-vmm: layers: %s\n", std::string(images.status().message()).c_str());
     return absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())

@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dsec-vmm sandbox run --tier fncall --lang python|bash -- CODE [ARGS]`:
-// one call in a warm-pool worker (sandbox/fncall) on embedded defaults, and
-// the default layers of the fncall tier.
+// one call in a warm-pool worker (sandbox/fncall) on embedded defaults, over
+// the fncall tier's default layers (layers::ResolveFncallLayers).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 
 namespace dsec::cmd {
 
@@ -30,14 +29,5 @@ struct FncallRunOptions {
 // Runs one call, prints its output, returns its status (124 timeout or
 // other limit, 125 runtime error).
 int RunFncall(const FncallRunOptions& options);
-
-// The fncall tier's default layers for `lang`, lowest first: base:bookworm
-// (built on first use by tools/build-base-layer.sh) and, for python, the
-// python:1 toolkit layer (`build-base-layer.sh --toolkit python 1 python3`,
-// also built on first use); progress goes to stderr. `layers` non-empty:
-// those resolved instead (files or references).
-absl::StatusOr<std::vector<std::string>> ResolveFncallLayers(const std::string& lang,
-                                                             const std::vector<std::string>& layers,
-                                                             const std::string& store);
 
 }  // namespace dsec::cmd

@@ -43,11 +43,7 @@ int RunMicrovm(const MicrovmRunOptions& o) {
     }
     env[e.substr(0, eq)] = e.substr(eq + 1);
   }
-  layers::LayerRefOptions layer_options;
-  layer_options.store_root = o.store;
-  layer_options.dsec_vmm = SelfExePath();
-  layer_options.build_script = layers::FindBaseLayerScript(layer_options.dsec_vmm);
-  auto images = layers::ResolveLayerRefs(o.layers, layer_options);
+  auto images = layers::ResolveLayerRefs(o.layers, layers::LayerRefOptionsFor(o.store, SelfExePath()));
   if (!images.ok()) {
     std::fprintf(stderr, "dsec-vmm: layers: %s\n", std::string(images.status().message()).c_str());
     return absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())

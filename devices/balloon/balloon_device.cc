@@ -325,30 +325,36 @@ bool BalloonDevice::Inflate(const virtio::DescriptorChain& chain) {
   CoalescedPfns co = CoalescePfns(std::move(*pfns));
   Count(counters_.refused_duplicate, co.duplicates);
   for (const PageRun& run : co.runs) {
-    // Guest-controlled: each PFN. Release maximal sub-runs of pages that are
-    // RAM and were not in the balloon yet.
-    uint64_t pending = 0;
-    for (uint64_t pfn = run.first_pfn; pfn < run.first_pfn + run.count; ++pfn) {
-      switch (pages_.Find(pfn)) {
-        case BalloonPageSet::Lookup::kOut:
-          pages_.Insert(pfn);
-          Count(counters_.inflated);
-          ++pending;
-          continue;
-        case BalloonPageSet::Lookup::kIn:
-          Count(counters_.refused_duplicate);
-          break;
-        case BalloonPageSet::Lookup::kNotRam:
-          RefuseNotRam(pfn);
-          break;
-      }
-      Release(pfn - pending, pending, counters_.released_bytes);
-      pending = 0;
-    }
-    Release(run.first_pfn + run.count - pending, pending, counters_.released_bytes);
+    ReleasePagesOutside(run, /*into_balloon=*/true, counters_.inflated, counters_.released_bytes);
   }
   balloon_pages_.store(pages_.count());
   return true;
+}
+
+void BalloonDevice::ReleasePagesOutside(const PageRun& run, bool into_balloon,
+                                        std::atomic<uint64_t>& taken, std::atomic<uint64_t>& released) {
+  // Guest-controlled: each PFN. Release maximal sub-runs of pages that are
+  // RAM and not in the balloon.
+  uint64_t pending = 0;
+  for (uint64_t pfn = run.first_pfn; pfn < run.first_pfn + run.count; ++pfn) {
+    switch (pages_.Find(pfn)) {
+      case BalloonPageSet::Lookup::kOut:
+        if (into_balloon) pages_.Insert(pfn);
+        Count(taken);
+        ++pending;
+        continue;
+      case BalloonPageSet::Lookup::kIn:
+        // Inflated twice, or (reporting) a page that is not the guest's.
+        Count(counters_.refused_duplicate);
+        break;
+      case BalloonPageSet::Lookup::kNotRam:
+        RefuseNotRam(pfn);
+        break;
+    }
+    Release(pfn - pending, pending, released);
+    pending = 0;
+  }
+  Release(run.first_pfn + run.count - pending, pending, released);
 }
 
 void BalloonDevice::Deflate(const virtio::DescriptorChain& chain) {
@@ -406,25 +412,7 @@ void BalloonDevice::Report(const virtio::DescriptorChain& chain) {
     return;
   }
   for (const PageRun& run : co.runs) {
-    uint64_t pending = 0;
-    for (uint64_t pfn = run.first_pfn; pfn < run.first_pfn + run.count; ++pfn) {
-      switch (pages_.Find(pfn)) {
-        case BalloonPageSet::Lookup::kOut:
-          Count(counters_.reported);
-          ++pending;
-          continue;
-        case BalloonPageSet::Lookup::kIn:
-          // A page in the balloon is not the guest's to report.
-          Count(counters_.refused_duplicate);
-          break;
-        case BalloonPageSet::Lookup::kNotRam:
-          RefuseNotRam(pfn);
-          break;
-      }
-      Release(pfn - pending, pending, counters_.reported_released_bytes);
-      pending = 0;
-    }
-    Release(run.first_pfn + run.count - pending, pending, counters_.reported_released_bytes);
+    ReleasePagesOutside(run, /*into_balloon=*/false, counters_.reported, counters_.reported_released_bytes);
   }
 }
 

@@ -137,6 +137,13 @@ class BalloonDevice : public virtio::VirtioDevice,
   void RefuseNotRam(uint64_t pfn);
   // Releases [first_pfn, first_pfn + count) through the backend.
   void Release(uint64_t first_pfn, uint64_t count, std::atomic<uint64_t>& released);
+  // The pages of `run` that are RAM outside the balloon, each counted in
+  // `taken` (and put in the balloon with `into_balloon`), released in
+  // maximal sub-runs; the others are refused (in the balloon: duplicate;
+  // not RAM: RefuseNotRam). Inflate and free page reporting differ only
+  // in what they count and whether the balloon keeps the pages.
+  void ReleasePagesOutside(const PageRun& run, bool into_balloon, std::atomic<uint64_t>& taken,
+                           std::atomic<uint64_t>& released);
   void ScheduleRetry(int64_t delay_ns);
   void CancelTimers();
   std::optional<uint16_t> QueueOf(Kind kind) const;

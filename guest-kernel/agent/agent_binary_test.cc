@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -20,9 +19,9 @@
 #include "gtest/gtest.h"
 #include "guest-kernel/agent/agent_testing.h"
 #include "guest-kernel/agent/client.h"
+#include "base/exec_pump.h"
 #include "base/status.h"
-
-extern char** environ;
+#include "base/subprocess.h"
 
 namespace dsec::agent {
 namespace {
@@ -31,33 +30,23 @@ using testing::ReadFileOrDie;
 using testing::TempDir;
 using testing::WriteFileOrDie;
 
+// The agent binary with its stdout on a pipe this test reads as it comes
+// (the "listening" line); killed and reaped by Subprocess if the test did
+// not wait for it.
 class AgentProcess {
  public:
   explicit AgentProcess(const std::vector<std::string>& args) {
-    int out[2];
-    DSEC_CHECK(pipe2(out, O_CLOEXEC) == 0);
-    stdout_ = ScopedFd(out[0]);
-    ScopedFd write_end(out[1]);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, write_end.get(), 1);
-    std::vector<char*> argv;
-    std::string bin = DSEC_AGENT_BINARY_PATH;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    DSEC_CHECK(posix_spawn(&pid_, bin.c_str(), &fa, nullptr, argv.data(), environ) == 0);
-    posix_spawn_file_actions_destroy(&fa);
-    long fd = syscall(SYS_pidfd_open, pid_, 0);
-    DSEC_CHECK(fd >= 0);
-    pidfd_ = ScopedFd(static_cast<int>(fd));
-  }
-  ~AgentProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
+    auto pipe = Pipe::Create();
+    DSEC_CHECK(pipe.ok());
+    stdout_ = std::move(pipe->read);
+    SpawnOptions o;
+    o.argv = {DSEC_AGENT_BINARY_PATH};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.out = Stdio::Fd(pipe->write.get());
+    o.err = Stdio::Inherit();
+    auto process = Subprocess::Spawn(o);
+    DSEC_CHECK(process.ok());
+    process_ = std::move(*process);
   }
 
   // Reads stdout until a line containing `needle`; false at EOF or timeout.
@@ -75,19 +64,15 @@ class AgentProcess {
 
   // Waits for the exit; the wait status, or -1 on timeout.
   int WaitExit(int64_t timeout_ms) {
-    pollfd p = {pidfd_.get(), POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(timeout_ms)) != 1) return -1;
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
+    if (!WaitFd(process_.pidfd(), POLLIN, DeadlineAfterMs(timeout_ms)).ok()) return -1;
+    auto ended = process_.Wait();
+    return ended.ok() ? ended->wait_status : -1;
   }
 
   const std::string& output() const { return buffer_; }
 
  private:
-  pid_t pid_ = -1;
-  ScopedFd pidfd_;
+  Subprocess process_;
   ScopedFd stdout_;
   std::string buffer_;
 };

@@ -10,7 +10,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,8 +25,7 @@
 #include "guest-kernel/agent/frame_conn.h"
 #include "guest-kernel/agent/protocol.h"
 #include "base/status.h"
-
-extern char** environ;
+#include "base/subprocess.h"
 
 namespace dsec::agent {
 namespace {
@@ -37,20 +35,11 @@ using testing::WriteFileOrDie;
 
 // Runs argv to completion, stdout discarded; its exit status (or -1).
 int RunTool(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t quiet;
-  posix_spawn_file_actions_init(&quiet);
-  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &quiet, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&quiet);
-  if (rc != 0) return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  SpawnOptions o;
+  o.argv = args;
+  o.err = Stdio::Inherit();
+  auto r = RunSubprocess(o);
+  return r.ok() && r->signal == 0 ? r->exit_code : -1;
 }
 
 class Pid1BootTest : public ::testing::Test {
@@ -100,6 +89,10 @@ class Pid1BootTest : public ::testing::Test {
     int out[2], err[2];
     DSEC_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
     ScopedFd out_read(out[0]), out_write(out[1]), err_read(err[0]), err_write(err[1]);
+    // A fork that runs code, not base/subprocess.h: the child unshares its
+    // mount and PID namespaces, mounts the root image, /proc and the binds,
+    // and forks the namespace's PID 1 that chroots before it execs; a
+    // spawner of programs has no such steps.
     pid_t child = fork();
     DSEC_CHECK(child >= 0);
     if (child == 0) {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
+#include "base/exec_pump.h"
 #include "base/file_io.h"
 #include "gtest/gtest.h"
 
@@ -62,19 +63,20 @@ TEST(CgroupEventsTest, WaitsForFrozenAndEmptyThroughTheNotification) {
   EXPECT_FALSE(HasCgroupEvents("/tmp"));
   if (!PathExists(cg.dir() + "/cgroup.freeze")) GTEST_SKIP() << "no cgroup.freeze (kernel before 5.2)";
 
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
+  auto ready = Pipe::Create();
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  // A fork that runs code (it waits, then pauses), not a program.
   cg.child_ = ::fork();
   ASSERT_GE(cg.child_, 0);
   if (cg.child_ == 0) {
     char c;
-    (void)::read(ready[0], &c, 1);  // until the parent has moved it
+    (void)::read(ready->read.get(), &c, 1);  // until the parent has moved it
     for (;;) ::pause();
   }
-  ::close(ready[0]);
+  ready->read.Reset();
   ASSERT_TRUE(WriteSmallFile(cg.dir() + "/cgroup.procs", std::to_string(cg.child_)).ok());
-  ASSERT_EQ(::write(ready[1], "x", 1), 1);
-  ::close(ready[1]);
+  ASSERT_EQ(::write(ready->write.get(), "x", 1), 1);
+  ready->write.Reset();
   EXPECT_TRUE(WaitCgroupEvent(cg.dir(), "populated", "1", MonotonicNowNs() + 5 * kSecond).ok());
 
   // A state not reached by the deadline: DeadlineExceeded, not a hang.

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/container/container_tier.h"
 
-#include <dirent.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -338,28 +337,18 @@ absl::StatusOr<std::shared_ptr<uint32_t>> ContainerTier::TakeRange() {
 }
 
 absl::StatusOr<int> ContainerTier::CleanupOrphans() {
-  // Thaw the freezer cgroups of sandboxes whose owner is gone, so that
-  // CleanupOrphans can kill their processes.
-  if (DIR* d = ::opendir(options_.state_root.c_str())) {
-    while (struct dirent* de = ::readdir(d)) {
-      std::string id = de->d_name;
-      if (id == "." || id == "..") continue;
-      auto owner = ReadText(absl::StrCat(options_.state_root, "/", id, "/owner"));
-      if (!owner.ok()) continue;
-      std::string rec(absl::StripAsciiWhitespace(*owner));
-      pid_t pid = static_cast<pid_t>(atoi(rec.c_str()));
-      auto live = ProcessIdentity(pid);
-      if (live && *live == rec) continue;  // a live runtime's sandbox
-      for (const std::string& root : {std::string(kV1Freezer), std::string(kHybridV2)}) {
-        std::string dir = absl::StrCat(root, "/", FreezerCgroupName(id));
-        if (!Exists(dir)) continue;
-        if (Exists(dir + "/freezer.state")) (void)WriteText(dir + "/freezer.state", "THAWED");
-        if (Exists(dir + "/cgroup.freeze")) (void)WriteText(dir + "/cgroup.freeze", "0");
-      }
+  OrphanCleanupOptions o;
+  // A paused orphan's processes are frozen and cannot die: thaw its freezer
+  // cgroup (v1, or the hybrid v2 tree) first.
+  o.before_kill = [](const std::string& id) {
+    for (const std::string& root : {std::string(kV1Freezer), std::string(kHybridV2)}) {
+      const std::string dir = absl::StrCat(root, "/", FreezerCgroupName(id));
+      if (!Exists(dir)) continue;
+      if (Exists(dir + "/freezer.state")) (void)WriteText(dir + "/freezer.state", "THAWED");
+      if (Exists(dir + "/cgroup.freeze")) (void)WriteText(dir + "/cgroup.freeze", "0");
     }
-    ::closedir(d);
-  }
-  return container::CleanupOrphans(options_.state_root);
+  };
+  return container::CleanupOrphans(options_.state_root, o);
 }
 
 void ContainerTier::LayerRemoved(const std::string& image) { LayerMountCache::Default().Forget(image); }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,22 +38,52 @@ int RemoveEntry(const char* path, const struct stat*, int type, FTW*) {
   return rc == 0 || errno == ENOENT ? 0 : errno;
 }
 
-// Kills the process recorded as "<pid> <starttime>" if it is still that
-// process (the pidfd pins it, the start time tells pid reuse apart).
-void KillRecorded(const std::string& record) {
+// Parses "<pid> <starttime>" (the owner and init records); 0 if malformed.
+pid_t RecordedPid(absl::string_view record) {
   std::vector<absl::string_view> f = absl::StrSplit(absl::StripAsciiWhitespace(record), ' ');
   int pid = 0;
-  if (f.size() != 2 || !absl::SimpleAtoi(f[0], &pid) || pid <= 1) return;
-  ScopedFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!fd) return;
+  if (f.size() != 2 || !absl::SimpleAtoi(f[0], &pid)) return 0;
+  return pid;
+}
+
+// The process recorded as "<pid> <starttime>" is that process still (a
+// reused pid has another start time).
+bool StillRecorded(absl::string_view record) {
+  pid_t pid = RecordedPid(record);
+  if (pid <= 0) return false;
   auto now = ProcessIdentity(pid);
-  if (!now || *now != absl::StripAsciiWhitespace(record)) return;
+  return now && *now == absl::StripAsciiWhitespace(record);
+}
+
+// Kills the process recorded as "<pid> <starttime>" if it is still that
+// process, and (with `cmdline_needle`) its command line contains the
+// needle: the pidfd pins it while the record is checked. Waits for it to
+// be gone and reaps it if it is a child of this process (a test's
+// abandoned sandbox).
+absl::Status KillRecorded(absl::string_view record, const std::string& cmdline_needle) {
+  const pid_t pid = RecordedPid(record);
+  if (pid <= 1) return absl::OkStatus();
+  ScopedFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!fd || !StillRecorded(record)) return absl::OkStatus();
+  if (!cmdline_needle.empty()) {
+    auto cmdline = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/cmdline"));
+    if (!cmdline.ok() || cmdline->find(cmdline_needle) == std::string::npos) return absl::OkStatus();
+  }
   ::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
   // A namespace's init leaves its cgroups before it has killed and reaped
   // the rest of the namespace; its pidfd turns readable only after that.
   pollfd p{fd.get(), POLLIN, 0};
-  while (::poll(&p, 1, 5000) < 0 && errno == EINTR) {
+  int ready;
+  do {
+    ready = ::poll(&p, 1, 5000);
+  } while (ready < 0 && errno == EINTR);
+  if (ready <= 0) {
+    return absl::DeadlineExceededError(absl::StrCat("orphan process ", pid, " did not exit"));
   }
+  siginfo_t info{};
+  ::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(fd.get()), &info,
+           WEXITED | WNOHANG);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -132,7 +163,7 @@ absl::Status RemoveTree(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> CleanupOrphans(const std::string& root) {
+absl::StatusOr<int> CleanupOrphans(const std::string& root, const OrphanCleanupOptions& options) {
   auto entries = dsec::ListDirectory(root);
   if (!entries.ok()) {
     if (absl::IsNotFound(entries.status())) return 0;
@@ -144,28 +175,25 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
     if (!s.ok() && first.ok()) first = s;
   };
   for (const std::string& id : *entries) {
-    std::string dir = absl::StrCat(root, "/", id);
-    auto owner = dsec::ReadSmallFile(absl::StrCat(dir, "/owner"));
-    if (owner.ok()) {
-      std::vector<absl::string_view> f =
-          absl::StrSplit(absl::StripAsciiWhitespace(*owner), ' ');
-      int pid = 0;
-      if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid)) {
-        auto live = ProcessIdentity(pid);
-        if (live && *live == absl::StripAsciiWhitespace(*owner)) continue;  // still held
-      }
+    const std::string dir = absl::StrCat(root, "/", id);
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (auto owner = dsec::ReadSmallFile(absl::StrCat(dir, "/owner"));
+        owner.ok() && StillRecorded(*owner)) {
+      continue;  // its runtime lives
     }
-    DSEC_LOG(info, "container: removing orphaned sandbox={} dir={}", id, dir);
+    DSEC_LOG(info, "{}: removing orphaned sandbox={} dir={}", options.tier, id, dir);
+    if (options.before_kill) options.before_kill(id);
     if (auto init = dsec::ReadSmallFile(absl::StrCat(dir, "/init")); init.ok()) {
-      KillRecorded(*init);
+      note(KillRecorded(*init, options.init_cmdline_names_dir ? dir + "/" : ""));
     }
     if (auto cgroups = dsec::ReadSmallFile(absl::StrCat(dir, "/cgroups")); cgroups.ok()) {
       for (absl::string_view cg : absl::StrSplit(*cgroups, '\n', absl::SkipEmpty())) {
-        note(KillAndRemoveCgroup(std::string(cg)));
+        note(options.remove_cgroup ? options.remove_cgroup(std::string(cg))
+                                   : KillAndRemoveCgroup(std::string(cg)));
       }
     }
-    auto unmounted = UnmountBelow(dir);
-    note(unmounted.status());
+    note(UnmountBelow(dir).status());
     absl::Status rm = RemoveTree(dir);
     note(rm);
     // Made-ahead slots and tombstones (".slot-", ".dead-": init_pool.h)

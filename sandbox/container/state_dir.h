@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,13 +55,36 @@ class StateDir {
 // "<pid> <starttime>" for a live process, or nullopt.
 std::optional<std::string> ProcessIdentity(pid_t pid);
 
+// What differs between the tiers that keep StateDirs (container, fncall,
+// microvm) when CleanupOrphans removes a dead runtime's sandboxes.
+struct OrphanCleanupOptions {
+  // Names the tier in log lines.
+  std::string tier = "container";
+  // Kill the recorded init only if its /proc/<pid>/cmdline also names the
+  // sandbox's directory ("<root>/<id>/"): a microVM monitor is started with
+  // paths inside it, so a process that merely has the recorded pid and
+  // start time (another boot's, restored state) is never killed.
+  bool init_cmdline_names_dir = false;
+  // Removes one recorded cgroup, killing what is in it. Unset:
+  // KillAndRemoveCgroup; a tier whose processes make cgroups below their
+  // own passes one that removes the whole tree.
+  std::function<absl::Status(const std::string& cgroup_dir)> remove_cgroup;
+  // Runs for each orphan (its id) before anything of it is killed: the
+  // container tier thaws the sandbox's freezer cgroup, since frozen
+  // processes cannot die.
+  std::function<void(const std::string& id)> before_kill;
+};
+
 // Removes every sandbox under `root` whose owner process is gone: kills its
-// init and every process in its cgroups, removes the cgroups, detaches its
-// mounts (loop devices autoclear with them) and deletes its directory.
-// Sandboxes of live runtimes are left alone. Returns how many sandboxes
-// were removed (made-ahead slots and tombstones of destroyed sandboxes,
-// init_pool.h, are removed likewise but not counted).
-absl::StatusOr<int> CleanupOrphans(const std::string& root = kDefaultStateRoot);
+// init (when that pid is still the recorded process) and every process in
+// its cgroups, removes the cgroups, detaches its mounts (loop devices
+// autoclear with them) and deletes its directory. Sandboxes of live
+// runtimes, and entries that are not directories, are left alone. Returns
+// how many sandboxes were removed (made-ahead slots and tombstones of
+// destroyed sandboxes, init_pool.h, are removed likewise but not counted);
+// the first error otherwise, after trying every sandbox.
+absl::StatusOr<int> CleanupOrphans(const std::string& root = kDefaultStateRoot,
+                                   const OrphanCleanupOptions& options = {});
 
 // rm -rf that stays on one file system; fails if a mount point remains.
 absl::Status RemoveTree(const std::string& path);

@@ -4,19 +4,17 @@
 // processes), keeps every acknowledged trajectory record, and replays them
 // on resume without running the commands again.
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/exec_pump.h"
+#include "base/subprocess.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/daemon_testing.h"
-
-extern char** environ;
 
 namespace dsec::daemon {
 namespace {
@@ -43,41 +41,32 @@ class Daemon {
                                      "--store", store_,
                                      "--upper-mib", "16",
                                      "--log-level", "warn"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int out[2];
-    if (pipe(out) != 0) return false;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addclose(&fa, out[0]);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(out[1]);
-    if (rc != 0) {
-      close(out[0]);
-      return false;
-    }
+    auto ready = Pipe::Create();
+    if (!ready.ok()) return false;
+    SpawnOptions o;
+    o.argv = std::move(args);
+    o.out = Stdio::Fd(ready->write.get());
+    o.err = Stdio::Inherit();
+    auto process = Subprocess::Spawn(o);
+    ready->write.Reset();  // EOF once the daemon is gone
+    if (!process.ok()) return false;
+    process_ = std::move(*process);
     // The ready line says the socket listens.
     std::string line;
     char c;
-    while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
-    close(out[0]);
+    while (read(ready->read.get(), &c, 1) == 1 && c != '\n') line += c;
     return line.rfind("dsec-vmmd ready", 0) == 0;
   }
   void Kill(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int st;
-    waitpid(pid_, &st, 0);
-    pid_ = -1;
+    if (!process_.running()) return;
+    (void)process_.Signal(sig);
+    (void)process_.Wait();
   }
   std::string Socket() const { return dir_ + "/api/api.sock"; }
 
  private:
   std::string dir_, store_;
-  pid_t pid_ = -1;
+  Subprocess process_;
 };
 
 // Alive and not a zombie (an orphaned init is reaped by whoever adopts it).

@@ -2,11 +2,16 @@
 #include "sandbox/daemon/daemon_testing.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
+#include "sandbox/fncall/fncall_testing.h"
+#include "sandbox/fncall/fncall_tier.h"
 #include "sandbox/layers/layer_store.h"
 #include "base/status.h"
 
@@ -43,6 +48,40 @@ LayerResolver StoreResolver(const std::string& store_root, const std::string& fn
     }
     return images;
   };
+}
+
+absl::StatusOr<std::unique_ptr<LocalDaemon>> LocalDaemon::Start(const std::string& run_dir,
+                                                                const std::string& store,
+                                                                ServiceOptions so, HttpOptions ho) {
+  for (const char* sub : {"", "/ctr", "/fn"}) {
+    const std::string dir = run_dir + sub;
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoToStatus("mkdir " + dir);
+  }
+  std::string fncall_image;
+  if (auto l = fncall::testing::EnsureTestLayers(); l.ok()) fncall_image = l->runtime;
+  so.resolve_layers = StoreResolver(store, fncall_image);
+  so.layer_store = store;
+  std::vector<std::unique_ptr<tier::Tier>> tiers;
+  tiers.push_back(std::make_unique<container::ContainerTier>(
+      container::ContainerTierOptions{run_dir + "/ctr", 16 << 20}));
+  fncall::FncallTierOptions fo;
+  fo.state_root = run_dir + "/fn";
+  fo.max_workers_per_pool = 2;
+  tiers.push_back(std::make_unique<fncall::FncallTier>(fo));
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<trajectory::TrajectoryStore> trajectories,
+                        trajectory::TrajectoryStore::Open(run_dir + "/trj", {}));
+  std::unique_ptr<LocalDaemon> d(new LocalDaemon());
+  d->service_ = std::make_unique<Service>(std::move(so), std::move(tiers), std::move(trajectories));
+  ho.socket_path = run_dir + "/api/api.sock";
+  d->socket_ = ho.socket_path;
+  DSEC_ASSIGN_OR_RETURN(d->server_, HttpServer::Start(d->service_.get(), ho));
+  return d;
+}
+
+LocalDaemon::~LocalDaemon() {
+  if (server_) server_->Stop();
+  server_.reset();
+  service_.reset();
 }
 
 std::unique_ptr<httplib::Client> UnixClient(const std::string& socket_path) {

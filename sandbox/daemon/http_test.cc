@@ -22,7 +22,6 @@
 #include "sandbox/daemon/daemon_testing.h"
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/fncall/fncall_testing.h"
-#include "sandbox/fncall/fncall_tier.h"
 
 extern char** environ;
 
@@ -54,40 +53,18 @@ class DaemonHttpTest : public ::testing::Test {
   }
   void TearDown() override {
     client_.reset();  // an idle keep-alive connection would hold Stop
-    if (server_) server_->Stop();
-    server_.reset();
-    service_.reset();
+    daemon_.reset();
   }
 
   void Start(ServiceOptions so, HttpOptions ho = {}) {
     client_.reset();
-    if (server_) server_->Stop();
-    server_.reset();
-    service_.reset();
+    daemon_.reset();
     static int n = 0;
-    const std::string run = absl::StrCat(dir_->path(), "/run", n++);
-    ASSERT_EQ(::mkdir(run.c_str(), 0700), 0);
-    std::string fncall_image;
-    if (auto l = fncall::testing::EnsureTestLayers(); l.ok()) fncall_image = l->runtime;
-    so.resolve_layers = testing::StoreResolver(Store(), fncall_image);
-    so.layer_store = Store();
     so.start_reaper = true;
-    std::vector<std::unique_ptr<tier::Tier>> tiers;
-    tiers.push_back(std::make_unique<container::ContainerTier>(container::ContainerTierOptions{run + "/ctr", 16 << 20}));
-    fncall::FncallTierOptions fo;
-    fo.state_root = run + "/fn";
-    fo.max_workers_per_pool = 2;
-    tiers.push_back(std::make_unique<fncall::FncallTier>(fo));
-    ::mkdir((run + "/ctr").c_str(), 0700);
-    ::mkdir((run + "/fn").c_str(), 0700);
-    auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});
-    ASSERT_TRUE(store.ok());
-    service_ = std::make_unique<Service>(so, std::move(tiers), std::move(*store));
-    ho.socket_path = run + "/api/api.sock";
-    socket_ = ho.socket_path;
-    auto server = HttpServer::Start(service_.get(), ho);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    auto d = testing::LocalDaemon::Start(absl::StrCat(dir_->path(), "/run", n++), Store(), std::move(so), ho);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    socket_ = daemon_->socket();
     client_ = testing::UnixClient(socket_);
   }
 
@@ -111,8 +88,7 @@ class DaemonHttpTest : public ::testing::Test {
 
   static TempDir* dir_;
   static std::string skip_;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<testing::LocalDaemon> daemon_;
   std::unique_ptr<httplib::Client> client_;
   std::string socket_;
 };
@@ -175,7 +151,7 @@ TEST_F(DaemonHttpTest, BadRequestsGetErrorsNamingTheField) {
   ASSERT_TRUE(nr);
   EXPECT_EQ(nr->status, 404);
   EXPECT_EQ(testing::JsonOf(nr)["error"]["code"], "NOT_FOUND");
-  EXPECT_EQ(service_->sandbox_count(), 0);
+  EXPECT_EQ(daemon_->service().sandbox_count(), 0);
 }
 
 TEST_F(DaemonHttpTest, LimitsGive429) {
@@ -366,7 +342,7 @@ TEST_F(DaemonHttpTest, TcpNeedsTheToken) {
   ho.tcp_host = "0.0.0.0";
   ho.token = "0123456789abcdef-token";
   Start({}, ho);
-  const int port = server_->tcp_port();
+  const int port = daemon_->server().tcp_port();
   ASSERT_GT(port, 0);
   httplib::Client c("127.0.0.1", port);
   auto none = c.Get("/v1/health");

@@ -1,27 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 // The API end to end over a unix socket, for the two things that need real
-// time and real cgroups: exec/stream delivering output while the command
-// runs (slow and vanishing clients included), and qos placing sandboxes in
-// sched/ cpusets.
+// processes and real cgroups: exec/stream delivering output while the
+// command runs (slow and vanishing clients included), and qos placing
+// sandboxes in sched/ cpusets. "While it runs" is an order the test
+// controls, not a time: the command waits at a Gate until the test, having
+// seen its output, releases it.
+#include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <optional>
+#include <functional>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/scoped_fd.h"
 #include "gtest/gtest.h"
-#include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/daemon_testing.h"
-#include "sandbox/daemon/http_server.h"
 #include "sandbox/fncall/fncall_testing.h"
-#include "sandbox/fncall/fncall_tier.h"
 #include "sched/cpu_list.h"
 
 namespace dsec::daemon {
@@ -29,9 +31,51 @@ namespace {
 
 using nlohmann::json;
 using container::testing::TempDir;
-using Clock = std::chrono::steady_clock;
-
 constexpr char kJson[] = "application/json";
+
+// A point where a sandboxed command waits for the test. The command makes
+// the FIFO path() and holds it open before it prints anything, then blocks
+// reading it (60 s at most: then it exits 9, a failure the test sees);
+// Release() writes a line into it from the host, through /proc/<pid>/root
+// of whichever process sees the FIFO (the sandbox's root and /tmp; the
+// path is unique, so no other process does).
+class Gate {
+ public:
+  Gate() : path_(absl::StrCat("/tmp/dsec-gate-", ::getpid(), "-", next_++)) {}
+  // Shell: before the first output, and where the command waits.
+  std::string ShellOpen() const { return absl::StrCat("mkfifo ", path_, " && exec 3<>", path_, " || exit 8; "); }
+  std::string ShellWait() const { return "read -t 60 x <&3 || exit 9; "; }
+  // Python: the same, with `import os, select` done.
+  std::string PythonOpen() const {
+    return absl::StrCat("import os, select\nos.mkfifo('", path_, "')\ngate = os.open('", path_,
+                        "', os.O_RDWR)\n");
+  }
+  std::string PythonWait() const {
+    return "if not select.select([gate], [], [], 60)[0]:\n    raise SystemExit(9)\n";
+  }
+  // Lets the command go on; false if no process holds the gate open.
+  bool Release() const {
+    DIR* proc = ::opendir("/proc");
+    if (proc == nullptr) return false;
+    bool done = false;
+    while (dirent* e = ::readdir(proc)) {
+      if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+      // Non-blocking: opens only while a reader holds the FIFO.
+      ScopedFd fd(::open(absl::StrCat("/proc/", e->d_name, "/root", path_).c_str(),
+                         O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+      if (fd && ::write(fd.get(), "go\n", 3) == 3) {
+        done = true;
+        break;
+      }
+    }
+    ::closedir(proc);
+    return done;
+  }
+
+ private:
+  static inline int next_ = 0;
+  std::string path_;
+};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -44,9 +88,7 @@ std::string ReadAll(const std::string& path) {
 struct Streamed {
   int status = 0;
   std::string out, err;
-  json last;                            // the exit (or error) line
-  std::optional<Clock::time_point> first;  // when the first output line arrived
-  Clock::time_point end;
+  json last;  // the exit (or error) line
 };
 
 class StreamQosTest : public ::testing::Test {
@@ -64,40 +106,19 @@ class StreamQosTest : public ::testing::Test {
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
     static int n = 0;
-    const std::string run = absl::StrCat(dir_->path(), "/run", n++);
-    ASSERT_EQ(::mkdir(run.c_str(), 0700), 0);
-    ::mkdir((run + "/ctr").c_str(), 0700);
-    ::mkdir((run + "/fn").c_str(), 0700);
     ServiceOptions so;
-    std::string fncall_image;
-    if (auto l = fncall::testing::EnsureTestLayers(); l.ok()) fncall_image = l->runtime;
-    so.resolve_layers = testing::StoreResolver(Store(), fncall_image);
-    so.layer_store = Store();
     so.start_reaper = false;
     placer_ = QosPlacer::ForHost();
     so.qos = placer_;
-    std::vector<std::unique_ptr<tier::Tier>> tiers;
-    tiers.push_back(std::make_unique<container::ContainerTier>(container::ContainerTierOptions{run + "/ctr", 16 << 20}));
-    fncall::FncallTierOptions fo;
-    fo.state_root = run + "/fn";
-    fo.max_workers_per_pool = 2;
-    tiers.push_back(std::make_unique<fncall::FncallTier>(fo));
-    auto store = trajectory::TrajectoryStore::Open(run + "/trj", {});
-    ASSERT_TRUE(store.ok());
-    service_ = std::make_unique<Service>(so, std::move(tiers), std::move(*store));
-    HttpOptions ho;
-    ho.socket_path = run + "/api/api.sock";
-    socket_ = ho.socket_path;
-    auto server = HttpServer::Start(service_.get(), ho);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    auto d = testing::LocalDaemon::Start(absl::StrCat(dir_->path(), "/run", n++), Store(), std::move(so));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    socket_ = daemon_->socket();
     client_ = testing::UnixClient(socket_);
   }
   void TearDown() override {
     client_.reset();
-    if (server_) server_->Stop();
-    server_.reset();
-    service_.reset();
+    daemon_.reset();
   }
 
   json Create(json body) {
@@ -133,7 +154,6 @@ class StreamQosTest : public ::testing::Test {
         json j = json::parse(pending.substr(0, nl), nullptr, false);
         pending.erase(0, nl + 1);
         if (j.contains("stream")) {
-          if (!s.first) s.first = Clock::now();
           (j["stream"] == "stdout" ? s.out : s.err) += Base64Decode(j["data_b64"]).value_or("<bad>");
           if (on_line && !on_line(s)) return false;
         } else {
@@ -143,7 +163,6 @@ class StreamQosTest : public ::testing::Test {
       return true;
     };
     auto r = c->send(req);
-    s.end = Clock::now();
     if (r) s.status = r->status;
     return s;
   }
@@ -151,25 +170,44 @@ class StreamQosTest : public ::testing::Test {
   static TempDir* dir_;
   static std::string skip_;
   std::shared_ptr<QosPlacer> placer_;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<testing::LocalDaemon> daemon_;
   std::unique_ptr<httplib::Client> client_;
   std::string socket_;
 };
 TempDir* StreamQosTest::dir_ = nullptr;
 std::string StreamQosTest::skip_;
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+// Releases `gate` at the first output line, after noting what the client
+// had then: the command cannot have finished before.
+struct ReleaseAtFirstLine {
+  explicit ReleaseAtFirstLine(const Gate& g) : gate(g) {}
+  bool operator()(const Streamed& now) {
+    if (released) return true;
+    out = now.out;
+    err = now.err;
+    ended = !now.last.is_null();
+    released = gate.Release();
+    return true;
+  }
+  const Gate& gate;
+  bool released = false;
+  std::string out, err;  // what the client had at the first line
+  bool ended = false;
+};
 
 TEST_F(StreamQosTest, ContainerOutputArrivesWhileTheCommandRuns) {
   const std::string id = Create({{"tier", "container"}, {"task_id", "stream-ct"}})["id"];
-  const auto start = Clock::now();
-  Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo first; sleep 2; echo second >&2; exit 4"}}});
+  Gate gate;
+  ReleaseAtFirstLine first(gate);
+  Streamed s = Stream(id, {{"argv", {"sh", "-c", absl::StrCat(gate.ShellOpen(), "echo first; ", gate.ShellWait(),
+                                                              "echo second >&2; exit 4")}}},
+                      std::ref(first));
   ASSERT_EQ(s.status, 200);
-  ASSERT_TRUE(s.first.has_value());
-  // The first line came before the sleep, the end after it.
-  EXPECT_LT(Seconds(*s.first - start), 1.5);
-  EXPECT_GE(Seconds(s.end - *s.first), 1.5);
+  // The first line reached the client while the command waited for it.
+  ASSERT_TRUE(first.released) << "no process held the gate: " << s.last;
+  EXPECT_EQ(first.out, "first\n");
+  EXPECT_EQ(first.err, "");
+  EXPECT_FALSE(first.ended);
   EXPECT_EQ(s.out, "first\n");
   EXPECT_EQ(s.err, "second\n");
   EXPECT_EQ(s.last["exit"]["exit_code"], 4);
@@ -189,12 +227,15 @@ TEST_F(StreamQosTest, ContainerOutputArrivesWhileTheCommandRuns) {
 TEST_F(StreamQosTest, FncallOutputArrivesWhileTheCallRuns) {
   if (!fncall::testing::EnsureTestLayers().ok()) GTEST_SKIP() << "no fncall test layers";
   const std::string id = Create({{"tier", "fncall"}})["id"];
-  const auto start = Clock::now();
-  Streamed s = Stream(id, {{"code", "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second')"}});
+  Gate gate;
+  ReleaseAtFirstLine first(gate);
+  Streamed s = Stream(id, {{"code", absl::StrCat(gate.PythonOpen(), "print('first', flush=True)\n",
+                                                 gate.PythonWait(), "print('second')")}},
+                      std::ref(first));
   ASSERT_EQ(s.status, 200);
-  ASSERT_TRUE(s.first.has_value());
-  EXPECT_LT(Seconds(*s.first - start), 1.5);
-  EXPECT_GE(Seconds(s.end - *s.first), 1.5);
+  ASSERT_TRUE(first.released) << "no process held the gate: " << s.last;
+  EXPECT_EQ(first.out, "first\n");
+  EXPECT_FALSE(first.ended);
   EXPECT_EQ(s.out, "first\nsecond\n");
   EXPECT_EQ(s.last["exit"]["exit_code"], 0);
 }
@@ -235,11 +276,16 @@ TEST_F(StreamQosTest, SlowClientDoesNotHoldTheExecAndLosesNothing) {
 
 TEST_F(StreamQosTest, ClientThatDisconnectsLeavesTheDaemonAndSandboxUsable) {
   const std::string id = Create({{"tier", "container"}})["id"];
-  Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo one; sleep 1; yes | head -c 5000000; echo two"}}},
+  Gate gate;
+  // The client goes at the first line; the command, held at the gate until
+  // then, has its bulk of output still to write.
+  Streamed s = Stream(id, {{"argv", {"sh", "-c", absl::StrCat(gate.ShellOpen(), "echo one; ", gate.ShellWait(),
+                                                              "yes | head -c 5000000; echo two")}}},
                       [](const Streamed&) { return false; });
   EXPECT_EQ(s.out, "one\n");
   EXPECT_TRUE(s.last.is_null());
-  // The abandoned exec ran on to its end; the sandbox takes the next one.
+  EXPECT_TRUE(gate.Release()) << "the exec ended with its client";
+  // The abandoned exec runs on to its end; the sandbox takes the next one.
   json r = Exec(id, {{"argv", {"sh", "-c", "echo ok"}}});
   EXPECT_EQ(r["stdout"], "ok\n");
   auto h = client_->Get("/v1/health");
@@ -311,14 +357,21 @@ TEST_F(StreamQosTest, LsAndBeSandboxesRunInTheirPlacedCpusets) {
     // the host: it is in the sandbox's cpuset, allowed only the placed CPUs.
     pid_t pid = 0;
     std::string cgroup_line, allowed;
-    Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo qos-marker; sleep 2; true"}}}, [&](const Streamed&) {
-      pid = FindInCgroup(cgroup, "echo qos-marker");
-      if (pid != 0) {
-        cgroup_line = ReadAll(absl::StrCat("/proc/", pid, "/cgroup"));
-        allowed = StatusField(pid, "Cpus_allowed_list");
-      }
-      return true;
-    });
+    Gate gate;
+    bool released = false;
+    Streamed s = Stream(id, {{"argv", {"sh", "-c", absl::StrCat(gate.ShellOpen(), "echo qos-marker; ",
+                                                                gate.ShellWait())}}},
+                        [&](const Streamed&) {
+                          pid = FindInCgroup(cgroup, "echo qos-marker");
+                          if (pid != 0) {
+                            cgroup_line = ReadAll(absl::StrCat("/proc/", pid, "/cgroup"));
+                            allowed = StatusField(pid, "Cpus_allowed_list");
+                          }
+                          released = gate.Release();
+                          return true;
+                        });
+    EXPECT_TRUE(released);
+    EXPECT_EQ(s.last["exit"]["exit_code"], 0) << s.last;
     EXPECT_EQ(s.out, "qos-marker\n");
     ASSERT_NE(pid, 0) << "no exec process in " << cgroup;
     const std::string name = cgroup.substr(cgroup.rfind('/') + 1);
@@ -364,14 +417,21 @@ TEST_F(StreamQosTest, FncallSandboxWithQosGetsAPlacedPoolOfItsOwn) {
   // The call reports its own CPU set; meanwhile, from the host, every
   // process of the pool's cpuset (zygote, call) is confined to it.
   std::vector<std::string> allowed;
+  Gate gate;
+  bool released = false;
   Streamed s = Stream(sb["id"].get<std::string>(),
-                      {{"code", "import os, time\nprint(','.join(map(str, sorted(os.sched_getaffinity(0)))), "
-                                "flush=True)\ntime.sleep(1)"}},
+                      {{"code", absl::StrCat(gate.PythonOpen(),
+                                             "print(','.join(map(str, sorted(os.sched_getaffinity(0)))), "
+                                             "flush=True)\n",
+                                             gate.PythonWait())}},
                       [&](const Streamed&) {
                         std::istringstream procs(ReadAll(cgroup + "/cgroup.procs"));
                         for (pid_t p; procs >> p;) allowed.push_back(StatusField(p, "Cpus_allowed_list"));
+                        released = gate.Release();
                         return true;
                       });
+  EXPECT_TRUE(released);
+  EXPECT_EQ(s.last["exit"]["exit_code"], 0) << s.last;
   EXPECT_EQ(s.out, sched::FormatCpuList(cpus) + "\n");  // one CPU here: "N"
   ASSERT_FALSE(allowed.empty()) << "nothing in " << cgroup;
   for (const std::string& a : allowed) EXPECT_EQ(a, sched::FormatCpuList(cpus));

@@ -65,7 +65,49 @@ absl::Status BuildDefaultLayer(const LayerRefOptions& o) {
   return absl::OkStatus();
 }
 
+// `build-base-layer.sh --store STORE --toolkit python 1 python3`.
+absl::Status BuildPythonToolkit(const LayerRefOptions& o) {
+  if (o.build_script.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", kPythonToolkitLayer,
+        " layer is missing and tools/build-base-layer.sh was not found (set DSEC_BASE_LAYER_SCRIPT)"));
+  }
+  std::fprintf(o.progress, "dsec-vmm: building the %s toolkit layer (apt-get install python3 over "
+               "%s; once)\n", kPythonToolkitLayer, kDefaultBaseLayer);
+  DSEC_ASSIGN_OR_RETURN(int code, RunBuildScript(o, {"--store", o.store_root, "--toolkit", "python",
+                                                      "1", "python3"}));
+  if (code != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("building the ", kPythonToolkitLayer,
+                                                      " layer failed (exit status ", code,
+                                                      "); see the output above"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+LayerRefOptions LayerRefOptionsFor(const std::string& store_root, const std::string& dsec_vmm) {
+  LayerRefOptions o;
+  o.store_root = store_root;
+  o.dsec_vmm = dsec_vmm;
+  o.build_script = FindBaseLayerScript(dsec_vmm);
+  return o;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveFncallLayers(const std::string& lang,
+                                                             const std::vector<std::string>& layers,
+                                                             const LayerRefOptions& o) {
+  if (!layers.empty()) return ResolveLayerRefs(layers, o);
+  // The base layer, built on first use.
+  DSEC_ASSIGN_OR_RETURN(std::vector<std::string> base, ResolveLayerRefs({}, o));
+  if (lang != "python") return base;
+  auto python = ResolveLayerRefs({kPythonToolkitLayer}, o);
+  if (absl::IsNotFound(python.status())) {
+    DSEC_RETURN_IF_ERROR(BuildPythonToolkit(o));
+    python = ResolveLayerRefs({kPythonToolkitLayer}, o);
+  }
+  return python;
+}
 
 absl::StatusOr<int> RunBuildScript(const LayerRefOptions& o, const std::vector<std::string>& args) {
   SpawnOptions spawn;

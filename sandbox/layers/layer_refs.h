@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Layer arguments of a sandbox (`dsec-vmm sandbox run --layers`, the
 // daemon's and the microvm benchmark's defaults): image paths or layer-store
-// references, and the default base layer built on first use.
+// references, and the default base layer (and the fncall tier's python
+// toolkit) built on first use.
 #pragma once
 
 #include <cstdio>
@@ -14,6 +15,9 @@ namespace dsec::layers {
 
 // The layer a sandbox gets when `sandbox run` names none.
 inline constexpr char kDefaultBaseLayer[] = "base:bookworm";
+// The toolkit the fncall tier's python calls stack on the base layer:
+// `build-base-layer.sh --toolkit python 1 python3`.
+inline constexpr char kPythonToolkitLayer[] = "python:1";
 
 struct LayerRefOptions {
   std::string store_root;    // the layer store (--store / DSEC_LAYER_STORE / default)
@@ -24,6 +28,10 @@ struct LayerRefOptions {
   std::string dsec_vmm;      // this binary, for the script's `layer build`
   FILE* progress = stderr;
 };
+
+// Options for the dsec-vmm binary at `dsec_vmm` (this process's, or the
+// one beside the daemon): the store, and the build script found for it.
+LayerRefOptions LayerRefOptionsFor(const std::string& store_root, const std::string& dsec_vmm);
 
 // Turns `--layers` arguments into EROFS image paths, lowest first. An
 // argument naming an existing file is an image path; anything else is a
@@ -37,6 +45,15 @@ struct LayerRefOptions {
 // Internal.
 absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
     const std::vector<std::string>& args, const LayerRefOptions& options);
+
+// The fncall tier's layers for `lang` ("python" or "bash"), lowest first:
+// `layers` resolved as above when given; else kDefaultBaseLayer and, for
+// python, kPythonToolkitLayer, each built on first use (progress on
+// `options.progress`). Errors as ResolveLayerRefs; a toolkit that cannot be
+// built is FailedPrecondition.
+absl::StatusOr<std::vector<std::string>> ResolveFncallLayers(const std::string& lang,
+                                                             const std::vector<std::string>& layers,
+                                                             const LayerRefOptions& options);
 
 // Runs `options.build_script ARGS...` (tools/build-base-layer.sh) with
 // DSEC_VMM=`options.dsec_vmm` added to this process's environment, stdin on

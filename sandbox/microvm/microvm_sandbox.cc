@@ -2,10 +2,7 @@
 #include "sandbox/microvm/microvm_sandbox.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,14 +10,10 @@
 #include <cerrno>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "base/clock.h"
 #include "devices/pmem/pmem_image_check.h"
 #include "sandbox/microvm/jail.h"
-#include "base/file_io.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
@@ -244,63 +237,12 @@ void MicrovmSandbox::AbandonForTesting(std::unique_ptr<MicrovmSandbox> sandbox) 
 }
 
 absl::StatusOr<int> CleanupOrphans(const std::string& root) {
-  auto entries = dsec::ListDirectory(root);
-  if (!entries.ok()) {
-    if (absl::IsNotFound(entries.status())) return 0;
-    return entries.status();
-  }
-  int removed = 0;
-  absl::Status first;
-  auto note = [&first](absl::Status s) {
-    if (!s.ok() && first.ok()) first = s;
-  };
-  for (const std::string& id : *entries) {
-    const std::string dir = absl::StrCat(root, "/", id);
-    struct stat st;
-    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    if (auto owner = dsec::ReadSmallFile(dir + "/owner"); owner.ok()) {
-      std::vector<absl::string_view> f = absl::StrSplit(absl::StripAsciiWhitespace(*owner), ' ');
-      int pid = 0;
-      if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid)) {
-        auto live = container::ProcessIdentity(pid);
-        if (live && *live == absl::StripAsciiWhitespace(*owner)) continue;  // its daemon lives
-      }
-    }
-    DSEC_LOG(info, "microvm: removing orphaned sandbox={} dir={}", id, dir);
-    if (auto init = dsec::ReadSmallFile(dir + "/init"); init.ok()) {
-      const std::string record(absl::StripAsciiWhitespace(*init));
-      std::vector<absl::string_view> f = absl::StrSplit(record, ' ');
-      int pid = 0;
-      if (f.size() == 2 && absl::SimpleAtoi(f[0], &pid) && pid > 1) {
-        ScopedFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-        auto cmdline = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/cmdline"));
-        auto now = container::ProcessIdentity(pid);
-        // The pidfd pins the process; start time and command line tell a
-        // reused pid apart.
-        if (pidfd && now && *now == record && cmdline.ok() &&
-            cmdline->find(dir + "/") != std::string::npos) {
-          ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-          if (!WaitReadable(pidfd.get(), 5000)) {
-            note(absl::DeadlineExceededError(absl::StrCat("microvm: orphan process ", pid, " did not exit")));
-          }
-          // Reaps it when it is our own child (a test's abandoned sandbox).
-          siginfo_t info{};
-          ::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(pidfd.get()), &info,
-                   WEXITED | WNOHANG);
-        }
-      }
-    }
-    if (auto cgroups = dsec::ReadSmallFile(dir + "/cgroups"); cgroups.ok()) {
-      for (absl::string_view cg : absl::StrSplit(*cgroups, '\n', absl::SkipEmpty())) {
-        note(RemoveCgroupTree(std::string(cg)));
-      }
-    }
-    absl::Status rm = container::RemoveTree(dir);
-    note(rm);
-    if (rm.ok()) ++removed;
-  }
-  if (!first.ok()) return first;
-  return removed;
+  container::OrphanCleanupOptions o;
+  o.tier = "microvm";
+  o.init_cmdline_names_dir = true;
+  // sched/ may have made vCPU cgroups below the monitor's.
+  o.remove_cgroup = RemoveCgroupTree;
+  return container::CleanupOrphans(root, o);
 }
 
 }  // namespace dsec::microvm

@@ -114,9 +114,9 @@ class MicrovmSandbox {
 };
 
 // Removes every sandbox under `state_root` whose owner process is gone:
-// kills its recorded VM process (if that pid is still that process and its
-// command line names the state dir), removes its cgroups (and any below
-// them) and its directory. Returns how many were removed.
+// container::CleanupOrphans, killing the recorded VM process only if that
+// pid is still that process and its command line names the state dir, and
+// removing its cgroups with any below them. Returns how many were removed.
 absl::StatusOr<int> CleanupOrphans(const std::string& state_root = kDefaultStateRoot);
 
 }  // namespace dsec::microvm

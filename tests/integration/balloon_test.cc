@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -49,16 +48,6 @@ uint64_t AllocatedBytes(const Vm& vm) {
     total += static_cast<uint64_t>(st.st_blocks) * 512;
   }
   return total;
-}
-
-// CPU time (user + system) of one thread of this process, in seconds.
-// A thread's state letter (R running, S sleeping, ...), '?' if unreadable.
-char ThreadState(pid_t tid) {
-  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  // The state is the first field after the parenthesised name.
-  const size_t close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
 }
 
 // Checks the `phases` console protocol (the reclaim benchmark parses it):
@@ -346,6 +335,7 @@ TEST_F(BalloonTest, StatisticsReachTheHostAndFollowTheBalloon) {
   // deadline.
   const std::vector<pid_t> tids = o.vm().VcpuThreadIds();
   ASSERT_FALSE(tids.empty());
+  using dsec::testing::ThreadState;
   EXPECT_TRUE(dsec::testing::SpinUntil([&] { return ThreadState(tids[0]) == 'S'; }, 5'000))
       << "the idle guest's vCPU thread never slept (state " << ThreadState(tids[0]) << ")";
 

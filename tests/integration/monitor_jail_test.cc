@@ -5,7 +5,6 @@
 // serves its devices and its control socket, and cannot open root's files.
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,11 +23,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
 #include "base/scoped_fd.h"
+#include "base/subprocess.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/test_support.h"
-
-extern char** environ;
 
 namespace {
 
@@ -195,13 +193,13 @@ TEST_F(MonitorJailTest, DevicesServeUnderTheFiltersAndTheDroppedUid) {
 // `dsec-vmm vm ctl`, then stops it with SIGTERM.
 TEST_F(MonitorJailTest, TheControlSocketAnswersUnderTheFilters) {
   const std::string sock = dir_.path() + "/control.sock";
-  auto argv = Jailed(AllThreads(Base("spin:1000000000000", "60000")));
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(::posix_spawn(&pid, mon_.c_str(), nullptr, nullptr, cargv.data(), environ), 0);
-  ASSERT_TRUE(WaitForListeningSocket(sock, pid, 5000)) << "the control socket did not answer";
+  dsec::SpawnOptions spawn;
+  spawn.argv = Jailed(AllThreads(Base("spin:1000000000000", "60000")));
+  spawn.out = dsec::Stdio::Inherit();
+  spawn.err = dsec::Stdio::Inherit();
+  auto monitor = dsec::Subprocess::Spawn(spawn);
+  ASSERT_TRUE(monitor.ok()) << monitor.status();
+  ASSERT_TRUE(WaitForListeningSocket(sock, monitor->pid(), 5000)) << "the control socket did not answer";
   const std::string vmm = dsec::testing::VmmBinaryPath();
   for (std::vector<std::string> op : {std::vector<std::string>{"stats"}, {"pause"}, {"resume"},
                                       {"balloon", "--target-mib", "8"}, {"stats"}}) {
@@ -212,9 +210,10 @@ TEST_F(MonitorJailTest, TheControlSocketAnswersUnderTheFilters) {
     nlohmann::json answer = nlohmann::json::parse(r.out, nullptr, false);
     EXPECT_TRUE(answer.is_object() && answer.value("ok", false)) << op[0] << ": " << r.out;
   }
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(monitor->Signal(SIGTERM).ok());
+  auto ended = monitor->Wait();
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  const int status = ended->wait_status;
   EXPECT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 7);  // stopped on request

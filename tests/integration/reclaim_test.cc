@@ -4,7 +4,6 @@
 // in-process Vm), pageout of cold guest RAM into a zram device the test
 // creates and always removes, and `vm run --control` / `vm ctl` (set a
 // target, read stats, bad requests) through the real binary.
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -31,6 +30,7 @@
 #include "tests/integration/test_support.h"
 #include "tests/integration/virtio_test_util.h"
 #include "base/scoped_fd.h"
+#include "base/subprocess.h"
 #include "vmm/vm/reclaim_vm_adapter.h"
 #include "vmm/vm/virtio_devices.h"
 #include "vmm/vm/vm.h"
@@ -262,43 +262,23 @@ TEST_F(ReclaimTest, PageoutWithDamonMovesColdGuestRamToZram) {
   PageoutMovesColdGuestRamToZram(Source::kAuto);
 }
 
-// A `dsec-vmm vm run` child with stdout/stderr in files; killed and reaped by
-// the destructor if the test did not.
-class MonitorProcess {
- public:
-  MonitorProcess(const std::vector<std::string>& args, const std::string& out) {
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) ::_exit(121);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execv(argv[0], argv.data());
-      ::_exit(122);
-    }
-  }
-  ~MonitorProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      Wait();
-    }
-  }
-  pid_t pid() const { return pid_; }
-  int Wait() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    return status;
-  }
+// A `dsec-vmm vm run` child with stdout and stderr in the file `out`;
+// killed and reaped by Subprocess's destructor if the test did not end it.
+absl::StatusOr<Subprocess> StartMonitor(std::vector<std::string> argv, const std::string& out) {
+  SpawnOptions o;
+  o.argv = std::move(argv);
+  o.out = Stdio::File(out);
+  o.err = Stdio::SameAsStdout();
+  return Subprocess::Spawn(o);
+}
 
- private:
-  pid_t pid_ = -1;
-};
+// SIGTERM, then the wait status.
+int Terminate(Subprocess& monitor) {
+  EXPECT_TRUE(monitor.Signal(SIGTERM).ok());
+  auto ended = monitor.Wait();
+  EXPECT_TRUE(ended.ok()) << ended.status();
+  return ended.ok() ? ended->wait_status : -1;
+}
 
 nlohmann::json Ctl(const std::string& sock, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {dsec::testing::VmmBinaryPath(), "vm", "ctl", "--socket", sock};
@@ -330,12 +310,12 @@ std::string RawRequest(const std::string& sock, const std::string& line) {
 TEST_F(ReclaimTest, ControlSocketSetsTargetAndReadsStats) {
   dsec::testing::TempDir dir;
   const std::string sock = dir.path() + "/vm.sock";
-  MonitorProcess monitor({dsec::testing::VmmBinaryPath(), "vm", "run", "--kernel",
-                          dsec::testing::TestGuestPath(), "--mem-mib", "128", "--balloon",
-                          "--console", "none", "--timeout-ms", "120000", "--control", sock,
-                          "--cmdline", "console=ttyS0 testguest.run=idle:0"},
-                         dir.path() + "/out");
-  ASSERT_GT(monitor.pid(), 0);
+  auto monitor =
+      StartMonitor({dsec::testing::VmmBinaryPath(), "vm", "run", "--kernel", dsec::testing::TestGuestPath(),
+                    "--mem-mib", "128", "--balloon", "--console", "none", "--timeout-ms", "120000",
+                    "--control", sock, "--cmdline", "console=ttyS0 testguest.run=idle:0"},
+                   dir.path() + "/out");
+  ASSERT_TRUE(monitor.ok()) << monitor.status();
   // The path exists from bind(); it is chmod-ed to 0600 before listen(), so
   // once a request is answered the mode is final.
   nlohmann::json stats;
@@ -380,33 +360,13 @@ TEST_F(ReclaimTest, ControlSocketSetsTargetAndReadsStats) {
   EXPECT_NE(bad["error"]["message"].get<std::string>().find("unknown op"), std::string::npos);
   EXPECT_EQ(Ctl(sock, {"stats"})["ok"], true);
 
-  ASSERT_EQ(::kill(monitor.pid(), SIGTERM), 0);
-  const int status = monitor.Wait();
+  const int status = Terminate(*monitor);
   EXPECT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 7);  // stopped by a signal
   EXPECT_NE(::stat(sock.c_str(), &st), 0) << "control socket left behind";
 }
 
 // utime + stime of every thread of `pid`, in clock ticks.
-// Threads of `pid` that run or wait to run (state R), as "tid (comm)".
-std::vector<std::string> RunnableThreads(pid_t pid) {
-  std::vector<std::string> out;
-  const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = ::opendir(task_dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream in(task_dir + "/" + e->d_name + "/stat");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t paren = text.rfind(')');
-    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'R') {
-      out.push_back(text.substr(0, paren + 1));
-    }
-  }
-  ::closedir(d);
-  return out;
-}
-
 uint64_t ProcessCpuTicks(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -429,12 +389,12 @@ TEST_F(ReclaimTest, ControlSocketPausesAndResumesTheVcpus) {
   dsec::testing::TempDir dir;
   const std::string sock = dir.path() + "/vm.sock";
   // A CPL3 spin that keeps its vCPU busy for minutes.
-  MonitorProcess monitor({dsec::testing::VmmBinaryPath(), "vm", "run", "--kernel",
-                          dsec::testing::TestGuestPath(), "--mem-mib", "64", "--console", "none",
-                          "--timeout-ms", "120000", "--control", sock, "--cmdline",
-                          "console=ttyS0 testguest.run=spin:1000000000000"},
-                         dir.path() + "/out");
-  ASSERT_GT(monitor.pid(), 0);
+  auto monitor =
+      StartMonitor({dsec::testing::VmmBinaryPath(), "vm", "run", "--kernel", dsec::testing::TestGuestPath(),
+                    "--mem-mib", "64", "--console", "none", "--timeout-ms", "120000", "--control", sock,
+                    "--cmdline", "console=ttyS0 testguest.run=spin:1000000000000"},
+                   dir.path() + "/out");
+  ASSERT_TRUE(monitor.ok()) << monitor.status();
   nlohmann::json stats;
   ASSERT_TRUE(dsec::testing::SpinUntil([&] { return (stats = Ctl(sock, {"stats"}))["exit"] == 0; },
                                        20'000))
@@ -442,9 +402,9 @@ TEST_F(ReclaimTest, ControlSocketPausesAndResumesTheVcpus) {
   EXPECT_EQ(stats["paused"], false);
   const long hz = ::sysconf(_SC_CLK_TCK);
   // Running: the spinning vCPU accumulates CPU time.
-  const uint64_t t0 = ProcessCpuTicks(monitor.pid());
+  const uint64_t t0 = ProcessCpuTicks(monitor->pid());
   ASSERT_TRUE(dsec::testing::SpinUntil(
-      [&] { return ProcessCpuTicks(monitor.pid()) >= t0 + static_cast<uint64_t>(hz / 5); }, 20'000));
+      [&] { return ProcessCpuTicks(monitor->pid()) >= t0 + static_cast<uint64_t>(hz / 5); }, 20'000));
 
   nlohmann::json paused = Ctl(sock, {"pause"});
   ASSERT_EQ(paused["exit"], 0) << paused.dump();
@@ -457,20 +417,19 @@ TEST_F(ReclaimTest, ControlSocketPausesAndResumesTheVcpus) {
   // deadline.
   std::vector<std::string> runnable;
   EXPECT_TRUE(dsec::testing::SpinUntil(
-      [&] { return (runnable = RunnableThreads(monitor.pid())).empty(); }, 5'000))
+      [&] { return (runnable = dsec::testing::RunnableThreads(monitor->pid())).empty(); }, 5'000))
       << "a paused VM kept running: " << runnable.size() << " thread(s), first "
       << (runnable.empty() ? "" : runnable.front());
 
   nlohmann::json resumed = Ctl(sock, {"resume"});
   ASSERT_EQ(resumed["exit"], 0) << resumed.dump();
   EXPECT_EQ(resumed["paused"], false);
-  const uint64_t r0 = ProcessCpuTicks(monitor.pid());
+  const uint64_t r0 = ProcessCpuTicks(monitor->pid());
   EXPECT_TRUE(dsec::testing::SpinUntil(
-      [&] { return ProcessCpuTicks(monitor.pid()) >= r0 + static_cast<uint64_t>(hz / 5); }, 20'000))
+      [&] { return ProcessCpuTicks(monitor->pid()) >= r0 + static_cast<uint64_t>(hz / 5); }, 20'000))
       << "the vCPU did not run again after resume";
 
-  ASSERT_EQ(::kill(monitor.pid(), SIGTERM), 0);
-  const int status = monitor.Wait();
+  const int status = Terminate(*monitor);
   EXPECT_TRUE(WIFEXITED(status)) << status;
 }
 

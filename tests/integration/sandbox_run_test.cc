@@ -116,6 +116,30 @@ TEST_F(ContainerLayersTest, DefaultLayerIsBuiltOnFirstUseWithProgress) {
   EXPECT_NE(progress.find("fake-build: into " + store_root_), std::string::npos) << progress;
 }
 
+TEST_F(ContainerLayersTest, FncallLayersAreTheBaseAndForPythonTheToolkitBuiltOnFirstUse) {
+  std::string base = BuildLayer(tree_, "base", "bookworm");
+  // Stands in for `build-base-layer.sh --store DIR --toolkit python 1
+  // python3`: a layer python:1 over base:bookworm.
+  ASSERT_TRUE(container::testing::WriteTreeFile(dir_->path() + "/py", "usr/bin/python3", "x\n").ok());
+  std::string script = WriteScript(absl::StrCat(
+      "[ \"$1 $3 $4 $5 $6\" = \"--store --toolkit python 1 python3\" ] || exit 9\n",
+      "exec \"$DSEC_VMM\" layer --store \"$2\" build --name python --version 1 --parent base:bookworm ",
+      dir_->path(), "/py\n"));
+  auto bash = ResolveFncallLayers("bash", {}, Options(script));
+  ASSERT_TRUE(bash.ok()) << bash.status();
+  EXPECT_EQ(*bash, std::vector<std::string>{base});
+  EXPECT_EQ(Progress(), "");
+  auto python = ResolveFncallLayers("python", {}, Options(script));
+  ASSERT_TRUE(python.ok()) << python.status() << "\n" << Progress();
+  ASSERT_EQ(python->size(), 2u);
+  EXPECT_EQ((*python)[0], base);
+  EXPECT_NE(Progress().find("building the python:1 toolkit layer"), std::string::npos) << Progress();
+  // Named layers are taken as given.
+  auto named = ResolveFncallLayers("python", {"base:bookworm"}, Options(""));
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(*named, std::vector<std::string>{base});
+}
+
 TEST_F(ContainerLayersTest, MissingDefaultLayerWithoutScriptIsAClearError) {
   auto r = ResolveLayerRefs({}, Options(""));
   ASSERT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();

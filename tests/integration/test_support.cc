@@ -1,19 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tests/integration/test_support.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 
+#include "base/file_io.h"
 #include "base/scoped_fd.h"
-
-extern char** environ;
+#include "base/subprocess.h"
 
 namespace dsec::testing {
 
@@ -75,47 +71,17 @@ std::optional<Report> FirstReportOf(const std::vector<std::string>& lines,
 
 CommandResult RunCommand(const std::vector<std::string>& argv, size_t max_bytes) {
   CommandResult result;
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) return result;
-  ScopedFd out_r(out_pipe[0]), out_w(out_pipe[1]), err_r(err_pipe[0]), err_w(err_pipe[1]);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_w.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, err_w.get(), 2);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  out_w.Reset();
-  err_w.Reset();
-  if (rc != 0) return result;
-  pollfd fds[2] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}};
-  std::string* bufs[2] = {&result.out, &result.err};
-  int open_count = 2;
-  char buf[65536];
-  while (open_count > 0) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
-      if (n <= 0) {
-        fds[i].fd = -1;
-        --open_count;
-      } else if (bufs[i]->size() < max_bytes) {
-        bufs[i]->append(buf, static_cast<size_t>(n));
-      }
-    }
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  SpawnOptions o;
+  o.argv = argv;
+  o.out = Stdio::Capture();
+  o.err = Stdio::Capture();
+  o.capture_max_bytes = max_bytes;
+  auto r = RunSubprocess(o);
+  if (!r.ok()) return result;
+  result.exit_status = r->signal == 0 ? r->exit_code : -1;
+  result.term_signal = r->signal;
+  result.out = std::move(r->out);
+  result.err = std::move(r->err);
   return result;
 }
 
@@ -135,6 +101,31 @@ int CountThreads() {
     ++n;
   }
   return n;
+}
+
+namespace {
+
+// The state letter of a /proc/.../stat text: the first field after the
+// parenthesised name (which may hold spaces and parentheses).
+char StatState(const std::string& stat) {
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+}
+
+}  // namespace
+
+char ThreadState(pid_t tid) {
+  return StatState(ReadSmallFile("/proc/self/task/" + std::to_string(tid) + "/stat").value_or(""));
+}
+
+std::vector<std::string> RunnableThreads(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+  for (const std::string& tid : ListDirectory(task_dir).value_or(std::vector<std::string>{})) {
+    const std::string stat = ReadSmallFile(task_dir + "/" + tid + "/stat").value_or("");
+    if (StatState(stat) == 'R') out.push_back(stat.substr(0, stat.rfind(')') + 1));
+  }
+  return out;
 }
 
 TempDir::TempDir() {

@@ -3,6 +3,9 @@
 // availability, test-guest report parsing, and running the real binary.
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,12 +39,21 @@ struct CommandResult {
   std::string out;
   std::string err;
 };
-// Runs argv (no shell), capturing stdout and stderr (each up to `max_bytes`).
+// Runs argv (no shell; base/subprocess.h), stdin on /dev/null, capturing
+// stdout and stderr (the last `max_bytes` of each). A program that cannot
+// be started: exit_status -1 and no signal.
 CommandResult RunCommand(const std::vector<std::string>& argv, size_t max_bytes = 16 << 20);
 
 // Open file descriptors and threads of this process (for leak checks).
 int CountOpenFds();
 int CountThreads();
+
+// The scheduler state of thread `tid` of this process, from its stat file
+// ('R' running or runnable, 'S' asleep, ...; '?' once it is gone).
+char ThreadState(pid_t tid);
+// The threads of process `pid` that run or wait to run (state R), as
+// "tid (comm)".
+std::vector<std::string> RunnableThreads(pid_t pid);
 
 // A unique temporary directory removed (recursively) on destruction.
 class TempDir {

@@ -220,8 +220,10 @@ TEST(SeccompFiltersTest, ArgumentsAreChecked) {
 
 TEST(SeccompFiltersTest, ADevicesCallsAreAllowedOnItsThreadOnly) {
   const FilterExtras extras = DeviceLikeExtras();
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
+  int raw[2];
+  ASSERT_EQ(::pipe(raw), 0);
+  ScopedFd ends[2] = {ScopedFd(raw[0]), ScopedFd(raw[1])};
+  const int fds[2] = {ends[0].get(), ends[1].get()};
   auto write_v2 = [&] {
     char c = 'x';
     iovec iov{&c, 1};
@@ -243,8 +245,6 @@ TEST(SeccompFiltersTest, ADevicesCallsAreAllowedOnItsThreadOnly) {
   ChildEnd ioctl_ok = Filtered(ThreadKind::kEventLoop, fionread, SeccompMode::kKill, extras);
   EXPECT_TRUE(ioctl_ok.exited && ioctl_ok.code == 0) << ioctl_ok.code << " " << ioctl_ok.signal;
   EXPECT_TRUE(Stopped(Filtered(ThreadKind::kEventLoop, fionread)));
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 TEST(SeccompFiltersTest, ExtrasCannotWidenPastTheJailsLimits) {
