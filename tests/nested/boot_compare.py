@@ -11,8 +11,9 @@ with -no-reboot). What is timed is the whole process, spawn to exit: boot
 to the first userspace program, then teardown. Peak RSS is the process's
 ru_maxrss. A second, untimed pass samples each monitor's /proc/PID/smaps
 every 20 ms and reports its own memory: RSS minus the guest RAM it backs
-(our memfd `dsec-guest-ram-*`; QEMU's RAM is put in a memfd backend named
-`dsec-peer-ram` for this), the largest sample of a run. Peak RSS counts the
+(our memfd `dsec-guest-ram-*`; QEMU's RAM is put in a memory-backend-memfd
+for this, whose memfd QEMU names `memory-backend-memfd`), the largest sample
+of a run; a run in which no such mapping was seen is an error, not a figure. Peak RSS counts the
 guest's RAM, which the same kernel touches alike in both; the monitor's own
 memory is what a monitor costs. Prints medians and the ratios, and one JSON
 line.
@@ -78,7 +79,8 @@ def timed(argv, timeout):
 
 
 def own_memory_kib(pid, ram_name):
-    """RSS minus the RSS of the guest-RAM mapping, KiB (None once the process is gone)."""
+    """(RSS minus the RSS of the guest-RAM mapping, that mapping's RSS), KiB
+    (None once the process is gone)."""
     total = ram = 0
     in_ram = False
     try:
@@ -95,23 +97,29 @@ def own_memory_kib(pid, ram_name):
                         ram += int(parts[1])
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    return total - ram
+    return total - ram, ram
 
 
 def sampled(argv, ram_name, timeout):
-    """The largest own-memory sample (KiB) of one run, and its exit status."""
+    """The largest own-memory sample (KiB) of one run, and its exit status;
+    raises if the guest-RAM mapping never showed up (a wrong name would
+    count guest RAM as the monitor's own)."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
-    best = 0
+    best = seen_ram = 0
     while p.poll() is None and time.monotonic() < deadline:
-        kib = own_memory_kib(p.pid, ram_name)
-        if kib is not None:
-            best = max(best, kib)
+        m = own_memory_kib(p.pid, ram_name)
+        if m is not None:
+            best = max(best, m[0])
+            seen_ram = max(seen_ram, m[1])
         time.sleep(0.02)  # sampling period
     if p.poll() is None:
         p.kill()
-    return best, p.wait()
+    status = p.wait()
+    if best and not seen_ram:
+        raise RuntimeError("%s: no resident mapping /memfd:%s in its smaps" % (argv[0], ram_name))
+    return best, status
 
 
 def main():
@@ -158,7 +166,7 @@ def main():
                 results[name].append((t, rss))
         own = {"dsec-vmm": [], "qemu-microvm": []}
         for i in range(a.own_runs):
-            order = [("dsec-vmm", ours, "dsec-guest-ram"), ("qemu-microvm", peer, "dsec-peer-ram")]
+            order = [("dsec-vmm", ours, "dsec-guest-ram"), ("qemu-microvm", peer, "memory-backend-memfd")]
             if i % 2:
                 order.reverse()
             for name, argv, ram_name in order:
