@@ -13,7 +13,9 @@ ru_maxrss. A second, untimed pass samples each monitor's /proc/PID/smaps
 every 20 ms and reports its own memory: RSS minus the guest RAM it backs
 (our memfd `dsec-guest-ram-*`; QEMU's RAM is put in a memory-backend-memfd
 for this, whose memfd QEMU names `memory-backend-memfd`), the largest sample
-of a run; a run in which no such mapping was seen is an error, not a figure. Peak RSS counts the
+of a run, counted only once guest RAM is mapped (before, `vm run` is the
+dsec-vmm front end that execs dsec-monitor); a run in which no such mapping
+was seen is an error, not a figure. Peak RSS counts the
 guest's RAM, which the same kernel touches alike in both; the monitor's own
 memory is what a monitor costs. Prints medians and the ratios, and one JSON
 line.
@@ -110,14 +112,16 @@ def sampled(argv, ram_name, timeout):
     best = seen_ram = 0
     while p.poll() is None and time.monotonic() < deadline:
         m = own_memory_kib(p.pid, ram_name)
-        if m is not None:
+        # Only samples with guest RAM mapped: before that, `vm run` is
+        # still the dsec-vmm front end that execs dsec-monitor (same pid).
+        if m is not None and m[1]:
             best = max(best, m[0])
             seen_ram = max(seen_ram, m[1])
         time.sleep(0.02)  # sampling period
     if p.poll() is None:
         p.kill()
     status = p.wait()
-    if best and not seen_ram:
+    if not seen_ram:
         raise RuntimeError("%s: no resident mapping /memfd:%s in its smaps" % (argv[0], ram_name))
     return best, status
 
