@@ -20,10 +20,14 @@ class ReclaimPolicyTest : public ::testing::Test {
     obs_.ram_pages = 1024 * kMiB / 4096;
     obs_.interval_ns = kSec;
   }
-  void Stats(uint64_t free_mib, uint64_t majflt = 0) {
+  // available_mib < 0: the guest does not report MemAvailable (the test guest).
+  void Stats(uint64_t free_mib, uint64_t majflt = 0, int64_t available_mib = -1) {
     devices::BalloonStatsSample s;
     s.stats.Set(devices::BalloonStatTag::kFreeMemory, free_mib * kMiB);
     s.stats.Set(devices::BalloonStatTag::kMajorFaults, majflt);
+    if (available_mib >= 0) {
+      s.stats.Set(devices::BalloonStatTag::kAvailableMemory, static_cast<uint64_t>(available_mib) * kMiB);
+    }
     s.received_ns = obs_.now_ns;
     s.sequence = obs_.stats ? obs_.stats->sequence + 1 : 1;
     obs_.stats = s;
@@ -43,6 +47,40 @@ TEST_F(ReclaimPolicyTest, InflatesByAggressivenessTimesExcessFree) {
   EXPECT_FALSE(d.pressure);
   obs_.target_pages = *d.target_pages;
   EXPECT_FALSE(Decide().target_pages.has_value());  // same stats: no new decision
+}
+
+TEST_F(ReclaimPolicyTest, TakesDroppableCacheALinuxGuestReportsAsAvailable) {
+  // A Linux guest whose page cache filled its RAM: 20 MiB free (below
+  // min_free), 700 MiB available. Not pressure; half the excess available.
+  obs_.resident_known = true;
+  obs_.resident_pages = 1000 * kMiB / 4096;
+  Stats(20, 0, 700);
+  PolicyDecision d = Decide();
+  EXPECT_FALSE(d.pressure);
+  ASSERT_TRUE(d.target_pages.has_value());
+  EXPECT_EQ(*d.target_pages, (700 - 64) / 2 * kMiB / 4096);  // 318 MiB
+}
+
+TEST_F(ReclaimPolicyTest, AvailableCacheTheHostDoesNotBackIsNotTaken) {
+  // 700 MiB available, but only 400 MiB resident: the guest's unreclaimable
+  // use is 1024 - 700 = 324 MiB, so 76 MiB of what is resident can go.
+  knobs_.aggressiveness = 1.0;
+  obs_.resident_known = true;
+  obs_.resident_pages = 400 * kMiB / 4096;
+  Stats(20, 0, 700);
+  PolicyDecision d = Decide();
+  ASSERT_TRUE(d.target_pages.has_value());
+  EXPECT_EQ(*d.target_pages, 76 * kMiB / 4096);
+}
+
+TEST_F(ReclaimPolicyTest, LowAvailableIsPressure) {
+  obs_.balloon_pages = 512 * kMiB / 4096;
+  obs_.target_pages = 512 * kMiB / 4096;
+  Stats(10, 0, 40);  // 40 MiB available < 64 min_free
+  PolicyDecision d = Decide();
+  EXPECT_TRUE(d.pressure);
+  ASSERT_TRUE(d.target_pages.has_value());
+  EXPECT_EQ(*d.target_pages, (512 - 24) * kMiB / 4096);
 }
 
 TEST_F(ReclaimPolicyTest, NeverTakesTheLastMinFree) {

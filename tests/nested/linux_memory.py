@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """Host memory of Linux guests under dsec-vmm, measured inside L1 of the
-nested bed (where a Linux guest boots under our monitor). Three figures of
+nested bed (where a Linux guest boots under our monitor). Four figures of
 issue 17, each printed as a table and one JSON line:
 
   pmem-density  N guests read every byte of one shared layer file, through
@@ -17,6 +17,12 @@ issue 17, each printed as a table and one JSON line:
                 the monitor releases them. Figure: the share of what the
                 guest freed that is back on the host within 5 s (guest RAM
                 resident in the monitor, from /proc/PID/smaps).
+  reclaim       One guest per mode (vm run --reclaim off/balloon/...) fills
+                its page cache from a virtio-blk layer, then idles. Figure:
+                guest RAM resident over the following --watch-s seconds
+                (time-integrated, GiB x s) and its reduction against off:
+                the reclaim controller inflating the balloon makes Linux
+                drop that cache.
   idle          N guests booted to the agent, idle. Figures per VM: guest
                 RAM resident, monitor overhead (proportional set size minus
                 guest RAM and minus the layers' shared page cache), all host
@@ -359,6 +365,48 @@ def fpr(a, tmp, root):
     return out
 
 
+def reclaim(a, tmp, root):
+    """One Linux guest per mode fills its page cache from a virtio-blk layer,
+    then idles; the monitor's reclaim controller (vm run --reclaim) should
+    take the cache back through the balloon. Guest RAM resident sampled
+    from the read's end for --watch-s; time-integrated memory per mode."""
+    layer = build_data_layer(a, tmp, a.image_mib)
+    cmd = "echo DSEC-BOOTED; cat /data/blob > /dev/null; echo DSEC-READ; sleep 3600"
+    rows = {}
+    for mode in a.modes:
+        drop_cache(layer)
+        extra = ["--balloon", "--reclaim", mode] if mode != "off" else ["--balloon"]
+        g = Guest(a, tmp, "reclaim-" + mode, run_cmdline(cmd, "/dev/vda"), pmems=(root,), disks=(layer,),
+                  extra=extra)
+        try:
+            deadline = time.monotonic() + a.timeout
+            if not g.wait_for("DSEC-READ", deadline):
+                raise RuntimeError("%s: the guest did not read its layer:\n%s" % (mode, g.tail()))
+            t0 = time.monotonic()
+            samples = []
+            while time.monotonic() < t0 + a.watch_s:
+                if g.proc.poll() is not None:
+                    raise RuntimeError("%s: the monitor exited:\n%s" % (mode, g.tail()))
+                samples.append((time.monotonic() - t0, monitor_memory(g.proc.pid, ())["guest_kib"]))
+                time.sleep(0.2)  # sampling period
+        finally:
+            g.stop()
+        gib_s = sum((t2 - t1) * k1 for (t1, k1), (t2, _) in zip(samples, samples[1:])) / (1 << 20)
+        rows[mode] = {"start_mib": round(samples[0][1] / 1024, 1), "end_mib": round(samples[-1][1] / 1024, 1),
+                      "min_mib": round(min(k for _, k in samples) / 1024, 1), "gib_s": round(gib_s, 3)}
+    out = {"mode": "reclaim", "mem_mib": a.mem_mib, "image_mib": a.image_mib, "watch_s": a.watch_s,
+           "rounds": rows}
+    print("%-8s %10s %8s %8s %8s %10s" % ("reclaim", "start MiB", "min MiB", "end MiB", "GiB x s", "reduction"))
+    for mode, r in rows.items():
+        red = ""
+        if "off" in rows and mode != "off" and rows["off"]["gib_s"]:
+            r["reduction_pct"] = round(100 * (1 - r["gib_s"] / rows["off"]["gib_s"]), 1)
+            red = "%.1f%%" % r["reduction_pct"]
+        print("%-8s %10.1f %8.1f %8.1f %8.3f %10s" % (mode, r["start_mib"], r["min_mib"], r["end_mib"],
+                                                       r["gib_s"], red))
+    return out
+
+
 def idle(a, tmp, root):
     layer = linux_guest_layer(a, tmp)
     extra = ("--balloon",) if a.balloon else ()
@@ -416,6 +464,12 @@ def main():
     p.add_argument("--fill-mib", type=int, default=256)
     p.add_argument("--mem-mib", type=int, default=512)
     p.add_argument("--watch-s", type=float, default=10)
+    p = sub.add_parser("reclaim")
+    p.add_argument("--image-mib", type=int, default=256)
+    p.add_argument("--mem-mib", type=int, default=512)
+    p.add_argument("--watch-s", type=float, default=30)
+    p.add_argument("--modes", nargs="+", default=["off", "balloon"],
+                   choices=["off", "balloon", "pageout", "both"])
     p = sub.add_parser("idle")
     p.add_argument("--vms", type=int, default=8)
     p.add_argument("--mem-mib", type=int, default=256)
@@ -435,7 +489,7 @@ def main():
         root = os.path.join(tmp, "root.erofs")
         subprocess.run([os.path.join(a.source, "tools", "build-guest-image.sh"), a.agent, root], check=True,
                        stdout=subprocess.DEVNULL)
-        out = {"pmem-density": pmem_density, "fpr": fpr, "idle": idle}[a.mode](a, tmp, root)
+        out = {"pmem-density": pmem_density, "fpr": fpr, "reclaim": reclaim, "idle": idle}[a.mode](a, tmp, root)
         print(json.dumps(out))
         return 0
     except Skip as e:
