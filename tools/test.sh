@@ -5,13 +5,13 @@
 # fuzzer per core at a time), then ctest's unit, integration and nested
 # labels (nested: tests in L1 of tests/nested's bed). Exits non-zero
 # on any failure. Needs root for the integration tests (KVM, namespaces).
-#   DSEC_FUZZ_SECONDS=N   seconds per fuzzer (default 30; 0 skips fuzzing)
+#   DSEC_FUZZ_SECONDS=N   seconds per fuzzer (default 15; 0 skips fuzzing)
 #   DSEC_TEST_LABELS=RE   ctest label regex (default unit|integration|nested;
 #                         nested runs in L1 of tests/nested's bed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fuzz_seconds=${DSEC_FUZZ_SECONDS:-30}
+fuzz_seconds=${DSEC_FUZZ_SECONDS:-15}
 labels=${DSEC_TEST_LABELS:-unit|integration|nested}
 
 [ -d build ] || { echo "test.sh: no build/ — run tools/setup.sh first" >&2; exit 2; }

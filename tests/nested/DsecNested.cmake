@@ -47,7 +47,13 @@ function(dsec_nested_test)
                        LABELS "${_labels}"
                        SKIP_RETURN_CODE 77
                        TIMEOUT ${A_TIMEOUT}
-                       PROCESSORS 1)
+                       PROCESSORS 1
+                       # ctest starts tests in decreasing COST when it has
+                       # no timings of its own (a fresh checkout, as in CI):
+                       # beds first, so that the many short tests fill the
+                       # other slot at the end instead of a bed at the end
+                       # running alone.
+                       COST ${A_TIMEOUT})
   if(A_SKIP_REGULAR_EXPRESSION)
     set_tests_properties(${A_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "${A_SKIP_REGULAR_EXPRESSION}")
   endif()
