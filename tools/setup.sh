@@ -32,6 +32,7 @@ packages=(
   # kernel comes from Debian's archive (zstd unpacks it) and whose scratch
   # disk is ext4 (e2fsprogs)
   zstd e2fsprogs
+  ccache
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -44,7 +45,12 @@ $sudo apt-get update -q
 $sudo apt-get install -y -q --no-install-recommends "${packages[@]}"
 
 build_type=${DSEC_BUILD_TYPE:-Release}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${DSEC_CMAKE_ARGS:-}
+# ccache keeps compiled objects between builds and between checkouts (a
+# clean clone's build, as CI's, reuses what an earlier one compiled): paths
+# are hashed relative to the checkout, and the compiler by its content.
+launcher="env;CCACHE_BASEDIR=$(pwd);CCACHE_NOHASHDIR=1;CCACHE_COMPILERCHECK=content;ccache"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
+  -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" ${DSEC_CMAKE_ARGS:-}
 cmake --build build -j "$(nproc)"
 echo "setup.sh: built into $(pwd)/build (dsec-vmm: build/dsec-vmm)"
 

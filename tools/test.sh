@@ -20,7 +20,9 @@ cmake --build build -j "$(nproc)"
 if [ "$fuzz_seconds" -gt 0 ]; then
   # Only the fuzzers and what they link; line tables are enough for a
   # crash's stack trace.
+  launcher="env;CCACHE_BASEDIR=$(pwd);CCACHE_NOHASHDIR=1;CCACHE_COMPILERCHECK=content;ccache"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DDSEC_FUZZ=ON >/dev/null
   cmake --build build-fuzz -j "$(nproc)" --target fuzzers
