@@ -102,6 +102,17 @@ def boot(argv, deadline_s):
         p.stdout.close()
 
 
+def missing_prerequisite(kernel, agent):
+    """Why a Linux guest cannot be built and booted here (None: it can)."""
+    for path, why in ((kernel, "guest kernel (tools/build-guest-kernel.sh)"), (agent, "dsec-agent"),
+                      ("/bin/busybox", "busybox (busybox-static)"), ("/dev/kvm", "/dev/kvm")):
+        if not os.path.exists(path):
+            return "no %s at %s" % (why, path)
+    if not shutil.which("mkfs.erofs"):
+        return "mkfs.erofs not installed (erofs-utils)"
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vmm", required=True)
@@ -115,13 +126,9 @@ def main():
     ap.add_argument("--vmm-arg", action="append", default=[],
                     help="an extra argument for vm run (repeatable)")
     a = ap.parse_args()
-    for path, why in ((a.kernel, "guest kernel (tools/build-guest-kernel.sh)"), (a.agent, "dsec-agent"),
-                      ("/bin/busybox", "busybox (busybox-static)"), ("/dev/kvm", "/dev/kvm")):
-        if not os.path.exists(path):
-            print("SKIP: no %s at %s" % (why, path))
-            return 77
-    if not shutil.which("mkfs.erofs"):
-        print("SKIP: mkfs.erofs not installed (erofs-utils)")
+    missing = missing_prerequisite(a.kernel, a.agent)
+    if missing:
+        print("SKIP: " + missing)
         return 77
     tmp = tempfile.mkdtemp(prefix="dsec-linux-guest.")
     try:

@@ -476,13 +476,9 @@ def main():
     p.add_argument("--settle-s", type=float, default=20)
     p.add_argument("--balloon", action="store_true")
     a = ap.parse_args()
-    for path, why in ((a.kernel, "guest kernel (tools/build-guest-kernel.sh)"), (a.agent, "dsec-agent"),
-                      ("/bin/busybox", "busybox (busybox-static)"), ("/dev/kvm", "/dev/kvm")):
-        if not os.path.exists(path):
-            print("SKIP: no %s at %s" % (why, path))
-            return 77
-    if not shutil.which("mkfs.erofs"):
-        print("SKIP: mkfs.erofs not installed (erofs-utils)")
+    missing = linux_guest.missing_prerequisite(a.kernel, a.agent)
+    if missing:
+        print("SKIP: " + missing)
         return 77
     tmp = tempfile.mkdtemp(prefix="dsec-linux-memory.")
     try:
