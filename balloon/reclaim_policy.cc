@@ -38,8 +38,9 @@ void DecideBalloon(const ReclaimKnobs& knobs, const VmObservation& obs, VmPolicy
   // What the guest could hand over without swapping. Linux reports it as
   // MemAvailable: free memory plus the page cache and slab it can drop
   // (tmpfs and anonymous memory are not in it). Inflating the balloon makes
-  // the guest drop that cache, so it counts; a guest that reports only free
-  // memory (the test guest) is judged by that. Judging a Linux guest by free
+  // the guest drop that cache, so it counts; a guest without a cache (the
+  // test guest reports available = free) or without the figure is judged by
+  // its free memory. Judging a Linux guest by free
   // memory alone would never take its page cache and, once the cache has
   // filled its RAM, would read the low free figure as pressure.
   uint64_t free_pages = s.stats.Get(BalloonStatTag::kFreeMemory) / kPage;

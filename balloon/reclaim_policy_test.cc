@@ -20,7 +20,7 @@ class ReclaimPolicyTest : public ::testing::Test {
     obs_.ram_pages = 1024 * kMiB / 4096;
     obs_.interval_ns = kSec;
   }
-  // available_mib < 0: the guest does not report MemAvailable (the test guest).
+  // available_mib < 0: the guest does not report an available figure.
   void Stats(uint64_t free_mib, uint64_t majflt = 0, int64_t available_mib = -1) {
     devices::BalloonStatsSample s;
     s.stats.Set(devices::BalloonStatTag::kFreeMemory, free_mib * kMiB);
