@@ -93,8 +93,10 @@ class BedRunTest(unittest.TestCase):
         self.assertLess(secs, 40 + 20)
         self.assertIn("deadline of 40 s passed", r.stderr)
         self.assertIn("L1 console, last lines", r.stderr)
-        # L1 sleeps: its vCPU halts (HLT=1) and QEMU idles.
-        self.assertRegex(r.stderr, r"sample 1: CPU#0 \| RIP=[0-9a-f]+ .*HLT=1")
+        # L1 sleeps: its vCPU halts (HLT=1) and QEMU idles. One of the two
+        # samples may catch it handling an interrupt (a tick; CI saw
+        # HLT=0 with interrupts masked in sample 1 once), not both.
+        self.assertRegex(r.stderr, r"sample [12]: CPU#0 \| RIP=[0-9a-f]+ .*HLT=1")
         self.assertIn("mostly idle: L1 is waiting", r.stderr)
 
     def test_no_svm_in_l1_is_a_skip(self):
