@@ -33,6 +33,7 @@ packages=(
   # disk is ext4 (e2fsprogs)
   zstd e2fsprogs
   ccache
+  libbpf-dev bpftool libelf-dev
 )
 
 if [ "$(id -u)" -ne 0 ]; then
