@@ -33,7 +33,11 @@ packages=(
   # disk is ext4 (e2fsprogs)
   zstd e2fsprogs
   ccache
-  libbpf-dev bpftool libelf-dev
+  # sandbox networking (bpf/, sandbox/network): libbpf with clang -target bpf
+  # and bpftool skeletons; netlink (veth, bridge, addresses) through libnl;
+  # the node's NAT through libnftables; the node resolver's DNS messages
+  # through ldns; nft to inspect the ruleset in tests
+  libbpf-dev bpftool libnl-3-dev libnl-route-3-dev libnftables-dev libldns-dev nftables
 )
 
 if [ "$(id -u)" -ne 0 ]; then
