@@ -17,6 +17,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+enum { kSockDgram = 2 };  // SOCK_DGRAM (not in the uapi headers)
+
 struct key4 {
   __u32 prefixlen;
   __u16 port;
@@ -122,8 +124,21 @@ int dsec_sendmsg6(struct bpf_sock_addr *ctx) { return check6(ctx); }
 // TCP and UDP, port. Other protocols and non-first fragments carry no port:
 // only rules for every port let them through. A dropped packet fails the
 // send with EPERM.
+//
+// Packets of TCP connections past their SYN and of UDP sockets pass: their
+// destination was judged by the hooks above when the connection or the
+// send was made, and a rule that changes or expires later (a domain's
+// addresses live for their DNS TTL) applies to new connections, not to a
+// download under way. A SYN is checked here as well, so a connect that
+// skipped the hooks (TCP Fast Open on an old kernel) still meets a wall.
 SEC("cgroup_skb/egress")
 int dsec_skb_egress(struct __sk_buff *skb) {
+  struct bpf_sock *sk = skb->sk;
+  if (sk) {
+    sk = bpf_sk_fullsock(sk);
+    if (sk && sk->protocol == IPPROTO_TCP && sk->state != BPF_TCP_SYN_SENT) return packet_verdict(1);
+    if (sk && sk->protocol == IPPROTO_UDP && sk->type == kSockDgram) return packet_verdict(1);
+  }
   __u16 port = 0;
   if (skb->protocol == bpf_htons(ETH_P_IP)) {
     struct iphdr ip;

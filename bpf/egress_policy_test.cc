@@ -6,8 +6,11 @@
 // 127.0.0.1 / ::1.
 #include "bpf/egress_policy.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -217,6 +220,62 @@ TEST_F(EgressPolicyTest, AllowedTrafficPassesTheSecondWallToo) {
   ASSERT_TRUE(c1.ok());
   EXPECT_GT(c1->packets_allowed, c0->packets_allowed);  // the SYN at least
   EXPECT_EQ(c1->packets_dropped, 0u);
+}
+
+TEST_F(EgressPolicyTest, AnOpenConnectionOutlivesTheRuleThatAdmittedIt) {
+  // A rule removed (or a domain's address expired) stops new connections;
+  // a connection it admitted keeps flowing through the second wall.
+  const EgressRule allow = Rule(absl::StrCat("127.0.0.1:", open_port_));
+  ASSERT_TRUE(policy_->Allow(allow).ok());
+  int go[2], done[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(done, O_CLOEXEC), 0);
+  ScopedFd go_r(go[0]), go_w(go[1]), done_r(done[0]), done_w(done[1]);
+  const std::string procs = cgroup_ + "/cgroup.procs";
+  const int port = open_port_;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child: into the cgroup, connect, report, wait, send, report.
+    char verdict = 'x';
+    close(go[1]);  // so that a parent that gave up ends the wait below
+    close(done[0]);
+    const int cg = open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (cg >= 0 && write(cg, "0", 1) == 1) {
+      const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+        verdict = 'c';
+        (void)!write(done[1], &verdict, 1);
+        char b;
+        (void)!read(go[0], &b, 1);
+        verdict = send(s, "hello", 5, MSG_NOSIGNAL) == 5 ? 'o' : 'e';
+      }
+    }
+    (void)!write(done[1], &verdict, 1);
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(done_r.get(), &c, 1), 1);
+  ASSERT_EQ(c, 'c');
+  ScopedFd conn(accept4(listen4_a_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(conn.valid()) << strerror(errno);
+  ASSERT_TRUE(policy_->RemoveAllow(allow).ok());
+  ASSERT_EQ(write(go_w.get(), "g", 1), 1);
+  ASSERT_EQ(read(done_r.get(), &c, 1), 1);
+  EXPECT_EQ(c, 'o');
+  pollfd p{conn.get(), POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10'000), 1);
+  char buf[8] = {};
+  EXPECT_EQ(recv(conn.get(), buf, sizeof(buf), 0), 5);
+  EXPECT_EQ(std::string(buf), "hello");
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  // A new connection to the same address is refused now.
+  EXPECT_EQ(Probe({Tcp4(open_port_)}), (std::vector<std::string>{"EPERM"}));
 }
 
 TEST_F(EgressPolicyTest, AttachingTwiceOrToAMissingCgroupIsAClearError) {
