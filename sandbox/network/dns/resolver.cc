@@ -59,9 +59,13 @@ std::string Format(const Ipv4Endpoint& ep) {
                       ":", ep.port);
 }
 
-absl::StatusOr<ScopedFd> BoundUdpSocket(const Ipv4Endpoint& ep) {
+absl::StatusOr<ScopedFd> BoundUdpSocket(const Ipv4Endpoint& ep, bool freebind = false) {
   ScopedFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoToStatus("dns resolver: socket");
+  const int one = 1;
+  if (freebind && setsockopt(fd.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof(one)) != 0) {
+    return ErrnoToStatus("dns resolver: setsockopt(IP_FREEBIND)");
+  }
   const sockaddr_in sa = ToSockaddr(ep);
   if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) != 0) {
     return ErrnoToStatus(absl::StrCat("dns resolver: bind ", Format(ep)));
@@ -215,7 +219,7 @@ void Resolver::Loop::HandleQuery(std::span<const uint8_t> wire, const sockaddr_i
     return;
   }
   const Ipv4Endpoint client = FromSockaddr(from);
-  std::optional<std::vector<DomainRule>> rules = options_.policy(client.address);
+  std::optional<DomainPolicy> rules = options_.policy(client.address);
   if (!rules) {
     Count(counters_->refused);
     Reply(query.get(), LDNS_RCODE_REFUSED, from);
@@ -235,8 +239,10 @@ void Resolver::Loop::HandleQuery(std::span<const uint8_t> wire, const sockaddr_i
   std::vector<DomainRule> matching;
   if (ldns_rr_get_class(question) == LDNS_RR_CLASS_IN) {
     const std::string name = NameText(ldns_rr_owner(question));
-    for (DomainRule& rule : *rules) {
-      if (Matches(rule, name) &&
+    const bool denied = std::any_of(rules->deny.begin(), rules->deny.end(),
+                                    [&](const DomainRule& d) { return Matches(d, name); });
+    for (DomainRule& rule : rules->allow) {
+      if (!denied && Matches(rule, name) &&
           std::find(matching.begin(), matching.end(), rule) == matching.end()) {
         matching.push_back(std::move(rule));
       }
@@ -386,7 +392,7 @@ absl::StatusOr<std::unique_ptr<Resolver>> Resolver::Create(Options options) {
   }
   if (upstream.port == 0) return absl::InvalidArgumentError("dns resolver: upstream port 0");
 
-  DSEC_ASSIGN_OR_RETURN(ScopedFd client, BoundUdpSocket(options.listen));
+  DSEC_ASSIGN_OR_RETURN(ScopedFd client, BoundUdpSocket(options.listen, /*freebind=*/true));
   sockaddr_in bound{};
   socklen_t bound_len = sizeof(bound);
   if (getsockname(client.get(), reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) {

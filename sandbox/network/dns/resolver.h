@@ -61,11 +61,18 @@ struct ResolverCounters {
 // The callbacks therefore must not destroy the resolver, should return
 // quickly (every sandbox's queries wait on them), and must be safe to call
 // while the owner's other threads change what they read (policies).
+// A client's domain rules: a name is answered when an allow rule matches
+// it and no deny rule does (deny wins, as for addresses).
+struct DomainPolicy {
+  std::vector<DomainRule> allow;
+  std::vector<DomainRule> deny;
+};
+
 class Resolver {
  public:
-  // The client's policy: its domain rules, or nullopt if the client is not
-  // a known sandbox (its queries are REFUSED).
-  using PolicyFn = std::function<std::optional<std::vector<DomainRule>>(const Ipv4Address& client)>;
+  // The client's policy, or nullopt if the client is not a known sandbox
+  // (its queries are REFUSED).
+  using PolicyFn = std::function<std::optional<DomainPolicy>(const Ipv4Address& client)>;
   // Called once per (query, matching rule) when an upstream answer gives
   // A/AAAA addresses for an allowed name, before the answer goes to the
   // client: `addresses` are /32s or /128s with the rule's port, `ttl_s`
@@ -76,8 +83,10 @@ class Resolver {
                                         std::vector<bpf::EgressRule> addresses, uint32_t ttl_s)>;
 
   struct Options {
-    // Where sandboxes send queries (the node bridge's address, port 53).
-    // Port 0: bind chooses (tests); listen_endpoint() tells which.
+    // Where sandboxes send queries (the node's gateway address, port 53).
+    // Port 0: bind chooses (tests); listen_endpoint() tells which. Bound
+    // with IP_FREEBIND: the address need not exist yet (the gateway
+    // address appears on the host with the first sandbox's link).
     Ipv4Endpoint listen;
     // Where allowed queries go; nullopt: UpstreamFromResolvConf of the
     // host's /etc/resolv.conf.

@@ -140,9 +140,9 @@ class ResolverTest : public ::testing::Test {
   void Start(Resolver::Options options = {}) {
     options.listen = Ipv4Endpoint{kSandbox, 0};
     options.upstream = LocalEndpoint(upstream_.get());
-    options.policy = [this](const Ipv4Address& client) -> std::optional<std::vector<DomainRule>> {
+    options.policy = [this](const Ipv4Address& client) -> std::optional<DomainPolicy> {
       if (client != kSandbox) return std::nullopt;
-      return rules_;
+      return DomainPolicy{rules_, deny_};
     };
     options.on_resolved = [this](const Ipv4Address& client, const DomainRule& rule,
                                  std::vector<bpf::EgressRule> addresses, uint32_t ttl_s) {
@@ -180,6 +180,7 @@ class ResolverTest : public ::testing::Test {
   ScopedFd upstream_;
   ScopedFd client_;
   std::vector<DomainRule> rules_;
+  std::vector<DomainRule> deny_;
   Ipv4Endpoint listen_;
   absl::Mutex mu_;
   std::vector<Resolved> resolved_ ABSL_GUARDED_BY(mu_);
@@ -206,6 +207,21 @@ TEST_F(ResolverTest, RefusesNameNoRuleAllowsWithoutForwarding) {
   EXPECT_EQ(c.refused, 2u);
   EXPECT_EQ(c.forwarded, 0u);  // the reply is sent where a forward would have been
   EXPECT_TRUE(TakeResolved().empty());
+}
+
+TEST_F(ResolverTest, ADenyRuleRefusesANameAnAllowWildcardCovers) {
+  deny_ = {*ParseDomainRule("bad.allowed.test")};
+  Start();
+  PktPtr q = Query("bad.allowed.test.", LDNS_RR_TYPE_A, 0x5151);
+  SendTo(client_.get(), Wire(q.get()), listen_);
+  PktPtr reply = ClientReceive();
+  ASSERT_NE(reply, nullptr);
+  EXPECT_EQ(ldns_pkt_get_rcode(reply.get()), LDNS_RCODE_REFUSED);
+  EXPECT_EQ(resolver_->counters().forwarded, 0u);
+  // A sibling the deny rule does not name is still forwarded.
+  Ipv4Endpoint from;
+  PktPtr ok = Query("good.allowed.test.", LDNS_RR_TYPE_A, 0x5152);
+  EXPECT_NE(Forwarded(ok.get(), &from), nullptr);
 }
 
 TEST_F(ResolverTest, RefusesUnknownClient) {
@@ -528,7 +544,7 @@ TEST(ResolverCreateTest, RejectsBadOptions) {
   o.upstream = Ipv4Endpoint{kSandbox, 53};
   EXPECT_EQ(Resolver::Create(o).status().code(),
             absl::StatusCode::kInvalidArgument);  // no callbacks
-  o.policy = [](const Ipv4Address&) { return std::optional<std::vector<DomainRule>>(); };
+  o.policy = [](const Ipv4Address&) { return std::optional<DomainPolicy>(); };
   o.on_resolved = [](const Ipv4Address&, const DomainRule&, std::vector<bpf::EgressRule>,
                      uint32_t) {};
   o.max_in_flight = 0;

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sandbox/network/node_network.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "base/clock.h"
+#include "base/file_io.h"
+#include "base/logging.h"
+#include "base/status.h"
+#include "sandbox/network/netlink.h"
+#include "sandbox/network/sandbox_network.h"
+
+namespace dsec::network {
+
+std::string Ipv4Text(uint32_t address) {
+  return absl::StrFormat("%u.%u.%u.%u", address >> 24, (address >> 16) & 0xff, (address >> 8) & 0xff,
+                         address & 0xff);
+}
+
+absl::StatusOr<std::pair<uint32_t, int>> ParseIpv4Subnet(const std::string& text) {
+  const std::vector<std::string> parts = absl::StrSplit(text, '/');
+  in_addr a{};
+  int len = -1;
+  if (parts.size() != 2 || inet_pton(AF_INET, parts[0].c_str(), &a) != 1 ||
+      !absl::SimpleAtoi(parts[1], &len) || len < 0 || len > 32) {
+    return absl::InvalidArgumentError(absl::StrCat("subnet '", text, "' is not a.b.c.d/len"));
+  }
+  const uint32_t addr = ntohl(a.s_addr);
+  const uint32_t mask = len == 0 ? 0 : ~uint32_t{0} << (32 - len);
+  if ((addr & ~mask) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("subnet '", text, "' has bits set past its prefix"));
+  }
+  return std::pair{addr, len};
+}
+
+std::string DefaultRouteInterface() {
+  absl::StatusOr<std::string> route = ReadFile("/proc/net/route");
+  if (!route.ok()) return "";
+  for (absl::string_view line : absl::StrSplit(*route, '\n')) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, '\t', absl::SkipWhitespace());
+    // Iface Destination Gateway Flags ... Mask: the default route has
+    // destination and mask 0.
+    if (f.size() >= 8 && f[1] == "00000000" && f[7] == "00000000") return std::string(f[0]);
+  }
+  return "";
+}
+
+namespace {
+
+// The table's name is derived from the subnet, so that daemons with
+// subnets of their own keep tables of their own, and a restarted daemon
+// replaces its predecessor's.
+std::string TableName(uint32_t network, int len) {
+  return absl::StrFormat("dsec_vmm_%08x_%d", network, len);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetworkOptions& options) {
+  DSEC_ASSIGN_OR_RETURN(auto subnet, ParseIpv4Subnet(options.subnet));
+  if (subnet.second < 8 || subnet.second > 28) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("subnet ", options.subnet, ": prefix must be /8 to /28"));
+  }
+  std::unique_ptr<NodeNetwork> n(new NodeNetwork());
+  // One owner per subnet on a host: a second daemon (or `sandbox run`) on
+  // the same subnet would hand out the same addresses and replace our
+  // nftables table.
+  const std::string lock_dir = "/run/dsec-vmm";
+  ::mkdir(lock_dir.c_str(), 0755);
+  const std::string lock_path = absl::StrCat(lock_dir, "/", TableName(subnet.first, subnet.second), ".lock");
+  n->lock_.Reset(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!n->lock_.valid()) return ErrnoToStatus(absl::StrCat("open ", lock_path));
+  if (::flock(n->lock_.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("sandbox subnet ", options.subnet,
+                                                 " is in use by another dsec-vmm process (", lock_path,
+                                                 "); give this one a subnet of its own"));
+    }
+    return ErrnoToStatus(absl::StrCat("flock ", lock_path));
+  }
+  n->subnet_text_ = options.subnet;
+  n->network_ = subnet.first;
+  n->prefix_len_ = subnet.second;
+  n->gateway_ = subnet.first + 1;
+  n->next_ = n->gateway_ + 1;
+  // The uplinks first: a typo fails before anything is made.
+  std::vector<std::string> to_enable;
+  for (const std::string& up : options.uplinks) {
+    if (up.empty() || up.find('/') != std::string::npos || up[0] == '.') {
+      return absl::InvalidArgumentError(absl::StrCat("uplink '", up, "' is not an interface name"));
+    }
+    absl::StatusOr<std::string> old = ReadSmallFile(absl::StrCat("/proc/sys/net/ipv4/conf/", up, "/forwarding"));
+    if (!old.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("uplink ", up, ": no such interface (", old.status().message(), ")"));
+    }
+    if (absl::StripAsciiWhitespace(*old) != "1") to_enable.push_back(up);
+  }
+  const std::string net = options.subnet;
+  // postrouting: what leaves for elsewhere takes the node's address;
+  // forward: sandboxes never reach each other through the node (each also
+  // has its own egress policy; this holds whatever the policies say).
+  absl::StatusOr<NftTable> table = NftTable::Create(
+      "ip", TableName(n->network_, n->prefix_len_),
+      absl::StrCat("  chain postrouting {\n"
+                   "    type nat hook postrouting priority srcnat; policy accept;\n"
+                   "    ip saddr ", net, " ip daddr != ", net, " masquerade\n"
+                   "  }\n"
+                   "  chain forward {\n"
+                   "    type filter hook forward priority filter; policy accept;\n"
+                   "    ip saddr ", net, " ip daddr ", net, " drop\n"
+                   "  }"));
+  if (!table.ok()) return Annotate(table.status(), "sandbox network NAT");
+  n->table_.emplace(std::move(*table));
+  for (const std::string& up : to_enable) {
+    DSEC_RETURN_IF_ERROR(Annotate(EnableForwarding(up), absl::StrCat("uplink ", up)));
+    n->forwarding_enabled_.push_back(up);
+  }
+  // The resolver listens on the gateway address, port 53. Without it the
+  // node still offers CIDR rules; a sandbox with domain rules is refused.
+  dns::Resolver::Options ro;
+  const uint32_t gw = n->gateway_;
+  ro.listen = {{static_cast<uint8_t>(gw >> 24), static_cast<uint8_t>(gw >> 16), static_cast<uint8_t>(gw >> 8),
+                static_cast<uint8_t>(gw)},
+               53};
+  if (!options.dns_upstream.empty()) {
+    const std::string up = options.dns_upstream.find(':') == std::string::npos
+                               ? absl::StrCat(options.dns_upstream, ":53")
+                               : options.dns_upstream;
+    absl::StatusOr<dns::Ipv4Endpoint> e = dns::ParseIpv4Endpoint(up);
+    if (!e.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DNS upstream '", options.dns_upstream, "': ", e.status().message()));
+    }
+    ro.upstream = *e;
+  }
+  NodeNetwork* raw = n.get();
+  ro.policy = [raw](const dns::Ipv4Address& client) { return raw->PolicyOf(client); };
+  ro.on_resolved = [raw](const dns::Ipv4Address& client, const dns::DomainRule& rule,
+                         std::vector<bpf::EgressRule> addresses,
+                         uint32_t ttl_s) { raw->Resolved(client, rule, std::move(addresses), ttl_s); };
+  absl::StatusOr<std::unique_ptr<dns::Resolver>> resolver = dns::Resolver::Create(std::move(ro));
+  if (resolver.ok()) {
+    n->resolver_ = std::move(*resolver);
+    n->expiry_ = std::thread([raw] { raw->ExpiryLoop(); });
+  } else {
+    n->resolver_status_ = absl::UnavailableError(
+        absl::StrCat("the node resolver could not start, so domain rules cannot be enforced: ",
+                     resolver.status().message()));
+    DSEC_LOG(warn, "network: {}", n->resolver_status_.ToString());
+  }
+  return n;
+}
+
+NodeNetwork::~NodeNetwork() {
+  resolver_.reset();  // its thread calls into this object
+  {
+    std::lock_guard<std::mutex> lock(expiry_mu_);
+    stopping_ = true;
+  }
+  expiry_cv_.notify_all();
+  if (expiry_.joinable()) expiry_.join();
+  for (const std::string& up : forwarding_enabled_) {
+    if (absl::Status s = WriteSmallFile(absl::StrCat("/proc/sys/net/ipv4/conf/", up, "/forwarding"), "0");
+        !s.ok()) {
+      DSEC_LOG(warn, "uplink={} restore_forwarding_failed={}", up, s.ToString());
+    }
+  }
+}
+
+absl::StatusOr<uint32_t> NodeNetwork::Lease() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t first = gateway_ + 1;
+  const uint32_t last = network_ + (prefix_len_ == 32 ? 0 : (uint32_t{1} << (32 - prefix_len_))) - 2;
+  const uint32_t count = last >= first ? last - first + 1 : 0;
+  if (leases_.size() >= count) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sandbox subnet ", subnet_text_, " has no free address (", leases_.size(), " leased)"));
+  }
+  // The next free one after the last handed out: an address just released
+  // is reused last, so a late packet meant for its old owner finds nobody.
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t a = next_;
+    next_ = next_ >= last ? first : next_ + 1;
+    if (a < first || a > last) continue;
+    if (leases_.insert(a).second) return a;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("sandbox subnet ", subnet_text_, " has no free address"));
+}
+
+void NodeNetwork::Release(uint32_t address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  leases_.erase(address);
+}
+
+size_t NodeNetwork::leased() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leases_.size();
+}
+
+std::string NodeNetwork::HostInterface(uint32_t address) { return absl::StrFormat("ds%08x", address); }
+
+void NodeNetwork::Register(uint32_t address, SandboxNetwork* sandbox) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sandboxes_[address] = sandbox;
+}
+
+void NodeNetwork::Unregister(uint32_t address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sandboxes_.erase(address);
+}
+
+dns::ResolverCounters NodeNetwork::resolver_counters() const {
+  return resolver_ ? resolver_->counters() : dns::ResolverCounters{};
+}
+
+std::optional<dns::DomainPolicy> NodeNetwork::PolicyOf(const dns::Ipv4Address& client) {
+  const uint32_t a = (uint32_t{client[0]} << 24) | (uint32_t{client[1]} << 16) | (uint32_t{client[2]} << 8) |
+                     uint32_t{client[3]};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sandboxes_.find(a);
+  if (it == sandboxes_.end()) return std::nullopt;
+  return dns::DomainPolicy{it->second->AllowedDomains(), it->second->DeniedDomains()};
+}
+
+void NodeNetwork::Resolved(const dns::Ipv4Address& client, const dns::DomainRule& rule,
+                           std::vector<bpf::EgressRule> addresses, uint32_t ttl_s) {
+  const uint32_t a = (uint32_t{client[0]} << 24) | (uint32_t{client[1]} << 16) | (uint32_t{client[2]} << 8) |
+                     uint32_t{client[3]};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sandboxes_.find(a);
+  if (it == sandboxes_.end()) return;
+  const int64_t expires = MonotonicNowNs() + static_cast<int64_t>(ttl_s) * 1'000'000'000;
+  if (absl::Status s = it->second->AllowResolved(rule, addresses, expires); !s.ok()) {
+    DSEC_LOG(warn, "network: sandbox={} resolved_allow_failed={}", Ipv4Text(a), s.ToString());
+  }
+}
+
+void NodeNetwork::ExpiryLoop() {
+  std::unique_lock<std::mutex> lock(expiry_mu_);
+  while (!stopping_) {
+    expiry_cv_.wait_for(lock, std::chrono::seconds(1));
+    if (stopping_) break;
+    lock.unlock();
+    {
+      const int64_t now = MonotonicNowNs();
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& [addr, sb] : sandboxes_) sb->Expire(now);
+    }
+    lock.lock();
+  }
+}
+
+absl::StatusOr<NodeNetwork*> NodeNetworkProvider::Get() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (node_) return node_.get();
+  absl::StatusOr<std::unique_ptr<NodeNetwork>> n = NodeNetwork::Create(options_);
+  if (!n.ok()) {
+    last_error_ = n.status().ToString();
+    // Bad options are the operator's, but to a client they mean the same:
+    // this node cannot give the sandbox a network now.
+    if (absl::IsInvalidArgument(n.status())) {
+      return absl::UnavailableError(absl::StrCat("sandbox networking: ", n.status().message()));
+    }
+    return n.status();
+  }
+  node_ = std::move(*n);
+  last_error_.clear();
+  return node_.get();
+}
+
+nlohmann::json NodeNetworkProvider::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json h = {{"subnet", options_.subnet}, {"uplinks", options_.uplinks}};
+  h["available"] = last_error_.empty();
+  if (!last_error_.empty()) h["reason"] = last_error_;
+  h["active"] = node_ != nullptr;
+  h["sandboxes"] = node_ ? node_->leased() : 0;
+  if (node_) {
+    h["resolver"] = node_->resolver_status().ok() ? nlohmann::json("running")
+                                                   : nlohmann::json(std::string(node_->resolver_status().message()));
+  }
+  return h;
+}
+
+}  // namespace dsec::network

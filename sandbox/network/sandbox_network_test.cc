@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sandbox networking in the real kernel, with no traffic leaving the
+// machine: the test makes a "sandbox" (a network namespace and a cgroup v2
+// directory of its own) and an "outside world" (a second namespace behind
+// a veth the node treats as its uplink, on a TEST-NET-style 198.18.x.0/24),
+// and checks the address plumbing, NAT, the egress policy and its changes,
+// isolation between sandboxes, counters and cleanup.
+#include "sandbox/network/sandbox_network.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "base/scoped_fd.h"
+#include "base/subprocess.h"
+#include "gtest/gtest.h"
+#include "sandbox/network/netlink.h"
+
+namespace dsec::network {
+namespace {
+
+// One word per target ("tcp4,HOST,PORT", "udp4,..."): ok, timeout or the
+// errno name; for tcp4 also what the peer said (its view of our address).
+constexpr char kProbe[] = R"(
+import errno, socket, sys
+for t in sys.argv[1:]:
+    kind, host, port = t.split(",")
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp4" else socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        if kind == "udp4":
+            s.sendto(b"x", (host, int(port)))
+            print("ok")
+        else:
+            s.connect((host, int(port)))
+            print("ok " + s.recv(64).decode())
+    except socket.timeout:
+        print("timeout")
+    except OSError as e:
+        print(errno.errorcode.get(e.errno, str(e.errno)))
+    finally:
+        s.close()
+)";
+
+std::string Cgroup2Root() {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string line;
+  while (std::getline(mounts, line)) {
+    std::istringstream in(line);
+    std::string dev, dir, type;
+    in >> dev >> dir >> type;
+    if (type == "cgroup2") return dir;
+  }
+  return "";
+}
+
+ScopedFd NewNetns() {
+  ScopedFd out;
+  std::thread([&] {
+    if (unshare(CLONE_NEWNET) == 0) out.Reset(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  }).join();
+  return out;
+}
+
+// A listening TCP socket made inside `netns` on addr:0; answers each
+// connection with the peer address it sees (on a thread of its own).
+class Server {
+ public:
+  Server(int netns, const std::string& addr) {
+    std::thread([&] {
+      if (setns(netns, CLONE_NEWNET) != 0) return;
+      fd_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+      socklen_t len = sizeof(a);
+      if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(fd_.get(), 16) != 0 ||
+          getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+        fd_.Reset();
+        return;
+      }
+      port_ = ntohs(a.sin_port);
+    }).join();
+    if (fd_.valid()) thread_ = std::thread([this] { Serve(); });
+  }
+  ~Server() {
+    if (fd_.valid()) shutdown(fd_.get(), SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  void Serve() {
+    for (;;) {
+      sockaddr_in peer{};
+      socklen_t len = sizeof(peer);
+      ScopedFd c(accept4(fd_.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC));
+      if (!c.valid()) return;
+      char text[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &peer.sin_addr, text, sizeof(text));
+      (void)!write(c.get(), text, strlen(text));
+    }
+  }
+  ScopedFd fd_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+class SandboxNetworkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (netlink, nftables, BPF, cgroups)";
+    const std::string root = Cgroup2Root();
+    if (root.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy mounted";
+    if (access("/usr/bin/nsenter", X_OK) != 0) GTEST_SKIP() << "no nsenter";
+    const int x = getpid() % 250;
+    subnet_ = absl::StrCat("10.251.", x, ".0/24");
+    outside_ = absl::StrCat("198.18.", x, ".2");
+    uplink_ = absl::StrCat("dsu", getpid() % 100000);
+    // The outside world.
+    outside_ns_ = NewNetns();
+    ASSERT_TRUE(outside_ns_.valid()) << strerror(errno);
+    auto host = NlSocket::Open();
+    ASSERT_TRUE(host.ok()) << host.status();
+    (void)host->DeleteLink(uplink_);  // a crashed run's
+    ASSERT_TRUE(host->AddVeth(uplink_, "eth0", outside_ns_.get()).ok());
+    uplink_made_ = true;
+    ASSERT_TRUE(host->AddAddress(uplink_, absl::StrCat("198.18.", x, ".1/24")).ok());
+    ASSERT_TRUE(host->SetUp(uplink_).ok());
+    auto out = NlSocket::OpenIn(outside_ns_.get());
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(out->AddAddress("eth0", outside_ + "/24").ok());
+    ASSERT_TRUE(out->SetUp("eth0").ok());
+    ASSERT_TRUE(out->SetUp("lo").ok());
+    NodeNetworkOptions o;
+    o.subnet = subnet_;
+    o.uplinks = {uplink_};
+    auto node = NodeNetwork::Create(o);
+    if (node.status().code() == absl::StatusCode::kUnavailable) GTEST_SKIP() << node.status();
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = std::move(*node);
+    cgroup_root_ = root;
+  }
+
+  void TearDown() override {
+    sandboxes_.clear();
+    node_.reset();
+    for (const std::string& d : cgroups_) rmdir(d.c_str());
+    if (uplink_made_) {
+      auto host = NlSocket::Open();
+      if (host.ok()) (void)host->DeleteLink(uplink_);
+    }
+  }
+
+  struct FakeSandbox {
+    ScopedFd netns;
+    std::string cgroup;
+    std::unique_ptr<SandboxNetwork> network;
+  };
+
+  // A namespace with lo up and a cgroup v2 directory: what a tier hands in.
+  FakeSandbox& NewSandbox(const std::string& spec_json) {
+    auto sb = std::make_unique<FakeSandbox>();
+    sb->netns = NewNetns();
+    EXPECT_TRUE(sb->netns.valid());
+    auto in = NlSocket::OpenIn(sb->netns.get());
+    EXPECT_TRUE(in.ok() && in->SetUp("lo").ok());
+    sb->cgroup = absl::StrCat(cgroup_root_, "/dsec-net-test-", getpid(), "-", sandboxes_.size());
+    EXPECT_EQ(mkdir(sb->cgroup.c_str(), 0755), 0) << strerror(errno);
+    cgroups_.push_back(sb->cgroup);
+    auto spec = ParseNetworkSpec(nlohmann::json::parse(spec_json));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto n = SandboxNetwork::Create(node_.get(), sb->netns.get(), sb->cgroup, *spec);
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (n.ok()) sb->network = std::move(*n);
+    sandboxes_.push_back(std::move(sb));
+    return *sandboxes_.back();
+  }
+
+  std::vector<std::string> Probe(const FakeSandbox& sb, const std::vector<std::string>& targets) {
+    SpawnOptions o;
+    o.argv = {"/usr/bin/nsenter", absl::StrCat("--net=/proc/", getpid(), "/fd/", sb.netns.get()),
+              "/usr/bin/python3", "-c", kProbe};
+    o.argv.insert(o.argv.end(), targets.begin(), targets.end());
+    o.out = Stdio::Capture();
+    o.err = Stdio::Capture();
+    o.join_cgroup_procs = {sb.cgroup + "/cgroup.procs"};
+    o.timeout_ms = 30'000;
+    auto r = RunSubprocess(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    return absl::StrSplit(absl::StripTrailingAsciiWhitespace(r->out), '\n');
+  }
+
+  std::string Tcp(const std::string& host, int port) { return absl::StrCat("tcp4,", host, ",", port); }
+
+  std::string subnet_, outside_, uplink_, cgroup_root_;
+  bool uplink_made_ = false;
+  ScopedFd outside_ns_;
+  std::unique_ptr<NodeNetwork> node_;
+  std::vector<std::unique_ptr<FakeSandbox>> sandboxes_;
+  std::vector<std::string> cgroups_;
+};
+
+TEST_F(SandboxNetworkTest, AnAllowedPeerIsReachedThroughNatAndNothingElse) {
+  Server open(outside_ns_.get(), outside_), closed(outside_ns_.get(), outside_);
+  ASSERT_GT(open.port(), 0);
+  FakeSandbox& sb = NewSandbox(absl::StrCat(R"({"egress": {"allow": [")", outside_, ":", open.port(), R"("]}})"));
+  ASSERT_TRUE(sb.network);
+  const std::string host_side = absl::StrCat("198.18.", getpid() % 250, ".1");
+  // The peer sees the node's address on the uplink, not the sandbox's.
+  EXPECT_EQ(Probe(sb, {Tcp(outside_, open.port()), Tcp(outside_, closed.port())}),
+            (std::vector<std::string>{"ok " + host_side, "EPERM"}));
+  auto c = sb.network->Counters();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->connects_allowed, 1u);
+  EXPECT_EQ(c->connects_denied, 1u);
+  EXPECT_GT(c->bytes_out, 0u);
+  EXPECT_GT(c->bytes_in, 0u);
+}
+
+TEST_F(SandboxNetworkTest, PolicyChangesApplyToTheNextConnect) {
+  Server a(outside_ns_.get(), outside_), b(outside_ns_.get(), outside_);
+  FakeSandbox& sb = NewSandbox(absl::StrCat(R"({"egress": {"allow": [")", outside_, ":", a.port(), R"("]}})"));
+  ASSERT_TRUE(sb.network);
+  EXPECT_EQ(Probe(sb, {Tcp(outside_, b.port())}), (std::vector<std::string>{"EPERM"}));
+  auto spec = ParseNetworkSpec(nlohmann::json::parse(absl::StrCat(
+      R"({"egress": {"allow": [")", outside_, R"(/32"], "deny": [")", outside_, ":", a.port(), R"("]}})")));
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(sb.network->SetSpec(*spec).ok());
+  std::vector<std::string> r = Probe(sb, {Tcp(outside_, a.port()), Tcp(outside_, b.port())});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0], "EPERM");
+  EXPECT_EQ(r[1].substr(0, 2), "ok");
+  EXPECT_EQ(sb.network->spec().egress.deny_text.size(), 1u);
+}
+
+TEST_F(SandboxNetworkTest, LoopbackWorksAndTheSandboxHasItsAddress) {
+  FakeSandbox& sb = NewSandbox("{}");
+  ASSERT_TRUE(sb.network);
+  const std::string me = sb.network->address_text();
+  EXPECT_EQ(me.rfind(absl::StrCat("10.251.", getpid() % 250, "."), 0), 0u) << me;
+  EXPECT_EQ(sb.network->gateway_text(), absl::StrCat("10.251.", getpid() % 250, ".1"));
+  EXPECT_EQ(sb.network->ResolvConf(), absl::StrCat("nameserver ", sb.network->gateway_text(), "\n"));
+  // Nothing listens: loopback answers ECONNREFUSED, not EPERM; the
+  // outside answers EPERM (nothing allowed).
+  EXPECT_EQ(Probe(sb, {Tcp("127.0.0.1", 9), Tcp(outside_, 9)}),
+            (std::vector<std::string>{"ECONNREFUSED", "EPERM"}));
+}
+
+TEST_F(SandboxNetworkTest, SandboxesNeverReachEachOtherWhateverTheirPolicies) {
+  FakeSandbox& a = NewSandbox(absl::StrCat(R"({"egress": {"allow": [")", subnet_, R"("]}})"));
+  FakeSandbox& b = NewSandbox("{}");
+  ASSERT_TRUE(a.network && b.network);
+  // b listens on its own address; a's policy allows the whole subnet, the
+  // node's forward chain drops it.
+  Server in_b(b.netns.get(), b.network->address_text());
+  ASSERT_GT(in_b.port(), 0);
+  EXPECT_EQ(Probe(a, {Tcp(b.network->address_text(), in_b.port())}),
+            (std::vector<std::string>{"timeout"}));
+}
+
+TEST_F(SandboxNetworkTest, DestructionRemovesTheInterfaceTheProgramsAndTheLease) {
+  FakeSandbox& sb = NewSandbox("{}");
+  ASSERT_TRUE(sb.network);
+  const std::string host_if = sb.network->host_interface();
+  auto host = NlSocket::Open();
+  ASSERT_TRUE(host.ok());
+  EXPECT_TRUE(host->LinkIndex(host_if).ok());
+  EXPECT_EQ(node_->leased(), 1u);
+  sb.network.reset();
+  EXPECT_EQ(host->LinkIndex(host_if).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(node_->leased(), 0u);
+  // No eth0, no policy: the outside is unreachable, and not by EPERM.
+  EXPECT_EQ(Probe(sb, {Tcp(outside_, 9)}), (std::vector<std::string>{"ENETUNREACH"}));
+}
+
+TEST(NodeNetworkLeaseTest, LeasesRunOutWithAClearErrorAndComeBack) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+  NodeNetworkOptions o;
+  o.subnet = absl::StrCat("10.251.", getpid() % 250, ".240/28");
+  auto node = NodeNetwork::Create(o);
+  if (node.status().code() == absl::StatusCode::kUnavailable) GTEST_SKIP() << node.status();
+  ASSERT_TRUE(node.ok()) << node.status();
+  std::set<uint32_t> got;
+  for (int i = 0; i < 13; ++i) {  // .242 .. .254: not the network, gateway or broadcast
+    auto a = (*node)->Lease();
+    ASSERT_TRUE(a.ok()) << i << ": " << a.status();
+    EXPECT_TRUE(got.insert(*a).second);
+  }
+  auto full = (*node)->Lease();
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(full.status().message()).find("no free address"), std::string::npos);
+  (*node)->Release(*got.begin());
+  EXPECT_EQ(*(*node)->Lease(), *got.begin());
+}
+
+TEST(NodeNetworkOptionsTest, BadOptionsAreClearErrors) {
+  for (const char* bad : {"10.0.0.0", "10.0.0.1/24", "10.0.0.0/30", "300.0.0.0/8", "10.0.0.0/x"}) {
+    NodeNetworkOptions o;
+    o.subnet = bad;
+    auto n = NodeNetwork::Create(o);
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  NodeNetworkOptions o;
+  o.subnet = absl::StrCat("10.251.", getpid() % 250, ".0/24");
+  o.uplinks = {"no-such-if0"};
+  if (geteuid() == 0) {
+    auto n = NodeNetwork::Create(o);
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(n.status().message()).find("no-such-if0"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace dsec::network
