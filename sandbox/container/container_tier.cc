@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/container/container_tier.h"
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -17,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "base/clock.h"
 #include "base/logging.h"
+#include "base/scoped_fd.h"
 #include "base/status.h"
 #include "sandbox/container/cgroup_events.h"
 #include "sandbox/container/init_pool.h"
@@ -24,6 +26,8 @@
 #include "sandbox/container/root_files.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
+#include "sandbox/network/policy.h"
+#include "sandbox/network/sandbox_network.h"
 
 namespace dsec::container {
 
@@ -131,6 +135,11 @@ class ContainerTierSandbox : public tier::TierSandbox {
       : pool_(std::move(pool)), sandbox_(std::move(sandbox)), range_(std::move(range)) {}
   ~ContainerTierSandbox() override { (void)Destroy(); }
 
+  absl::Status AddNetwork(network::NodeNetwork* node, const network::NetworkSpec& spec) {
+    DSEC_ASSIGN_OR_RETURN(network_, AddSandboxNetwork(*sandbox_, node, spec, &net_cgroup_));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<tier::ExecOutcome> Exec(const tier::ExecSpec& spec) override {
     ExecOptions o;
     o.argv = spec.argv;
@@ -232,6 +241,7 @@ class ContainerTierSandbox : public tier::TierSandbox {
     return ListRootDir(sandbox_->rootfs_dir(), path);
   }
   absl::StatusOr<std::string> UpperDir() override { return sandbox_->upper_dir(); }
+  std::shared_ptr<network::SandboxNetwork> network() const override { return network_; }
   std::string UpperXattrPrefix() const override {
     return sandbox_->user_namespace() ? "user.overlay." : "trusted.overlay.";
   }
@@ -242,6 +252,14 @@ class ContainerTierSandbox : public tier::TierSandbox {
     // A frozen process does not die: thaw first.
     if (paused_) (void)Resume();
     absl::Status s = sandbox_->Destroy();
+    // Its processes are gone: the programs detach, the veth and the lease
+    // go, and its cgroup v2 directory is empty.
+    if (network_) network_->Close();
+    if (!net_cgroup_.empty()) {
+      if (absl::Status r = KillAndRemoveCgroup(net_cgroup_); !r.ok()) {
+        DSEC_LOG(warn, "container: remove {}: {}", net_cgroup_, r.ToString());
+      }
+    }
     if (!freezer_.dir.empty() && !freezer_.own && ::rmdir(freezer_.dir.c_str()) != 0 &&
         errno != ENOENT) {
       DSEC_LOG(warn, "container: rmdir {}: {}", freezer_.dir, strerror(errno));
@@ -253,12 +271,51 @@ class ContainerTierSandbox : public tier::TierSandbox {
   std::shared_ptr<InitPool> pool_;  // outlives sandbox_ (member order)
   std::unique_ptr<Sandbox> sandbox_;
   std::shared_ptr<uint32_t> range_;  // its host id range (user namespace), given back with it
+  std::shared_ptr<network::SandboxNetwork> network_;
+  std::string net_cgroup_;  // a v2 directory made for the network's programs (hybrid hosts)
   FreezerPlace freezer_;
   bool paused_ = false;
   bool destroyed_ = false;
 };
 
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandbox& sandbox,
+                                                                           network::NodeNetwork* node,
+                                                                           const network::NetworkSpec& spec,
+                                                                           std::string* made_cgroup) {
+  std::string dir;
+  for (const std::string& d : sandbox.cgroups().dirs()) {
+    if (Exists(d + "/cgroup.controllers")) dir = d;
+  }
+  if (dir.empty()) {
+    if (!Exists(absl::StrCat(kHybridV2, "/cgroup.procs"))) {
+      return absl::UnavailableError(
+          "no cgroup v2 hierarchy to attach the egress policy to: the sandbox cannot have a network");
+    }
+    dir = absl::StrCat(kHybridV2, "/dsec-net-", sandbox.id());
+    std::ofstream rec(sandbox.state_dir() + "/cgroups", std::ios::app);
+    rec << dir << "\n";
+    rec.flush();
+    if (!rec) return absl::InternalError("recording the network cgroup in the state dir failed");
+    if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", dir));
+    *made_cgroup = dir;
+    // The init only: everything the sandbox runs is its child.
+    DSEC_RETURN_IF_ERROR(WriteText(dir + "/cgroup.procs", std::to_string(sandbox.init_pid())));
+  }
+  ScopedFd netns(::open(absl::StrCat("/proc/", sandbox.init_pid(), "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!netns.valid()) return ErrnoToStatus("open the sandbox's network namespace");
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<network::SandboxNetwork> n,
+                        network::SandboxNetwork::Create(node, netns.get(), dir, spec));
+  std::shared_ptr<network::SandboxNetwork> net = std::move(n);
+  ScopedFsIds ids(sandbox.user_namespace());
+  absl::Status s = WriteRootFile(sandbox.rootfs_dir(), "/etc/resolv.conf", net->ResolvConf(), 0644);
+  if (!s.ok()) {
+    net->Close();
+    return Annotate(s, "writing /etc/resolv.conf");
+  }
+  return net;
+}
 
 std::string FreezerCgroupName(const std::string& sandbox_id) {
   return absl::StrCat("dsec-frz-", sandbox_id);
@@ -277,6 +334,7 @@ const tier::TierTraits& ContainerTierTraits() {
     t.options = {userns};
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
+    t.network = true;
     return t;
   }();
   return kTraits;
@@ -313,8 +371,17 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> ContainerTier::Create(const t
     DSEC_ASSIGN_OR_RETURN(range, TakeRange());
     c.user_namespace = UserNamespaceMap{*range, *range, kRangeIds};
   }
+  if (spec.network && spec.node_network == nullptr) {
+    return absl::InternalError("a network was asked for without the node's network");
+  }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(std::move(c)));
-  return std::unique_ptr<tier::TierSandbox>(new ContainerTierSandbox(std::move(sb), std::move(range), pool_));
+  auto out = std::make_unique<ContainerTierSandbox>(std::move(sb), std::move(range), pool_);
+  if (spec.network) {
+    // All or nothing: a sandbox whose policy cannot be enforced is not
+    // handed out (its destructor removes what was made).
+    DSEC_RETURN_IF_ERROR(Annotate(out->AddNetwork(spec.node_network, *spec.network), "network"));
+  }
+  return std::unique_ptr<tier::TierSandbox>(std::move(out));
 }
 
 absl::StatusOr<std::shared_ptr<uint32_t>> ContainerTier::TakeRange() {

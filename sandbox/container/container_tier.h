@@ -21,6 +21,19 @@
 namespace dsec::container {
 
 class InitPool;
+class Sandbox;
+
+// Gives a container sandbox its network (sandbox/network): the egress
+// programs on a cgroup v2 directory holding all its processes (its own
+// where the host is pure v2; elsewhere one made for them, recorded in the
+// state dir first so that a killed daemon's successor removes it, its path
+// in *made_cgroup for the caller to remove after the sandbox), the veth
+// into its namespace, and the node resolver in its /etc/resolv.conf.
+// Unavailable where the policy cannot be enforced.
+absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandbox& sandbox,
+                                                                           network::NodeNetwork* node,
+                                                                           const network::NetworkSpec& spec,
+                                                                           std::string* made_cgroup);
 
 struct ContainerTierOptions {
   std::string state_root;           // SandboxConfig::state_root

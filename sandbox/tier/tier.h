@@ -22,6 +22,11 @@
 namespace dsec::sched {
 class SandboxIsolation;
 }
+namespace dsec::network {
+struct NetworkSpec;
+class NodeNetwork;
+class SandboxNetwork;
+}  // namespace dsec::network
 
 namespace dsec::tier {
 
@@ -39,6 +44,12 @@ struct CreateSpec {
   // The tier's own create options (TierTraits::options), validated, with
   // their defaults filled in.
   TierOptions options;
+  // Networking (sandbox/network), only for a tier whose traits offer it:
+  // null, the sandbox has an empty network namespace; else its egress
+  // policy, and the node's network it leases its address from (outlives
+  // the sandbox).
+  std::shared_ptr<const network::NetworkSpec> network;
+  network::NodeNetwork* node_network = nullptr;
 };
 
 struct ExecSpec {
@@ -100,6 +111,10 @@ class TierSandbox {
   // Namespace of overlayfs' xattrs in UpperDir ("user.overlay." where the
   // overlay was mounted with userxattr).
   virtual std::string UpperXattrPrefix() const { return "trusted.overlay."; }
+  // The sandbox's network (created with a CreateSpec::network), or null.
+  // Thread-safe on its own, so the daemon keeps a reference and reads it
+  // without the sandbox's lock; Destroy closes it (sandbox_network.h).
+  virtual std::shared_ptr<network::SandboxNetwork> network() const { return nullptr; }
   virtual absl::Status Destroy() = 0;
 };
 
@@ -126,6 +141,9 @@ struct TierTraits {
   // What CleanupOrphans counts ("sandboxes", "pools"): health reports it as
   // recovered.<name>_<orphans>.
   std::string orphans = "sandboxes";
+  // It gives sandboxes a network when asked (CreateSpec::network); a tier
+  // without it refuses "network" on create.
+  bool network = false;
 };
 
 // A tier: creates sandboxes, cleans up what a killed daemon left.
