@@ -141,6 +141,10 @@ void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o) {
            WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
              Reply(res, svc->PackDiff(req.matches[1], b), 201);
            }));
+  srv.Patch(R"(/v1/sandboxes/([^/]+)/network)",
+            WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
+              Reply(res, svc->SetNetwork(req.matches[1], b));
+            }));
   srv.Post(R"(/v1/sandboxes/([^/]+)/pause)", [svc](const httplib::Request& req, httplib::Response& res) {
     Reply(res, svc->Pause(req.matches[1]));
   });

@@ -18,6 +18,7 @@
 #include "sandbox/daemon/daemon.h"
 #include "sandbox/daemon/node_tiers.h"
 #include "sandbox/layers/layer_store.h"
+#include "sandbox/network/node_network.h"
 #include "base/logging.h"
 #include "base/status.h"
 
@@ -50,6 +51,15 @@ int main(int argc, char** argv) {
   bool no_qos_placement = false;
   app.add_flag("--no-qos-placement", no_qos_placement,
                "Do not place sandboxes by their qos through sched/ (they report qos_applied=false)");
+  dsec::network::NodeNetworkOptions net;
+  std::vector<std::string> uplinks;
+  app.add_option("--net-subnet", net.subnet, "IPv4 subnet of sandboxes with a network (one daemon per subnet)")
+      ->capture_default_str();
+  app.add_option("--net-uplink", uplinks,
+                 "Interfaces sandbox traffic leaves by, NATed (default: the default route's; 'none': "
+                 "sandboxes reach only this node)");
+  app.add_option("--net-dns-upstream", net.dns_upstream,
+                 "The node resolver's upstream server (default: /etc/resolv.conf's first)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   for (const auto& t : tiers) t->AddFlags(app);
   try {
@@ -91,6 +101,14 @@ int main(int argc, char** argv) {
     o.http.token = std::string(absl::StripAsciiWhitespace(line));
   }
   o.service.layer_store = store;
+  if (uplinks.empty()) {
+    if (std::string def = dsec::network::DefaultRouteInterface(); !def.empty()) uplinks = {def};
+  }
+  if (!(uplinks.size() == 1 && uplinks[0] == "none")) net.uplinks = uplinks;
+  // Made on the first create that asks for a network; lives until exit.
+  static dsec::network::NodeNetworkProvider node_network(net);
+  o.service.node_network = [] { return node_network.Get(); };
+  o.service.network_health = [] { return node_network.Health(); };
 
   // dsec-vmm (for the base-layer script's `layer build`) lives beside us.
   std::string self = dsec::SelfExePath();

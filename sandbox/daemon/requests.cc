@@ -28,8 +28,8 @@ constexpr size_t kMaxStdinText = 1u << 20;
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
 // The create fields every tier takes; the others are the tier's own.
-constexpr std::string_view kCommonCreateFields[] = {"tier", "layers", "cpus", "memory_mib",
-                                                    "pids", "qos",    "ttl_s", "task_id"};
+constexpr std::string_view kCommonCreateFields[] = {"tier",  "layers",  "cpus",   "memory_mib", "pids",
+                                                    "qos",   "ttl_s",   "task_id", "network"};
 
 absl::StatusOr<std::string> LayerNamePart(JsonFields& f, std::string_view key) {
   absl::StatusOr<std::optional<std::string>> v = f.OptString(key, 128);
@@ -61,6 +61,9 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, const Request
     return InvalidField("task_id",
                         "task_id must be 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
   }
+  if (const json* net = f.Raw("network")) {
+    DSEC_ASSIGN_OR_RETURN(r.network, network::ParseNetworkSpec(*net, "network"));
+  }
   for (auto it = body.begin(); it != body.end(); ++it) {
     if (std::find(std::begin(kCommonCreateFields), std::end(kCommonCreateFields), it.key()) ==
         std::end(kCommonCreateFields)) {
@@ -68,6 +71,10 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, const Request
     }
   }
   return r;
+}
+
+absl::StatusOr<network::NetworkSpec> ParseNetworkPatch(const json& body) {
+  return network::ParseNetworkSpec(body, "");
 }
 
 absl::StatusOr<ExecRequestBody> ParseExecRequest(const json& body, const RequestLimits& limits) {

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "sandbox/network/policy.h"
 
 namespace dsec::daemon {
 
@@ -35,6 +36,9 @@ struct CreateRequest {
   std::optional<std::string> qos;  // "ls" | "be"
   std::optional<int64_t> ttl_s;
   std::optional<std::string> task_id;
+  // The sandbox's network and egress policy (sandbox/network/policy.h);
+  // absent or null: no network (an empty namespace).
+  std::optional<network::NetworkSpec> network;
   // Every other field, unread: the named tier's own options ("lang",
   // "user_namespace"), which its traits check (tier::ParseTierOptions),
   // refusing unknown ones.
@@ -53,6 +57,10 @@ struct ExecRequestBody {
   bool idempotent = false;
 };
 absl::StatusOr<ExecRequestBody> ParseExecRequest(const nlohmann::json& body, const RequestLimits& limits);
+
+// PATCH /v1/sandboxes/{id}/network: a whole new policy, fields named
+// "egress.allow[i]".
+absl::StatusOr<network::NetworkSpec> ParseNetworkPatch(const nlohmann::json& body);
 
 // POST /v1/sandboxes/{id}/pack_diff.
 struct PackDiffRequest {

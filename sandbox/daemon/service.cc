@@ -130,6 +130,9 @@ json Service::Health() const {
   h["recovered"] = recovered_;
   h["qos"] = {{"available", options_.qos != nullptr && options_.qos->available()},
               {"status", options_.qos != nullptr ? options_.qos->status() : "no placement configured"}};
+  h["network"] = options_.network_health
+                     ? options_.network_health()
+                     : json{{"available", false}, {"reason", "this daemon offers no sandbox networking"}};
   return h;
 }
 
@@ -206,6 +209,7 @@ std::string Service::MetricsText() const {
                         metrics_.dropped_output_bytes.load(), metrics_.replayed_execs.load(),
                         metrics_.rejected_limit.load(), running_execs_.load(),
                         metrics_.unrecorded_execs.load());
+  out += NetworkMetricsText();
   // Each tier's own figures (warm pools, id ranges, ...).
   for (tier::TierId t : registry_.ids()) out += registry_.tier(t).MetricsText();
   if (trajectories_) {
@@ -251,6 +255,7 @@ json Service::Describe(const Entry& e) const {
   j["created_unix_ms"] = e.created_ms;
   j["expires_unix_ms"] = e.expires_ms ? json(*e.expires_ms) : json(nullptr);
   j["execs"] = e.execs.load();
+  j["network"] = NetworkJson(e);
   return j;
 }
 
@@ -275,6 +280,12 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
   if (req.memory_mib) e->memory_mib = *req.memory_mib;
   if (req.pids) e->pids = *req.pids;
   if (req.qos) e->qos = *req.qos;
+  if (req.network) {
+    if (!traits.network) {
+      return InvalidField("network", absl::StrCat("the ", traits.name, " tier offers no network"));
+    }
+    e->network_spec = std::make_shared<const network::NetworkSpec>(std::move(*req.network));
+  }
   std::optional<std::string> task = req.task_id;
   if (forced_task) {
     if (task) return InvalidField("task_id", "task_id comes from the URL on resume");
@@ -326,6 +337,7 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
     return sb.status();
   }
   e->sandbox = std::move(*sb);
+  e->net = e->sandbox->network();
   metrics_.create_ms.at(registry_.name(e->tier)).Observe(static_cast<double>(MonotonicNowNs() - start_ns) / 1e6);
   release(true);
   DSEC_LOG(info, "daemon: sandbox={} tier={} created", e->id, registry_.name(e->tier));
@@ -361,6 +373,13 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
   {
     std::lock_guard<std::mutex> lock(e.qos_mu);
     if (e.qos_lease) spec.isolation = e.qos_lease->isolation();
+  }
+  if (e.network_spec) {
+    if (!options_.node_network) {
+      return absl::UnavailableError("this daemon offers no sandbox networking");
+    }
+    DSEC_ASSIGN_OR_RETURN(spec.node_network, options_.node_network());
+    spec.network = e.network_spec;
   }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<tier::TierSandbox> sb, tier.Create(spec));
   e.images = *images;

@@ -31,6 +31,10 @@
 #include "sandbox/trajectory/log.h"
 #include "sandbox/trajectory/replay.h"
 
+namespace dsec::network {
+class NodeNetwork;
+}
+
 namespace dsec::daemon {
 
 inline constexpr char kVersion[] = "0.1.0";
@@ -63,6 +67,12 @@ struct ServiceOptions {
   // For TTLs (wall time, as expires_unix_ms shows them); null: the real
   // wall clock. Tests drive the reaper with a FakeClock.
   const Clock* wall_clock = nullptr;
+  // The node's sandbox network (sandbox/network), made on first use; null:
+  // this daemon offers none (a create with "network" is answered 503).
+  // Unavailable with the reason where the host cannot offer it.
+  std::function<absl::StatusOr<network::NodeNetwork*>()> node_network;
+  // What GET /v1/health says of it: {"available": ..., ...}.
+  std::function<nlohmann::json()> network_health;
 };
 
 // What a streamed exec sees besides its result. Both run on the thread
@@ -107,6 +117,9 @@ class Service {
                          const std::string& data);
   absl::StatusOr<nlohmann::json> ListFiles(const std::string& id, const std::string& path);
   absl::StatusOr<nlohmann::json> PackDiff(const std::string& id, const nlohmann::json& body);
+  // PATCH /v1/sandboxes/{id}/network: replaces the egress policy of a
+  // sandbox created with a network (new connections at once).
+  absl::StatusOr<nlohmann::json> SetNetwork(const std::string& id, const nlohmann::json& body);
 
   absl::StatusOr<nlohmann::json> ListLayers() const;
   absl::StatusOr<nlohmann::json> AddLayer(const nlohmann::json& body);
@@ -134,6 +147,10 @@ class Service {
   absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MakeTierSandbox(
       Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id = "");
   nlohmann::json Describe(const Entry& e) const;
+  // GET's "network": the policy, addresses and counters, or null.
+  static nlohmann::json NetworkJson(const Entry& e);
+  // Per-sandbox network counters for /metrics.
+  std::string NetworkMetricsText() const;
   // Places e (qos "ls"/"be") through options_.qos; records the lease or why not.
   void PlaceQos(Entry& e);
   absl::StatusOr<nlohmann::json> GoLive(Entry& e, const trajectory::ExecRequest& req,

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "sandbox/daemon/service.h"
+#include "sandbox/network/policy.h"
+#include "sandbox/network/sandbox_network.h"
 
 namespace dsec::daemon {
 
@@ -34,6 +36,12 @@ struct Service::Entry {
   std::optional<int64_t> expires_ms;
   std::atomic<uint64_t> execs{0};
   std::atomic<bool> paused{false};
+  // The network asked for on create (PATCH replaces it; a re-created
+  // sandbox gets the latest), and the live one (thread-safe, closed by
+  // the tier's destroy), both null without one. Guarded by mu.
+  std::shared_ptr<const network::NetworkSpec> network_spec;
+  // Set before the entry is published, never changed after.
+  std::shared_ptr<network::SandboxNetwork> net;
 
   // Serialises every operation on the tier sandbox.
   std::mutex mu;
