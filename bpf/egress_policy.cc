@@ -3,16 +3,14 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/scoped_fd.h"
 #include "base/status.h"
+#include "bpf/cgroup_attach.h"
 #include "bpf/egress.skel.h"
 #include "bpf/rule_maps.h"
 
@@ -45,35 +43,14 @@ EgressPolicy::~EgressPolicy() { egress__destroy(skel_); }  // detaches the links
 
 absl::Status EgressPolicy::AttachToCgroup(const std::string& cgroup_dir) {
   if (attached_) return absl::FailedPreconditionError("egress policy: already attached");
-  ScopedFd dir(open(cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir.valid()) {
-    return absl::NotFoundError(absl::StrCat("egress policy: opening cgroup ", cgroup_dir, ": ", Errno(errno)));
-  }
-  struct {
-    struct bpf_program* prog;
-    struct bpf_link** link;
-  } progs[] = {
+  const CgroupProgram progs[] = {
       {skel_->progs.dsec_connect4, &skel_->links.dsec_connect4},
       {skel_->progs.dsec_sendmsg4, &skel_->links.dsec_sendmsg4},
       {skel_->progs.dsec_connect6, &skel_->links.dsec_connect6},
       {skel_->progs.dsec_sendmsg6, &skel_->links.dsec_sendmsg6},
       {skel_->progs.dsec_skb_egress, &skel_->links.dsec_skb_egress},
   };
-  for (auto& p : progs) {
-    struct bpf_link* link = bpf_program__attach_cgroup(p.prog, dir.get());
-    if (link == nullptr) {
-      const int err = errno;
-      for (auto& q : progs) {  // all or nothing
-        if (*q.link != nullptr) {
-          bpf_link__destroy(*q.link);
-          *q.link = nullptr;
-        }
-      }
-      return absl::UnavailableError(absl::StrCat("egress policy: attaching ", bpf_program__name(p.prog),
-                                                 " to cgroup ", cgroup_dir, ": ", Errno(err)));
-    }
-    *p.link = link;
-  }
+  DSEC_RETURN_IF_ERROR(AttachAllToCgroup(progs, cgroup_dir, kOwner));
   attached_ = true;
   return absl::OkStatus();
 }
