@@ -11,16 +11,8 @@
 
 // Counters: 0 calls allowed, 1 calls denied (by a deny rule or by no allow
 // rule), 2 packets allowed, 3 packets dropped (the cgroup_skb wall).
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 4);
-  __type(key, __u32);
-  __type(value, __u64);
-} counters SEC(".maps");
-
 static __always_inline int count(__u32 k, int allowed) {
-  __u64 *c = bpf_map_lookup_elem(&counters, &k);
-  if (c) *c += 1;
+  add_counter(k, 1);
   return allowed ? 1 : 0;
 }
 

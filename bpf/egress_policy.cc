@@ -55,17 +55,13 @@ absl::Status EgressPolicy::AttachToCgroup(const std::string& cgroup_dir) {
   return absl::OkStatus();
 }
 
-absl::Status EgressPolicy::Allow(const EgressRule& rule) {
-  return UpdateRule(RuleMaps::Of(skel_), RuleList::kAllow, RuleChange::kAdd, rule, kOwner);
-}
-absl::Status EgressPolicy::Deny(const EgressRule& rule) {
-  return UpdateRule(RuleMaps::Of(skel_), RuleList::kDeny, RuleChange::kAdd, rule, kOwner);
-}
+absl::Status EgressPolicy::Allow(const EgressRule& rule) { return RuleLists::Of(skel_, kOwner).Allow(rule); }
+absl::Status EgressPolicy::Deny(const EgressRule& rule) { return RuleLists::Of(skel_, kOwner).Deny(rule); }
 absl::Status EgressPolicy::RemoveAllow(const EgressRule& rule) {
-  return UpdateRule(RuleMaps::Of(skel_), RuleList::kAllow, RuleChange::kRemove, rule, kOwner);
+  return RuleLists::Of(skel_, kOwner).RemoveAllow(rule);
 }
 absl::Status EgressPolicy::RemoveDeny(const EgressRule& rule) {
-  return UpdateRule(RuleMaps::Of(skel_), RuleList::kDeny, RuleChange::kRemove, rule, kOwner);
+  return RuleLists::Of(skel_, kOwner).RemoveDeny(rule);
 }
 
 absl::StatusOr<EgressCounters> EgressPolicy::Counters() const {

@@ -8,7 +8,8 @@
 // counts the 16 port bits too. Userspace fills the maps through
 // rule_maps.h with keys from egress_rule.h's EgressRuleKey.
 //
-// Include it in one program file only: it defines the maps.
+// Include it in one program file only: it defines the maps (the rule
+// lists and a counter array).
 #pragma once
 
 #include <linux/bpf.h>
@@ -44,6 +45,20 @@ RULE_MAP(allow4, key4);
 RULE_MAP(deny4, key4);
 RULE_MAP(allow6, key6);
 RULE_MAP(deny6, key6);
+
+// Four per-CPU counters; each program that includes this header says what
+// they count (userspace sums them with rule_maps.h's SumPerCpuCounters).
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 4);
+  __type(key, __u32);
+  __type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void add_counter(__u32 k, __u64 n) {
+  __u64 *c = bpf_map_lookup_elem(&counters, &k);
+  if (c) *c += n;
+}
 
 static __always_inline int match4(void *map, __u32 ip, __u16 port) {
   struct key4 k = {.prefixlen = 16 + 32, .port = port};

@@ -19,11 +19,8 @@ absl::string_view View(std::string_view s) { return absl::string_view(s.data(), 
 
 }  // namespace
 
-absl::Status UpdateRule(const RuleMaps& maps, RuleList list, RuleChange change, const EgressRule& rule,
-                        std::string_view owner) {
-  const bool allow = list == RuleList::kAllow;
-  const bool add = change == RuleChange::kAdd;
-  struct bpf_map* map = rule.ipv6 ? (allow ? maps.allow6 : maps.deny6) : (allow ? maps.allow4 : maps.deny4);
+absl::Status RuleLists::Update(bool allow, const EgressRule& rule, bool add) const {
+  struct bpf_map* map = rule.ipv6 ? (allow ? allow6_ : deny6_) : (allow ? allow4_ : deny4_);
   const std::vector<uint8_t> key = EgressRuleKey(rule);
   const uint8_t one = 1;
   const int err = add ? bpf_map__update_elem(map, key.data(), key.size(), &one, sizeof(one), BPF_ANY)
@@ -31,14 +28,14 @@ absl::Status UpdateRule(const RuleMaps& maps, RuleList list, RuleChange change, 
   if (err != 0) {
     if (!add && (err == -ENOENT || errno == ENOENT)) {
       return absl::NotFoundError(
-          absl::StrCat(View(owner), ": no ", allow ? "allow" : "deny", " rule ", FormatEgressRule(rule)));
+          absl::StrCat(View(owner_), ": no ", allow ? "allow" : "deny", " rule ", FormatEgressRule(rule)));
     }
     if (err == -E2BIG || err == -ENOSPC || errno == E2BIG || errno == ENOSPC) {
-      return absl::ResourceExhaustedError(absl::StrCat(View(owner), ": the ", allow ? "allow" : "deny",
+      return absl::ResourceExhaustedError(absl::StrCat(View(owner_), ": the ", allow ? "allow" : "deny",
                                                        " list is full (", bpf_map__max_entries(map),
                                                        " rules)"));
     }
-    return absl::InternalError(absl::StrCat(View(owner), ": ", add ? "adding" : "removing", " rule ",
+    return absl::InternalError(absl::StrCat(View(owner_), ": ", add ? "adding" : "removing", " rule ",
                                             FormatEgressRule(rule), ": ", Errno(err)));
   }
   return absl::OkStatus();

@@ -17,29 +17,37 @@ struct bpf_map;
 
 namespace dsec::bpf {
 
-// A loaded object's allow and deny maps (egress_rules.bpf.h's names).
-struct RuleMaps {
-  struct bpf_map* allow4;
-  struct bpf_map* deny4;
-  struct bpf_map* allow6;
-  struct bpf_map* deny6;
+// A loaded object's allow and deny maps (egress_rules.bpf.h's names) and
+// the rule API over them. Changes apply to the next lookup. `owner` names
+// the caller in messages ("egress policy"). Removing a rule that is not
+// there: NotFound; adding to a full list: ResourceExhausted.
+class RuleLists {
+ public:
+  RuleLists(struct bpf_map* allow4, struct bpf_map* deny4, struct bpf_map* allow6, struct bpf_map* deny6,
+            std::string_view owner)
+      : allow4_(allow4), deny4_(deny4), allow6_(allow6), deny6_(deny6), owner_(owner) {}
 
   // The maps of a generated skeleton whose program includes
   // egress_rules.bpf.h.
   template <typename Skeleton>
-  static RuleMaps Of(Skeleton* skel) {
-    return {skel->maps.allow4, skel->maps.deny4, skel->maps.allow6, skel->maps.deny6};
+  static RuleLists Of(Skeleton* skel, std::string_view owner) {
+    return RuleLists(skel->maps.allow4, skel->maps.deny4, skel->maps.allow6, skel->maps.deny6, owner);
   }
+
+  absl::Status Allow(const EgressRule& rule) const { return Update(true, rule, true); }
+  absl::Status Deny(const EgressRule& rule) const { return Update(false, rule, true); }
+  absl::Status RemoveAllow(const EgressRule& rule) const { return Update(true, rule, false); }
+  absl::Status RemoveDeny(const EgressRule& rule) const { return Update(false, rule, false); }
+
+ private:
+  absl::Status Update(bool allow, const EgressRule& rule, bool add) const;
+
+  struct bpf_map* allow4_;
+  struct bpf_map* deny4_;
+  struct bpf_map* allow6_;
+  struct bpf_map* deny6_;
+  std::string_view owner_;
 };
-
-enum class RuleList { kAllow, kDeny };
-enum class RuleChange { kAdd, kRemove };
-
-// Adds or removes one rule; it applies to the next lookup. `owner` names the
-// caller in messages ("egress policy"). Removing a rule that is not there:
-// NotFound; a full list: ResourceExhausted.
-absl::Status UpdateRule(const RuleMaps& maps, RuleList list, RuleChange change, const EgressRule& rule,
-                        std::string_view owner);
 
 // Entries 0..n-1 of a BPF_MAP_TYPE_PERCPU_ARRAY of u64, each summed over
 // the possible CPUs.
