@@ -50,7 +50,7 @@ int dsec_sendmsg6(struct bpf_sock_addr *ctx) { return check6(ctx); }
 SEC("cgroup_skb/egress")
 int dsec_skb_egress(struct __sk_buff *skb) {
   const int allowed = ip_packet_allowed(skb, 0);  // cgroup_skb data starts at the IP header
-  if (allowed < 0) return 1;                       // not IP: nothing to route off the node
+  if (allowed < 0) return 1;                      // not IP: nothing to route off the node
   return packet_verdict(allowed);
 }
 

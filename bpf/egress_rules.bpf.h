@@ -32,13 +32,13 @@ struct key6 {
   __u8 addr[16];
 } __attribute__((packed));
 
-#define RULE_MAP(name, keytype)                 \
-  struct {                                      \
-    __uint(type, BPF_MAP_TYPE_LPM_TRIE);        \
-    __uint(max_entries, 1024);                  \
-    __type(key, struct keytype);                \
-    __type(value, __u8);                        \
-    __uint(map_flags, BPF_F_NO_PREALLOC);       \
+#define RULE_MAP(name, keytype)           \
+  struct {                                \
+    __uint(type, BPF_MAP_TYPE_LPM_TRIE);  \
+    __uint(max_entries, 1024);            \
+    __type(key, struct keytype);          \
+    __type(value, __u8);                  \
+    __uint(map_flags, BPF_F_NO_PREALLOC); \
   } name SEC(".maps")
 
 RULE_MAP(allow4, key4);

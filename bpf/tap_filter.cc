@@ -60,12 +60,14 @@ TapFilter::~TapFilter() {
 
 absl::Status TapFilter::AttachToInterface(int ifindex) {
   if (attached_) return absl::FailedPreconditionError("tap filter: already attached");
+  if (ifindex <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("tap filter: bad interface index ", ifindex));
   ScopedFd netns(open(kThreadNetns, O_RDONLY | O_CLOEXEC));
   if (!netns.valid()) return ErrnoStatus(absl::StrCat("tap filter: opening ", kThreadNetns));
   struct bpf_tc_hook hook = IngressHook(ifindex);
   int err = bpf_tc_hook_create(&hook);
   if (err != 0 && err != -EEXIST) {
-    if (err == -ENODEV || err == -EINVAL) {
+    if (err == -ENODEV) {
       return absl::NotFoundError(
           absl::StrCat("tap filter: no interface with index ", ifindex, ": ", Errno(err)));
     }

@@ -507,6 +507,7 @@ TEST_F(TapFilterTest, AttachingTwiceOrToAMissingInterfaceIsAClearError) {
   auto other = TapFilter::Load();
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ((*other)->AttachToInterface(ifindex_ + 1000).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*other)->AttachToInterface(0).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TapFilterTest, DetachesInTheTapsNamespaceFromAnotherOne) {
