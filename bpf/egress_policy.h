@@ -51,7 +51,6 @@ class EgressPolicy {
 
  private:
   explicit EgressPolicy(struct egress* skel) : skel_(skel) {}
-  absl::Status Update(bool allow, const EgressRule& rule, bool add);
 
   struct egress* skel_;
   bool attached_ = false;

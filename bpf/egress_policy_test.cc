@@ -13,8 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "base/scoped_fd.h"
 #include "base/subprocess.h"
+#include "bpf/test_cgroup.h"
 #include "gtest/gtest.h"
 
 namespace dsec::bpf {
@@ -55,27 +54,13 @@ for t in sys.argv[1:]:
         s.close()
 )";
 
-std::string Cgroup2Root() {
-  std::ifstream mounts("/proc/self/mounts");
-  std::string dev, dir, type;
-  std::string line;
-  while (std::getline(mounts, line)) {
-    std::istringstream in(line);
-    in >> dev >> dir >> type;
-    if (type == "cgroup2") return dir;
-  }
-  return "";
-}
-
 class EgressPolicyTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root (BPF, cgroups)";
-    const std::string root = Cgroup2Root();
-    if (root.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy mounted";
-    cgroup_ = absl::StrCat(root, "/dsec-egress-test-", getpid(), "-",
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ASSERT_EQ(mkdir(cgroup_.c_str(), 0755), 0) << cgroup_ << ": " << strerror(errno);
+    cgroup_dir_ = std::make_unique<TestCgroup>("egress");
+    if (cgroup_dir_->path().empty()) GTEST_SKIP() << "no cgroup v2 hierarchy mounted";
+    cgroup_ = cgroup_dir_->path();
     auto policy = EgressPolicy::Load();
     if (!policy.ok()) GTEST_SKIP() << policy.status();
     policy_ = std::move(*policy);
@@ -86,7 +71,7 @@ class EgressPolicyTest : public ::testing::Test {
   }
   void TearDown() override {
     policy_.reset();
-    if (!cgroup_.empty()) rmdir(cgroup_.c_str());
+    cgroup_dir_.reset();  // after the policy and the child are gone
   }
 
   static int Listen(int family, ScopedFd* fd) {
@@ -130,6 +115,7 @@ class EgressPolicyTest : public ::testing::Test {
 
   std::string Tcp4(int port) { return absl::StrCat("tcp4,127.0.0.1,", port); }
 
+  std::unique_ptr<TestCgroup> cgroup_dir_;
   std::string cgroup_;
   std::unique_ptr<EgressPolicy> policy_;
   ScopedFd listen4_a_, listen4_b_, listen6_;

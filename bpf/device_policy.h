@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// A sandbox's device policy in the kernel: device.bpf.c's cgroup_device
+// program loaded once per policy, its map of allowed devices, and the link
+// that attaches it to one cgroup v2 directory (on this host the v2
+// hierarchy holds no controllers but takes BPF programs; the v1 devices
+// controller, where mounted, is checked as well). Every open and mknod of a
+// device node not allowed fails with EPERM. The link and the program go
+// with the object (detached on destruction).
+//
+// Called from the thread that owns the sandbox; lives as long as the
+// sandbox's cgroup.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bpf/device_rule.h"
+
+struct device;  // the generated skeleton (device.skel.h)
+
+namespace dsec::bpf {
+
+struct DeviceCounters {
+  uint64_t allowed = 0;  // device opens and mknods let through
+  uint64_t denied = 0;   // refused with EPERM
+};
+
+class DevicePolicy {
+ public:
+  // Loads the program with an empty map (every device refused until rules
+  // are added). Unavailable, with the kernel's reason, where the kernel
+  // refuses BPF or cgroup_device programs.
+  static absl::StatusOr<std::unique_ptr<DevicePolicy>> Load();
+  ~DevicePolicy();
+  DevicePolicy(const DevicePolicy&) = delete;
+  DevicePolicy& operator=(const DevicePolicy&) = delete;
+
+  // Attaches the program to a cgroup v2 directory (once per policy).
+  // NotFound for a missing directory; Unavailable with the reason when the
+  // kernel refuses.
+  absl::Status AttachToCgroup(const std::string& cgroup_dir);
+
+  // Grants the rule's access; an entry for the same type and numbers keeps
+  // what it granted already (access only grows). Effective for the next
+  // open or mknod. ResourceExhausted when the map (256 entries) is full.
+  absl::Status Allow(const DeviceRule& rule);
+
+  absl::StatusOr<DeviceCounters> Counters() const;
+
+ private:
+  explicit DevicePolicy(struct device* skel) : skel_(skel) {}
+
+  struct device* skel_;
+  bool attached_ = false;
+};
+
+}  // namespace dsec::bpf
