@@ -11,6 +11,10 @@
     async with await libdsec.AsyncSandbox.create(tier="fncall") as sb:
         print((await sb.commands.run("print(2 + 2)")).stdout)
 
+    with libdsec.Sandbox.create(allow=["pypi.org:443"]) as sb:   # a network, egress policy
+        print(sb.network.address, sb.network.counters)
+        sb.set_network(allow=["pypi.org:443", "*.debian.org"])    # replaces the policy
+
 Sandbox.create/connect, sb.commands, sb.files and sb.kill() follow E2B's
 Python SDK; AsyncSandbox is the same on asyncio. The earlier API stays:
 Sandbox(...) creating on construction, sb.exec / sb.exec_stream (bytes),
@@ -27,7 +31,7 @@ from .errors import (Conflict, DeadlineExceeded, DsecError, ExecFailed, Internal
                      InvalidArgument, NotFound, ProtocolError, ResourceExhausted,
                      TransportError, Unauthenticated, Unavailable)
 from .files import Files
-from .results import CommandResult, Divergence, ExecResult, FileEntry
+from .results import CommandResult, Divergence, ExecResult, FileEntry, NetworkCounters, NetworkInfo
 from .sandbox import ExecStream, SandboxHandle
 from ._transport import DEFAULT_SOCKET, UnixHTTPConnection
 
@@ -38,6 +42,8 @@ __all__ = [
     "AsyncSandbox", "AsyncCommands", "AsyncFiles", "AsyncClient", "AsyncExecStream",
     # the earlier API and the lower-level one
     "Task", "Client", "SandboxHandle", "ExecResult", "ExecStream", "Divergence", "FileEntry",
+    # sandbox networking (sb.network)
+    "NetworkInfo", "NetworkCounters",
     # errors
     "DsecError", "InvalidArgument", "NotFound", "Conflict", "ResourceExhausted", "Unavailable",
     "Unauthenticated", "DeadlineExceeded", "InternalError", "ProtocolError", "ExecFailed",

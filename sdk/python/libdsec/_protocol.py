@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections.abc
 import dataclasses
 import json
 import math
@@ -22,7 +23,7 @@ import urllib.parse
 from typing import IO, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 from . import errors
-from .results import ExecResult, FileEntry
+from .results import ExecResult, FileEntry, NetworkInfo
 from .results import JSONObject as JSONObject  # re-exported
 
 DEFAULT_SOCKET = "/run/dsec-vmm/api.sock"
@@ -36,6 +37,8 @@ WriteData = Union[str, bytes, bytearray, memoryview, IO[bytes], IO[str]]
 Stdin = Union[str, bytes, bytearray, memoryview]
 # An argv list (container tier) or a code string (fncall tier).
 Command = Union[str, Sequence[str]]
+# A sandbox's network as the API writes it: {"egress": {"allow": [...], "deny": [...]}}.
+NetworkSpec = Mapping[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,12 +171,64 @@ def whole_seconds(value: Optional[float], field: str) -> Optional[int]:
     return value if isinstance(value, int) else int(math.ceil(value))
 
 
+def _rules(value: Any, field: str) -> List[str]:
+    """An egress rule list: a list (or tuple) of str; the syntax is the daemon's to judge."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise errors.InvalidArgument(
+            "%s must be a list of rules such as ['pypi.org:443', '10.1.0.0/16'], got %r"
+            % (field, value), field=field)
+    for i, rule in enumerate(value):
+        if not isinstance(rule, str):
+            raise errors.InvalidArgument("%s[%d] must be a str, got %r" % (field, i, rule),
+                                         field="%s[%d]" % (field, i))
+    return list(value)
+
+
+def egress_body(allow: Optional[Sequence[str]], deny: Optional[Sequence[str]],
+                prefix: str = "") -> JSONObject:
+    """{"egress": {"allow": [...], "deny": [...]}} with the lists given (one
+    left None is not sent: the daemon takes it as empty)."""
+    egress: JSONObject = {}
+    if allow is not None:
+        egress["allow"] = _rules(allow, prefix + "egress.allow")
+    if deny is not None:
+        egress["deny"] = _rules(deny, prefix + "egress.deny")
+    return {"egress": egress}
+
+
+def network_body(network: Optional[NetworkSpec], allow: Optional[Sequence[str]],
+                 deny: Optional[Sequence[str]], prefix: str = "network.") -> Optional[JSONObject]:
+    """A sandbox's network from network= (the API's object) or allow=/deny=
+    (shorthand for {"egress": {"allow": allow, "deny": deny}}); None when
+    neither is given (no network). Both at once is a TypeError. Only the
+    types are checked here (rule lists are lists of str); the rules'
+    syntax is the daemon's (InvalidArgument naming the field)."""
+    if network is not None and (allow is not None or deny is not None):
+        raise TypeError("give network= or allow=/deny=, not both")
+    if network is None:
+        return None if allow is None and deny is None else egress_body(allow, deny, prefix)
+    if not isinstance(network, collections.abc.Mapping):
+        raise errors.InvalidArgument(
+            "%s must be a dict such as {'egress': {'allow': [...]}}, got %r"
+            % (prefix.rstrip(".") or "network", network), field=prefix.rstrip(".") or None)
+    body = dict(network)
+    egress = body.get("egress")
+    if isinstance(egress, collections.abc.Mapping):
+        body["egress"] = dict(egress)
+        for key in ("allow", "deny"):
+            if egress.get(key) is not None:
+                body["egress"][key] = _rules(egress[key], "%segress.%s" % (prefix, key))
+    return body
+
+
 def sandbox_body(tier: str, layers: Optional[Sequence[str]] = None, lang: Optional[str] = None,
                  cpus: Optional[float] = None, memory_mib: Optional[int] = None,
                  pids: Optional[int] = None, qos: Optional[str] = None,
                  ttl_s: Optional[int] = None, user_namespace: Optional[bool] = None,
-                 task_id: Optional[str] = None) -> JSONObject:
-    """The create (and task resume) body: only the fields given."""
+                 task_id: Optional[str] = None,
+                 network: Optional[JSONObject] = None) -> JSONObject:
+    """The create (and task resume) body: only the fields given. network is
+    already built (network_body); {} is sent (a network with nothing allowed)."""
     if not isinstance(tier, str) or not tier:
         raise errors.InvalidArgument("tier must be a string such as 'container' or 'fncall'",
                                      field="tier")
@@ -184,7 +239,7 @@ def sandbox_body(tier: str, layers: Optional[Sequence[str]] = None, lang: Option
     for key, value in (("layers", None if layers is None else list(layers)), ("lang", lang),
                        ("cpus", cpus), ("memory_mib", memory_mib), ("pids", pids),
                        ("qos", qos), ("ttl_s", ttl_s), ("user_namespace", user_namespace),
-                       ("task_id", task_id)):
+                       ("task_id", task_id), ("network", network)):
         if value is not None:
             body[key] = value
     return body
@@ -322,6 +377,23 @@ def pack_diff(sandbox_id: str, name: str, version: str) -> Call:
                       {"name": name, "version": version})
 
 
+def network_patch(network: Optional[NetworkSpec], allow: Optional[Sequence[str]],
+                  deny: Optional[Sequence[str]]) -> JSONObject:
+    """The body of PATCH .../network: network= as it is (the API's
+    {"egress": ...}), else both lists, a list not given sent empty (the
+    call replaces the whole policy)."""
+    if network is None:
+        return egress_body([] if allow is None else allow, [] if deny is None else deny)
+    body = network_body(network, allow, deny, prefix="")
+    assert body is not None
+    return body
+
+
+def set_network(sandbox_id: str, body: JSONObject) -> Call:
+    """PATCH .../network: replaces the egress policy; answers the sandbox."""
+    return _json_call("PATCH", sandbox_path(sandbox_id) + "/network", body, expect=(200,))
+
+
 def pause(sandbox_id: str) -> Call:
     return Call("POST", sandbox_path(sandbox_id) + "/pause")
 
@@ -426,6 +498,7 @@ class SandboxFields:
     expires_unix_ms: Optional[int]
     execs: Optional[int]
     recorded: Optional[int]
+    network: Optional[NetworkInfo]
 
     def _update(self, info: Any) -> None:
         info = parse_sandbox(info)
@@ -447,6 +520,10 @@ class SandboxFields:
         self.created_unix_ms = info.get("created_unix_ms")
         self.expires_unix_ms = info.get("expires_unix_ms")
         self.execs = info.get("execs")
+        # The sandbox's network: its policy, address, gateway and counters,
+        # or None (created without one, or a daemon without networking).
+        net = info.get("network")
+        self.network = NetworkInfo.from_json(net) if net is not None else None
         if "recorded" in info:
             self.recorded = info.get("recorded")
         elif not hasattr(self, "recorded"):

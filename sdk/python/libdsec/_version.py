@@ -7,4 +7,4 @@ which setuptools resolves from this file's source without importing the
 package).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

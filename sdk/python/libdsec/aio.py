@@ -23,7 +23,7 @@ from typing import (Any, List, Literal, Mapping, Optional, Sequence, Tuple, Type
 from . import _protocol as P
 from . import errors
 from ._aio_transport import AsyncTransport, StreamResponse
-from ._protocol import Command, JSONObject, Stdin, WriteData
+from ._protocol import Command, JSONObject, NetworkSpec, Stdin, WriteData
 from .commands import OutputDispatch, OutputHandler
 from .results import CommandResult, ExecResult, FileEntry
 
@@ -198,10 +198,13 @@ class AsyncClient:
                      memory_mib: Optional[int] = None, pids: Optional[int] = None,
                      qos: Optional[str] = None, ttl_s: Optional[int] = None,
                      task_id: Optional[str] = None,
-                     user_namespace: Optional[bool] = None) -> "AsyncSandbox":
+                     user_namespace: Optional[bool] = None, *,
+                     network: Optional[NetworkSpec] = None,
+                     allow: Optional[Sequence[str]] = None,
+                     deny: Optional[Sequence[str]] = None) -> "AsyncSandbox":
         """Creates a sandbox (as Client.create); it does not own this client."""
         body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
-                              user_namespace, task_id)
+                              user_namespace, task_id, P.network_body(network, allow, deny))
         return AsyncSandbox(self, await self._transport.send_json(P.create_sandbox(body)))
 
     async def get(self, sandbox_id: str) -> "AsyncSandbox":
@@ -228,9 +231,12 @@ class AsyncClient:
                      layers: Optional[Sequence[str]] = None, lang: Optional[str] = None,
                      cpus: Optional[float] = None, memory_mib: Optional[int] = None,
                      pids: Optional[int] = None, qos: Optional[str] = None,
-                     ttl_s: Optional[int] = None) -> "AsyncSandbox":
+                     ttl_s: Optional[int] = None, *, network: Optional[NetworkSpec] = None,
+                     allow: Optional[Sequence[str]] = None,
+                     deny: Optional[Sequence[str]] = None) -> "AsyncSandbox":
         """Resumes a task in a fresh sandbox replaying its log (as Client.resume)."""
-        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s)
+        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
+                              network=P.network_body(network, allow, deny))
         return AsyncSandbox(self, await self._transport.send_json(P.resume_task(task_id, body)))
 
     async def task_log(self, task_id: str) -> JSONObject:
@@ -268,14 +274,19 @@ class AsyncSandbox(P.SandboxFields):
                      qos: Optional[str] = None, lang: Optional[str] = None,
                      cpus: Optional[float] = None, memory_mib: Optional[int] = None,
                      pids: Optional[int] = None, task_id: Optional[str] = None,
-                     user_namespace: Optional[bool] = None, socket: Optional[str] = None,
+                     user_namespace: Optional[bool] = None,
+                     network: Optional[NetworkSpec] = None,
+                     allow: Optional[Sequence[str]] = None,
+                     deny: Optional[Sequence[str]] = None, socket: Optional[str] = None,
                      url: Optional[str] = None, token: Optional[str] = None,
                      client: Optional[AsyncClient] = None,
                      request_timeout: Optional[float] = 60.0) -> _A:
-        """As Sandbox.create: timeout is the sandbox's lifetime (ttl_s)."""
-        client_, owns = _async_client(client, socket, url, token, request_timeout)
+        """As Sandbox.create: timeout is the sandbox's lifetime (ttl_s);
+        network= or allow=/deny= give it a network with an egress policy."""
         body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos,
-                              P.whole_seconds(timeout, "timeout"), user_namespace, task_id)
+                              P.whole_seconds(timeout, "timeout"), user_namespace, task_id,
+                              P.network_body(network, allow, deny))
+        client_, owns = _async_client(client, socket, url, token, request_timeout)
         try:
             info = await client_._transport.send_json(P.create_sandbox(body))
             return cls(client_, info, owns)
@@ -354,6 +365,15 @@ class AsyncSandbox(P.SandboxFields):
 
     async def refresh(self: _A) -> _A:
         self._update(await self._t.send_json(P.get_sandbox(self.id)))
+        return self
+
+    async def set_network(self: _A, allow: Optional[Sequence[str]] = None,
+                          deny: Optional[Sequence[str]] = None, *,
+                          network: Optional[NetworkSpec] = None) -> _A:
+        """As Sandbox.set_network: replaces the whole egress policy (PATCH
+        .../network) and refreshes sb.network."""
+        body = P.network_patch(network, allow, deny)
+        self._update(await self._t.send_json(P.set_network(self.id, body)))
         return self
 
     async def is_running(self) -> bool:

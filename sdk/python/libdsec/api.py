@@ -22,11 +22,11 @@ from typing import (Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from . import _protocol as P
 from . import errors
-from ._protocol import Command, JSONObject, Stdin
+from ._protocol import Command, JSONObject, NetworkSpec, Stdin
 from .client import Client
 from .commands import Commands
 from .files import Files
-from .results import ExecResult
+from .results import ExecResult, NetworkInfo
 from .sandbox import ExecStream, SandboxHandle
 
 _S = TypeVar("_S", bound="Sandbox")
@@ -56,7 +56,8 @@ class Sandbox:
     the default layers of the tier). task_id records every exec in that
     task's trajectory log (see Task for resuming it). user_namespace=True
     (container tier) runs it in a user namespace: root inside is an
-    unprivileged host id range of its own.
+    unprivileged host id range of its own. network= (or its shorthand
+    allow=/deny=) gives it a network with an egress policy (see create).
     """
 
     handle: SandboxHandle
@@ -71,6 +72,8 @@ class Sandbox:
                  url: Optional[str] = None, token: Optional[str] = None,
                  client: Optional[Client] = None, timeout: Optional[float] = 60.0,
                  user_namespace: Optional[bool] = None,
+                 network: Optional[NetworkSpec] = None, allow: Optional[Sequence[str]] = None,
+                 deny: Optional[Sequence[str]] = None,
                  _handle: Optional[SandboxHandle] = None) -> None:
         """Compatibility: creates the sandbox (prefer Sandbox.create()).
         timeout here is the socket timeout of each request (create()'s
@@ -81,7 +84,8 @@ class Sandbox:
                 _handle = client_.create(tier=tier, layers=layers, lang=lang, cpus=cpus,
                                          memory_mib=memory_mib, pids=pids, qos=qos,
                                          ttl_s=ttl_s, task_id=task_id,
-                                         user_namespace=user_namespace)
+                                         user_namespace=user_namespace, network=network,
+                                         allow=allow, deny=deny)
         except BaseException:
             if owns:
                 client_.close()
@@ -110,6 +114,8 @@ class Sandbox:
                lang: Optional[str] = None, cpus: Optional[float] = None,
                memory_mib: Optional[int] = None, pids: Optional[int] = None,
                task_id: Optional[str] = None, user_namespace: Optional[bool] = None,
+               network: Optional[NetworkSpec] = None, allow: Optional[Sequence[str]] = None,
+               deny: Optional[Sequence[str]] = None,
                socket: Optional[str] = None, url: Optional[str] = None,
                token: Optional[str] = None, client: Optional[Client] = None,
                request_timeout: Optional[float] = 60.0) -> _S:
@@ -119,13 +125,24 @@ class Sandbox:
         deletes it then; sent as ttl_s, rounded up); None: no limit.
         request_timeout: the socket timeout of each request. The daemon is
         found through client=, socket=, url= and token= as for Client.
+
+        network: the sandbox's network, as the API writes it:
+        {"egress": {"allow": [rules], "deny": [rules]}} ({} is a network
+        where nothing outside is allowed). allow=/deny= are shorthand for
+        {"egress": {"allow": allow, "deny": deny}}; giving network= too is
+        a TypeError. A rule is "CIDR[:port]" ("10.1.0.0/16:443",
+        "[2001:db8::1]:443") or "domain[:port]" ("pypi.org:443",
+        "*.debian.org"); the daemon judges them (InvalidArgument naming
+        the field, e.g. "network.egress.allow[2]"). Without either the
+        sandbox has no network at all (container tier only for now).
         """
         client_, owns = _client(client, socket, url, token, request_timeout)
         try:
             handle = client_.create(tier=tier, layers=layers, lang=lang, cpus=cpus,
                                     memory_mib=memory_mib, pids=pids, qos=qos,
                                     ttl_s=P.whole_seconds(timeout, "timeout"), task_id=task_id,
-                                    user_namespace=user_namespace)
+                                    user_namespace=user_namespace, network=network,
+                                    allow=allow, deny=deny)
         except BaseException:
             if owns:
                 client_.close()
@@ -221,6 +238,12 @@ class Sandbox:
         return self.handle.recorded
 
     @property
+    def network(self) -> Optional[NetworkInfo]:
+        """The sandbox's network (policy, address, gateway, counters) as of
+        the last answer (refresh() for fresh counters); None without one."""
+        return self.handle.network
+
+    @property
     def info(self) -> JSONObject:
         return self.handle.info
 
@@ -263,6 +286,19 @@ class Sandbox:
 
     def refresh(self: _S) -> _S:
         self.handle.refresh()
+        return self
+
+    def set_network(self: _S, allow: Optional[Sequence[str]] = None,
+                    deny: Optional[Sequence[str]] = None, *,
+                    network: Optional[NetworkSpec] = None) -> _S:
+        """Replaces the egress policy, for new connections at once (PATCH
+        .../network); sb.network then shows it. The whole policy: a list
+        not given is empty, so set_network() allows nothing. network= is
+        the API's body ({"egress": {...}}) instead of allow=/deny=
+        (TypeError with them). InvalidArgument (e.field
+        "egress.allow[i]") for a bad rule; Conflict for a sandbox created
+        without a network."""
+        self.handle.set_network(allow, deny, network=network)
         return self
 
     def close(self) -> None:
@@ -312,13 +348,16 @@ class Task:
     def resume(self, tier: str = "container", layers: Optional[Sequence[str]] = None,
                qos: Optional[str] = None, *, lang: Optional[str] = None,
                cpus: Optional[float] = None, memory_mib: Optional[int] = None,
-               pids: Optional[int] = None, ttl_s: Optional[int] = None) -> Sandbox:
+               pids: Optional[int] = None, ttl_s: Optional[int] = None,
+               network: Optional[NetworkSpec] = None, allow: Optional[Sequence[str]] = None,
+               deny: Optional[Sequence[str]] = None) -> Sandbox:
         """Resumes the task in a fresh sandbox. Send its commands again in
         order: matching ones return the recorded result without running
         (result.replayed); the first that differs or is new runs live, with
         result.divergence saying where; the rest is live and recorded."""
         h = self._client.resume(self.task_id, tier=tier, layers=layers, lang=lang, cpus=cpus,
-                                memory_mib=memory_mib, pids=pids, qos=qos, ttl_s=ttl_s)
+                                memory_mib=memory_mib, pids=pids, qos=qos, ttl_s=ttl_s,
+                                network=network, allow=allow, deny=deny)
         return Sandbox._adopt(h, self._client, False)
 
     def log(self) -> JSONObject:

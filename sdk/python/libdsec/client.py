@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, List, Literal, Optional, Sequence
 
 from . import _protocol as P
-from ._protocol import JSONObject
+from ._protocol import JSONObject, NetworkSpec
 from ._transport import Transport
 from .sandbox import SandboxHandle
 
@@ -70,13 +70,21 @@ class Client:
                memory_mib: Optional[int] = None, pids: Optional[int] = None,
                qos: Optional[str] = None, ttl_s: Optional[int] = None,
                task_id: Optional[str] = None,
-               user_namespace: Optional[bool] = None) -> SandboxHandle:
+               user_namespace: Optional[bool] = None, *,
+               network: Optional[NetworkSpec] = None, allow: Optional[Sequence[str]] = None,
+               deny: Optional[Sequence[str]] = None) -> SandboxHandle:
         """Creates a sandbox. Only the arguments given are sent; the daemon
         applies its defaults to the rest. With task_id every exec is recorded
         in that task's trajectory log. user_namespace=True (container tier):
-        root inside is an unprivileged host id range of the sandbox's own."""
+        root inside is an unprivileged host id range of the sandbox's own.
+
+        network= gives the sandbox a network with an egress policy, as the
+        API writes it ({"egress": {"allow": [...], "deny": [...]}}; {}: a
+        network where nothing outside is allowed); allow=/deny= are
+        shorthand for it (TypeError with network=). Without either the
+        sandbox has no network."""
         body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
-                              user_namespace, task_id)
+                              user_namespace, task_id, P.network_body(network, allow, deny))
         return SandboxHandle(self, self._transport.send_json(P.create_sandbox(body)))
 
     def get(self, sandbox_id: str) -> SandboxHandle:
@@ -110,16 +118,20 @@ class Client:
                layers: Optional[Sequence[str]] = None, lang: Optional[str] = None,
                cpus: Optional[float] = None, memory_mib: Optional[int] = None,
                pids: Optional[int] = None, qos: Optional[str] = None,
-               ttl_s: Optional[int] = None) -> SandboxHandle:
+               ttl_s: Optional[int] = None, *, network: Optional[NetworkSpec] = None,
+               allow: Optional[Sequence[str]] = None,
+               deny: Optional[Sequence[str]] = None) -> SandboxHandle:
         """Resumes a preempted task in a fresh sandbox.
 
         Send the task's commands again in order: those matching the recording
         return the recorded result (result.replayed) without running; the
         first that differs or is new runs live (result.divergence says where)
         and everything after is live and recorded. The returned Sandbox's
-        .recorded is the number of recorded execs.
+        .recorded is the number of recorded execs. network/allow/deny as
+        for create.
         """
-        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s)
+        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
+                              network=P.network_body(network, allow, deny))
         return SandboxHandle(self, self._transport.send_json(P.resume_task(task_id, body)))
 
     def task_log(self, task_id: str) -> JSONObject:

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Value types returned by the client: ExecResult, CommandResult, Divergence, FileEntry."""
+"""Value types returned by the client: ExecResult, CommandResult, Divergence, FileEntry,
+NetworkInfo and NetworkCounters."""
 
 from __future__ import annotations
 
@@ -203,3 +204,76 @@ class FileEntry:
             path = directory.rstrip("/") + "/" + name if directory != "/" else "/" + name
         return cls(name=name, type=str(obj.get("type") or "other"),
                    size=int(obj.get("size") or 0), mode=int(mode), path=path)
+
+
+def _str_list(value: Any) -> List[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _count(obj: JSONObject, key: str) -> int:
+    value = _opt_int(obj.get(key))
+    return 0 if value is None else value
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkCounters:
+    """A networked sandbox's traffic so far (the egress policy's counters)."""
+
+    bytes_out: int
+    bytes_in: int
+    connects_allowed: int   # connects and sends the policy let through
+    connects_denied: int    # refused at once with EPERM
+    packets_dropped: int    # dropped by the second wall (raw sockets, ICMP)
+
+    @classmethod
+    def from_json(cls, obj: JSONObject) -> "NetworkCounters":
+        return cls(bytes_out=_count(obj, "bytes_out"), bytes_in=_count(obj, "bytes_in"),
+                   connects_allowed=_count(obj, "connects_allowed"),
+                   connects_denied=_count(obj, "connects_denied"),
+                   packets_dropped=_count(obj, "packets_dropped"))
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkInfo:
+    """A sandbox's network (sb.network; None for a sandbox created without one).
+
+    allow / deny: the egress policy's rules as they were given (create or
+    the last set_network); address: the sandbox's address in the node's
+    subnet; gateway: its next hop on the node, also its nameserver (the
+    node's resolver, which answers only names the policy allows);
+    counters: None while the sandbox is being destroyed. raw is the
+    daemon's object as it came.
+    """
+
+    allow: List[str]
+    deny: List[str]
+    address: Optional[str]
+    gateway: Optional[str]
+    nameserver: Optional[str]
+    counters: Optional[NetworkCounters]
+    raw: JSONObject = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "NetworkInfo":
+        if not isinstance(obj, dict):
+            raise errors.ProtocolError("sandbox network is not an object: %r" % (obj,))
+        egress = obj.get("egress")
+        if not isinstance(egress, dict):
+            egress = {}
+        counters = obj.get("counters")
+
+        def text(key: str) -> Optional[str]:
+            value = obj.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(allow=_str_list(egress.get("allow")), deny=_str_list(egress.get("deny")),
+                   address=text("address"), gateway=text("gateway"),
+                   nameserver=text("nameserver"),
+                   counters=NetworkCounters.from_json(counters)
+                   if isinstance(counters, dict) else None,
+                   raw=obj)
+
+    @property
+    def egress(self) -> JSONObject:
+        """The policy as the API writes it: {"allow": [...], "deny": [...]}."""
+        return {"allow": list(self.allow), "deny": list(self.deny)}

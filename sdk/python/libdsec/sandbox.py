@@ -10,7 +10,7 @@ from typing import (TYPE_CHECKING, Any, Iterator, List, Literal, Mapping, Option
 
 from . import _protocol as P
 from . import errors
-from ._protocol import Command, JSONObject, Stdin, WriteData
+from ._protocol import Command, JSONObject, NetworkSpec, Stdin, WriteData
 from ._protocol import exec_body  # noqa: F401  (kept importable from here)
 from .results import ExecResult, FileEntry
 
@@ -191,6 +191,19 @@ class SandboxHandle(P.SandboxFields):
 
     def refresh(self) -> "SandboxHandle":
         self._update(self._t.send_json(P.get_sandbox(self.id)))
+        return self
+
+    def set_network(self, allow: Optional[Sequence[str]] = None,
+                    deny: Optional[Sequence[str]] = None, *,
+                    network: Optional[NetworkSpec] = None) -> "SandboxHandle":
+        """Replaces the sandbox's egress policy (PATCH .../network), for new
+        connections at once; .network then shows it. A list not given is
+        empty: set_network() allows nothing. network= is the API's body
+        ({"egress": {...}}) instead of allow=/deny= (TypeError with them).
+        InvalidArgument (e.field "egress.allow[i]") for a bad rule,
+        Conflict for a sandbox created without a network."""
+        body = P.network_patch(network, allow, deny)
+        self._update(self._t.send_json(P.set_network(self.id, body)))
         return self
 
     def delete(self) -> None:

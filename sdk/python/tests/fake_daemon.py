@@ -119,7 +119,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # the client hung up (tests do)
             self.close_connection = True
 
-    do_GET = do_POST = do_PUT = do_DELETE = _handle_quietly
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle_quietly
 
 
 class _UnixServer(http.server.ThreadingHTTPServer):
@@ -193,8 +193,21 @@ def sandbox_obj(sid="sb-1", tier="container", state="running", **extra):
     obj = {"id": sid, "tier": tier, "state": state, "layers": ["base:bookworm"], "cpus": 1.0,
            "memory_mib": 512, "pids": 512, "qos": None, "qos_applied": False, "qos_reason": None,
            "placement": None, "task_id": None,
-           "created_unix_ms": 1700000000000, "expires_unix_ms": None, "execs": 0}
+           "created_unix_ms": 1700000000000, "expires_unix_ms": None, "execs": 0,
+           "network": None}
     obj.update(extra)
+    return obj
+
+
+def network_obj(allow=(), deny=(), address="10.201.0.2", gateway="10.201.0.1", counters=True,
+                **over):
+    """A sandbox's "network" as GET shows it (counters=None: being destroyed)."""
+    if counters is True:
+        counters = {"bytes_out": 0, "bytes_in": 0, "connects_allowed": 0, "connects_denied": 0,
+                    "packets_dropped": 0}
+    obj = {"egress": {"allow": list(allow), "deny": list(deny)}, "address": address,
+           "gateway": gateway, "nameserver": gateway, "counters": counters}
+    obj.update(over)
     return obj
 
 

@@ -42,6 +42,9 @@ sb.files.write("/a", 12)
 libdsec.Sandbox.create(layers="base:bookworm").kill() + ""
 len(sb.commands.run("x").exit_code)
 (await_me := libdsec.AsyncSandbox.connect("id")).sandbox_id
+sb.set_network(allow=[443])
+sb.network.counters
+libdsec.Sandbox.create(network=["pypi.org"])
 """
 
 

@@ -42,6 +42,25 @@ def blocking() -> None:
     assert_type(handle.read_file("/a"), bytes)
 
 
+def network() -> None:
+    sb = libdsec.Sandbox.create(allow=["pypi.org:443"], deny=("10.0.0.0/8",))
+    libdsec.Sandbox.create(network={"egress": {"allow": ["*.debian.org"]}})
+    libdsec.Sandbox(tier="container", network={})
+    assert_type(sb.network, Optional[libdsec.NetworkInfo])
+    net = sb.network
+    if net is not None:
+        assert_type(net.allow, List[str])
+        assert_type(net.address, Optional[str])
+        assert_type(net.counters, Optional[libdsec.NetworkCounters])
+        if net.counters is not None:
+            assert_type(net.counters.connects_denied, int)
+    assert_type(sb.set_network(allow=["10.1.0.0/16:443"], deny=[]), libdsec.Sandbox)
+    assert_type(sb.set_network(network={"egress": {}}), libdsec.Sandbox)
+    handle = libdsec.Client().create(allow=[])
+    assert_type(handle.set_network(["pypi.org"]), libdsec.SandboxHandle)
+    assert_type(handle.network, Optional[libdsec.NetworkInfo])
+
+
 async def on_output(text: str) -> None:
     print(text)
 
@@ -57,6 +76,8 @@ async def asynchronous() -> None:
         async for chunk in stream:
             assert_type(chunk, Tuple[str, bytes])
         assert_type(stream.result, Optional[libdsec.ExecResult])
+        assert_type(sb.network, Optional[libdsec.NetworkInfo])
+        assert_type(await sb.set_network(allow=["pypi.org:443"]), libdsec.AsyncSandbox)
         assert_type(await sb.kill(), bool)
     async with libdsec.AsyncClient(url="http://127.0.0.1:1", token="t") as client:
         assert_type(await client.list(), List[libdsec.AsyncSandbox])
