@@ -35,9 +35,9 @@ packages=(
   ccache
   # sandbox networking (bpf/, sandbox/network): libbpf with clang -target bpf
   # and bpftool skeletons; netlink (veth, bridge, addresses) through libnl;
-  # the node's NAT through libnftables; the node resolver's DNS messages
-  # through ldns; nft to inspect the ruleset in tests
-  libbpf-dev bpftool libnl-3-dev libnl-route-3-dev libnftables-dev libldns-dev nftables
+  # the node's NAT through nft (nftables); the node resolver's DNS messages
+  # through ldns
+  libbpf-dev bpftool libnl-3-dev libnl-route-3-dev libldns-dev nftables
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/network/nft.h"
 
-#include <nftables/libnftables.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/logging.h"
+#include "base/subprocess.h"
 
 namespace dsec::network {
 namespace {
@@ -22,15 +22,25 @@ bool ValidName(const std::string& name) {
 }  // namespace
 
 absl::Status RunNft(const std::string& commands) {
-  struct nft_ctx* ctx = nft_ctx_new(NFT_CTX_DEFAULT);
-  if (ctx == nullptr) return absl::InternalError("nft_ctx_new failed");
-  nft_ctx_buffer_output(ctx);
-  nft_ctx_buffer_error(ctx);
-  const int rc = nft_run_cmd_from_buffer(ctx, commands.c_str());
-  std::string err = nft_ctx_get_error_buffer(ctx) ? nft_ctx_get_error_buffer(ctx) : "";
-  nft_ctx_free(ctx);
-  if (rc != 0) {
-    const std::string why(absl::StripAsciiWhitespace(err));
+  // nft(8) from Debian's nftables: the same parser and netlink code as
+  // libnftables (which Debian ships only as a shared library, and the CLI
+  // and benchmarks are static). Run once per node setup, never per sandbox.
+  SpawnOptions o;
+  o.argv = {"nft", commands};
+  o.inherit_env = false;
+  o.env = {"PATH=/usr/sbin:/sbin:/usr/bin:/bin"};
+  o.err = Stdio::Capture();
+  o.out = Stdio::Capture();
+  o.timeout_ms = 30'000;
+  absl::StatusOr<SubprocessResult> r = RunSubprocess(o);
+  if (!r.ok()) {
+    if (absl::IsNotFound(r.status())) {
+      return absl::UnavailableError(absl::StrCat("nftables: the nft program is missing (", r.status().message(), ")"));
+    }
+    return r.status();
+  }
+  if (!r->Succeeded()) {
+    const std::string why(absl::StripAsciiWhitespace(r->err));
     // No nf_tables in the kernel (or no right to use it): the node cannot
     // offer NAT, which is a host limitation, not bad input.
     if (why.find("Operation not supported") != std::string::npos ||
@@ -38,7 +48,7 @@ absl::Status RunNft(const std::string& commands) {
         why.find("Operation not permitted") != std::string::npos) {
       return absl::UnavailableError(absl::StrCat("nftables: ", why));
     }
-    return absl::InternalError(absl::StrCat("nftables: ", why.empty() ? "failed" : why));
+    return absl::InternalError(absl::StrCat("nftables: ", why.empty() ? r->Describe() : why));
   }
   return absl::OkStatus();
 }

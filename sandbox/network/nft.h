@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// One nftables table of the node's, through Debian's libnftables: made (or
+// One nftables table of the node's, through Debian's nft(8): made (or
 // replaced, atomically) from a ruleset text, and deleted by the owner's
 // destructor.
 //
