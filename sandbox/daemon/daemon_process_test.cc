@@ -26,7 +26,8 @@ constexpr char kJson[] = "application/json";
 
 class Daemon {
  public:
-  Daemon(const std::string& dir, const std::string& store) : dir_(dir), store_(store) {}
+  Daemon(const std::string& dir, const std::string& store, std::vector<std::string> extra = {})
+      : dir_(dir), store_(store), extra_(std::move(extra)) {}
   // A graceful stop: a SIGKILLed daemon leaves its made-ahead sandbox
   // inits' cgroups for the next daemon's restart cleanup, and no next
   // daemon comes after a test. (The crash test kills on purpose, and
@@ -41,6 +42,7 @@ class Daemon {
                                      "--store", store_,
                                      "--upper-mib", "16",
                                      "--log-level", "warn"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
     auto ready = Pipe::Create();
     if (!ready.ok()) return false;
     SpawnOptions o;
@@ -66,6 +68,7 @@ class Daemon {
 
  private:
   std::string dir_, store_;
+  std::vector<std::string> extra_;
   Subprocess process_;
 };
 
@@ -204,6 +207,70 @@ TEST(DaemonProcessTest, KillNineKeepsAcknowledgedExecsAndRestartCleansUp) {
   EXPECT_EQ(lj["divergence"]["not_reapplied"].size(), static_cast<size_t>(kExecs));
   c->Delete(absl::StrCat("/v1/sandboxes/", rid));
   c->Delete(absl::StrCat("/v1/tasks/", task));
+}
+
+bool LinkExists(const std::string& name) { return access(("/sys/class/net/" + name).c_str(), F_OK) == 0; }
+
+bool NftTableExists(const std::string& name) {
+  SpawnOptions o;
+  o.argv = {"nft", "list", "table", "ip", name};
+  auto r = RunSubprocess(o);
+  return r.ok() && r->Succeeded();
+}
+
+TEST(DaemonProcessTest, KillNineLeavesNoNetworkBehindARestart) {
+  auto dir = TempDir::Create("dsec-daemon-net-");
+  ASSERT_TRUE(dir.ok());
+  const std::string store = dir->path() + "/store";
+  if (absl::Status s = testing::BuildBusyboxLayer(store, dir->path()); !s.ok()) GTEST_SKIP() << s;
+  const int x = getpid() % 250;
+  const std::string subnet = absl::StrCat("10.249.", x, ".0/24");
+  char table[64];
+  snprintf(table, sizeof(table), "dsec_vmm_%08x_24", (10u << 24) | (249u << 16) | (static_cast<unsigned>(x) << 8));
+  const std::vector<std::string> flags = {"--net-subnet", subnet, "--net-uplink", "none"};
+  std::string id, host_if, net_cgroup;
+  {
+    Daemon d(dir->path(), store, flags);
+    ASSERT_TRUE(d.Start());
+    auto c = testing::UnixClient(d.Socket());
+    auto r = c->Post("/v1/sandboxes",
+                     json{{"tier", "container"}, {"layers", {"bb:1"}}, {"network", {{"egress", {{"allow", {"192.0.2.0/24"}}}}}}}
+                         .dump(),
+                     kJson);
+    ASSERT_TRUE(r);
+    if (r->status == 503) GTEST_SKIP() << "no sandbox networking here: " << r->body;
+    ASSERT_EQ(r->status, 201) << r->body;
+    json j = testing::JsonOf(r);
+    id = j["id"];
+    const std::string addr = j["network"]["address"];
+    unsigned a, b, cc, dd;
+    ASSERT_EQ(sscanf(addr.c_str(), "%u.%u.%u.%u", &a, &b, &cc, &dd), 4);
+    char name[16];
+    snprintf(name, sizeof(name), "ds%08x", (a << 24) | (b << 16) | (cc << 8) | dd);
+    host_if = name;
+    EXPECT_TRUE(LinkExists(host_if));
+    EXPECT_TRUE(NftTableExists(table));
+    net_cgroup = absl::StrCat("/sys/fs/cgroup/unified/dsec-net-", id);
+    d.Kill(SIGKILL);
+  }
+  // The dead daemon's sandbox still runs: its veth and table are there.
+  EXPECT_TRUE(LinkExists(host_if));
+  EXPECT_TRUE(NftTableExists(table));
+  Daemon d(dir->path(), store, flags);
+  ASSERT_TRUE(d.Start());
+  // The restart removed the sandbox (its namespace, so its veth), the
+  // cgroup v2 directory its programs were attached to, and the node
+  // network's table (made again on the next networked create).
+  EXPECT_FALSE(LinkExists(host_if));
+  EXPECT_NE(access(net_cgroup.c_str(), F_OK), 0) << net_cgroup;
+  EXPECT_FALSE(NftTableExists(table));
+  auto c = testing::UnixClient(d.Socket());
+  auto r = c->Post("/v1/sandboxes",
+                   json{{"tier", "container"}, {"layers", {"bb:1"}}, {"network", json::object()}}.dump(), kJson);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_TRUE(NftTableExists(table));
+  c->Delete(absl::StrCat("/v1/sandboxes/", testing::JsonOf(r)["id"].get<std::string>()));
 }
 
 }  // namespace

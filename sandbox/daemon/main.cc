@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
     if (std::string def = dsec::network::DefaultRouteInterface(); !def.empty()) uplinks = {def};
   }
   if (!(uplinks.size() == 1 && uplinks[0] == "none")) net.uplinks = uplinks;
+  // Restart cleanup: what a killed predecessor's node network left.
+  if (auto stale = dsec::network::CleanupStaleNodeNetwork(net.subnet); !stale.ok()) {
+    DSEC_LOG(warn, "network: restart cleanup: {}", stale.status().ToString());
+  }
   // Made on the first create that asks for a network; lives until exit.
   static dsec::network::NodeNetworkProvider node_network(net);
   o.service.node_network = [] { return node_network.Get(); };

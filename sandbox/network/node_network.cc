@@ -2,6 +2,7 @@
 #include "sandbox/network/node_network.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/clock.h"
@@ -64,7 +66,65 @@ std::string TableName(uint32_t network, int len) {
   return absl::StrFormat("dsec_vmm_%08x_%d", network, len);
 }
 
+constexpr char kRunDir[] = "/run/dsec-vmm";
+
+std::string LockPath(const std::string& table) { return absl::StrCat(kRunDir, "/", table, ".lock"); }
+// Written while a node network lives: the uplinks whose forwarding it
+// switched on (one per line, possibly none). A successor finding it knows
+// its predecessor died without cleaning up.
+std::string StatePath(const std::string& table) { return absl::StrCat(kRunDir, "/", table, ".state"); }
+
+// Undoes what a dead owner of `table` left: its forwarding switches and
+// its nftables table. The caller holds the subnet's lock. Returns whether
+// there was anything.
+bool UndoPredecessor(const std::string& table, uint32_t network, int prefix_len) {
+  absl::StatusOr<std::string> state = ReadSmallFile(StatePath(table));
+  if (!state.ok()) return false;
+  // Its sandboxes' host ends ("ds<address>"): a veth goes with its
+  // namespace, but only once the kernel has torn the namespace down
+  // (asynchronously, after the last of the sandbox's processes died), and
+  // a microVM's tap with its monitor's descriptors; delete them now.
+  const uint32_t mask = ~uint32_t{0} << (32 - prefix_len);
+  if (DIR* d = ::opendir("/sys/class/net")) {
+    std::vector<std::string> ours;
+    while (struct dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      uint32_t addr = 0;
+      if (name.size() == 10 && name.rfind("ds", 0) == 0 &&
+          absl::SimpleHexAtoi(absl::string_view(name).substr(2), &addr) && (addr & mask) == network) {
+        ours.push_back(name);
+      }
+    }
+    ::closedir(d);
+    if (!ours.empty()) {
+      absl::StatusOr<NlSocket> sk = NlSocket::Open();
+      for (const std::string& name : ours) {
+        if (sk.ok()) (void)sk->DeleteLink(name);
+      }
+    }
+  }
+  for (absl::string_view up : absl::StrSplit(*state, '\n', absl::SkipEmpty())) {
+    (void)WriteSmallFile(absl::StrCat("/proc/sys/net/ipv4/conf/", up, "/forwarding"), "0");
+  }
+  (void)RunNft(absl::StrCat("add table ip ", table, "\ndelete table ip ", table, "\n"));
+  ::unlink(StatePath(table).c_str());
+  DSEC_LOG(info, "network: removed what a dead owner of {} left (forwarding on: {})", table,
+           absl::StrJoin(absl::StrSplit(*state, '\n', absl::SkipEmpty()), ","));
+  return true;
+}
+
 }  // namespace
+
+absl::StatusOr<bool> CleanupStaleNodeNetwork(const std::string& subnet_text) {
+  DSEC_ASSIGN_OR_RETURN(auto subnet, ParseIpv4Subnet(subnet_text));
+  const std::string table = TableName(subnet.first, subnet.second);
+  if (::access(StatePath(table).c_str(), F_OK) != 0) return false;
+  ScopedFd lock(::open(LockPath(table).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) return ErrnoToStatus(absl::StrCat("open ", LockPath(table)));
+  // A live owner holds the lock: nothing is stale.
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return false;
+  return UndoPredecessor(table, subnet.first, subnet.second);
+}
 
 absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetworkOptions& options) {
   DSEC_ASSIGN_OR_RETURN(auto subnet, ParseIpv4Subnet(options.subnet));
@@ -76,9 +136,9 @@ absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetwo
   // One owner per subnet on a host: a second daemon (or `sandbox run`) on
   // the same subnet would hand out the same addresses and replace our
   // nftables table.
-  const std::string lock_dir = "/run/dsec-vmm";
-  ::mkdir(lock_dir.c_str(), 0755);
-  const std::string lock_path = absl::StrCat(lock_dir, "/", TableName(subnet.first, subnet.second), ".lock");
+  ::mkdir(kRunDir, 0755);
+  const std::string table_name = TableName(subnet.first, subnet.second);
+  const std::string lock_path = LockPath(table_name);
   n->lock_.Reset(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!n->lock_.valid()) return ErrnoToStatus(absl::StrCat("open ", lock_path));
   if (::flock(n->lock_.get(), LOCK_EX | LOCK_NB) != 0) {
@@ -89,6 +149,8 @@ absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetwo
     }
     return ErrnoToStatus(absl::StrCat("flock ", lock_path));
   }
+  UndoPredecessor(table_name, subnet.first, subnet.second);
+  n->state_path_ = StatePath(table_name);
   n->subnet_text_ = options.subnet;
   n->network_ = subnet.first;
   n->prefix_len_ = subnet.second;
@@ -107,6 +169,9 @@ absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetwo
     }
     if (absl::StripAsciiWhitespace(*old) != "1") to_enable.push_back(up);
   }
+  // Recorded before anything is made or switched on, so that a successor
+  // can undo it (CleanupStaleNodeNetwork).
+  DSEC_RETURN_IF_ERROR(WriteFile(n->state_path_, absl::StrCat(absl::StrJoin(to_enable, "\n"), "\n"), 0600));
   const std::string net = options.subnet;
   // postrouting: what leaves for elsewhere takes the node's address;
   // forward: sandboxes never reach each other through the node (each also
@@ -177,6 +242,8 @@ NodeNetwork::~NodeNetwork() {
       DSEC_LOG(warn, "uplink={} restore_forwarding_failed={}", up, s.ToString());
     }
   }
+  table_.reset();
+  if (!state_path_.empty()) ::unlink(state_path_.c_str());
 }
 
 absl::StatusOr<uint32_t> NodeNetwork::Lease() {

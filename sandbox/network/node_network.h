@@ -51,6 +51,14 @@ struct NodeNetworkOptions {
   std::string dns_upstream;
 };
 
+// Restart cleanup: where the owner of `subnet`'s node network died without
+// cleaning up (kill -9), switches its uplinks' forwarding off again and
+// deletes its nftables table. Nothing when a live process owns it. Returns
+// whether anything was left. (Its sandboxes' veths went with their
+// namespaces, their programs with its descriptors, its leases with its
+// memory.)
+absl::StatusOr<bool> CleanupStaleNodeNetwork(const std::string& subnet);
+
 // The interface of the host's default route (/proc/net/route), or "".
 std::string DefaultRouteInterface();
 
@@ -97,6 +105,7 @@ class NodeNetwork {
   void ExpiryLoop();
 
   ScopedFd lock_;  // the subnet's lock file, flock()ed while we live
+  std::string state_path_;  // what a successor needs to undo us (see .cc)
   std::string subnet_text_;
   uint32_t network_ = 0;  // host order
   int prefix_len_ = 0;

@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -306,6 +307,72 @@ TEST(NodeNetworkLeaseTest, LeasesRunOutWithAClearErrorAndComeBack) {
   EXPECT_NE(std::string(full.status().message()).find("no free address"), std::string::npos);
   (*node)->Release(*got.begin());
   EXPECT_EQ(*(*node)->Lease(), *got.begin());
+}
+
+bool NftTableExists(const std::string& name) {
+  SpawnOptions o;
+  o.argv = {"nft", "list", "table", "ip", name};
+  auto r = RunSubprocess(o);
+  return r.ok() && r->Succeeded();
+}
+
+std::string Forwarding(const std::string& ifname) {
+  std::ifstream in("/proc/sys/net/ipv4/conf/" + ifname + "/forwarding");
+  std::string v;
+  in >> v;
+  return v;
+}
+
+TEST(NodeNetworkRestartTest, ADeadOwnersTableAndForwardingAreUndone) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables, netlink)";
+  const int x = getpid() % 250;
+  const std::string subnet = absl::StrCat("10.250.", x, ".0/24");
+  const std::string uplink = absl::StrCat("dsr", getpid() % 100000);
+  ScopedFd ns = NewNetns();
+  ASSERT_TRUE(ns.valid());
+  auto host = NlSocket::Open();
+  ASSERT_TRUE(host.ok());
+  (void)host->DeleteLink(uplink);
+  ASSERT_TRUE(host->AddVeth(uplink, "eth0", ns.get()).ok());
+  ASSERT_EQ(Forwarding(uplink), "0");
+  // The owner: a child that makes the node network and dies as kill -9
+  // would leave it (no destructors).
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    NodeNetworkOptions o;
+    o.subnet = subnet;
+    o.uplinks = {uplink};
+    auto n = NodeNetwork::Create(o);
+    _exit(n.ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char table[64];
+  snprintf(table, sizeof(table), "dsec_vmm_%08x_24", (10u << 24) | (250u << 16) | (static_cast<unsigned>(x) << 8));
+  EXPECT_TRUE(NftTableExists(table));
+  EXPECT_EQ(Forwarding(uplink), "1");
+  auto cleaned = CleanupStaleNodeNetwork(subnet);
+  ASSERT_TRUE(cleaned.ok()) << cleaned.status();
+  EXPECT_TRUE(*cleaned);
+  EXPECT_FALSE(NftTableExists(table));
+  EXPECT_EQ(Forwarding(uplink), "0");
+  EXPECT_FALSE(*CleanupStaleNodeNetwork(subnet));  // nothing left the second time
+  // A live owner is never cleaned up under it.
+  NodeNetworkOptions o;
+  o.subnet = subnet;
+  auto live = NodeNetwork::Create(o);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_FALSE(*CleanupStaleNodeNetwork(subnet));
+  EXPECT_TRUE(NftTableExists(table));
+  // And a second owner of the same subnet is refused, naming it.
+  auto second = NodeNetwork::Create(o);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(second.status().message()).find("in use"), std::string::npos);
+  live->reset();
+  EXPECT_FALSE(NftTableExists(table));
+  (void)host->DeleteLink(uplink);
 }
 
 TEST(NodeNetworkOptionsTest, BadOptionsAreClearErrors) {
