@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <set>
@@ -35,9 +36,38 @@ namespace {
 // One word per target ("tcp4,HOST,PORT", "udp4,..."): ok, timeout or the
 // errno name; for tcp4 also what the peer said (its view of our address).
 constexpr char kProbe[] = R"(
-import errno, socket, sys
+import errno, socket, struct, sys
+
+def dns(name, server):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(q, (server, 53))
+    d = s.recv(4096)
+    if d[3] & 0xf:
+        return "RCODE %d" % (d[3] & 0xf)
+    i = 12
+    while d[i]:
+        i += d[i] + 1
+    i += 5
+    for _ in range(struct.unpack(">H", d[6:8])[0]):
+        i += 2 if d[i] & 0xc0 else len(d[i:].split(b"\0", 1)[0]) + 1
+        typ, _, ttl, n = struct.unpack(">HHIH", d[i:i + 10])
+        i += 10
+        if typ == 1:
+            return "A " + socket.inet_ntoa(d[i:i + 4])
+        i += n
+    return "none"
+
 for t in sys.argv[1:]:
     kind, host, port = t.split(",")
+    if kind == "dns":
+        try:
+            print(dns(host, port))
+        except socket.timeout:
+            print("timeout")
+        continue
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp4" else socket.SOCK_STREAM)
     s.settimeout(2)
     try:
@@ -287,6 +317,110 @@ TEST_F(SandboxNetworkTest, DestructionRemovesTheInterfaceTheProgramsAndTheLease)
   EXPECT_EQ(node_->leased(), 0u);
   // No eth0, no policy: the outside is unreachable, and not by EPERM.
   EXPECT_EQ(Probe(sb, {Tcp(outside_, 9)}), (std::vector<std::string>{"ENETUNREACH"}));
+}
+
+// A DNS server on loopback answering every A query with one address and
+// TTL (the node resolver's upstream in the test), on a thread of its own.
+class FakeUpstream {
+ public:
+  FakeUpstream(const std::string& answer, uint32_t ttl) : ttl_(ttl) {
+    inet_pton(AF_INET, answer.c_str(), &answer_);
+    fd_.Reset(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len);
+    getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeUpstream() {
+    shutdown(fd_.get(), SHUT_RDWR);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int queries() const { return queries_.load(); }
+
+ private:
+  void Serve() {
+    for (;;) {
+      uint8_t q[512];
+      sockaddr_in from{};
+      socklen_t len = sizeof(from);
+      const ssize_t n = recvfrom(fd_.get(), q, sizeof(q), 0, reinterpret_cast<sockaddr*>(&from), &len);
+      if (n <= 12) return;
+      queries_++;
+      // The question ends after its name and 4 bytes of type and class.
+      size_t i = 12;
+      while (i < static_cast<size_t>(n) && q[i] != 0) i += q[i] + 1;
+      const size_t qend = i + 5;
+      if (qend > static_cast<size_t>(n)) continue;
+      std::string r(reinterpret_cast<char*>(q), qend);
+      r[2] = static_cast<char>(0x81);  // QR, RD
+      r[3] = static_cast<char>(0x80);  // RA, NOERROR
+      r[6] = 0, r[7] = 1;              // one answer
+      r[8] = r[9] = r[10] = r[11] = 0;
+      const uint8_t rr[] = {0xc0, 0x0c, 0, 1, 0, 1, static_cast<uint8_t>(ttl_ >> 24), static_cast<uint8_t>(ttl_ >> 16),
+                            static_cast<uint8_t>(ttl_ >> 8), static_cast<uint8_t>(ttl_), 0, 4};
+      r.append(reinterpret_cast<const char*>(rr), sizeof(rr));
+      r.append(reinterpret_cast<const char*>(&answer_), 4);
+      sendto(fd_.get(), r.data(), r.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
+    }
+  }
+  in_addr answer_{};
+  uint32_t ttl_;
+  ScopedFd fd_;
+  int port_ = 0;
+  std::atomic<int> queries_{0};
+  std::thread thread_;
+};
+
+TEST_F(SandboxNetworkTest, ADomainRuleAllowsExactlyWhatTheResolverAnsweredForItsTtl) {
+  // The fixture's node network has no upstream of the test's: make one
+  // that has (same subnet, so the fixture's goes first).
+  node_.reset();
+  FakeUpstream upstream(outside_, /*ttl=*/2);
+  NodeNetworkOptions o;
+  o.subnet = subnet_;
+  o.uplinks = {uplink_};
+  o.dns_upstream = absl::StrCat("127.0.0.1:", upstream.port());
+  auto node = NodeNetwork::Create(o);
+  ASSERT_TRUE(node.ok()) << node.status();
+  node_ = std::move(*node);
+  ASSERT_TRUE(node_->resolver_status().ok()) << node_->resolver_status();
+  Server open(outside_ns_.get(), outside_), other(outside_ns_.get(), outside_);
+  FakeSandbox& sb = NewSandbox(absl::StrCat(R"({"egress": {"allow": ["pkg.example.test:)", open.port(),
+                                            R"(", "*.example.test"], "deny": ["bad.example.test"]}})"));
+  ASSERT_TRUE(sb.network);
+  const std::string gw = sb.network->gateway_text();
+  // Before any answer the address is not allowed.
+  EXPECT_EQ(Probe(sb, {Tcp(outside_, open.port())}), (std::vector<std::string>{"EPERM"}));
+  std::vector<std::string> r =
+      Probe(sb, {absl::StrCat("dns,pkg.example.test,", gw), absl::StrCat("dns,other.invalid,", gw),
+                 absl::StrCat("dns,bad.example.test,", gw), Tcp(outside_, open.port()),
+                 Tcp(outside_, other.port())});
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r[0], "A " + outside_);
+  EXPECT_EQ(r[1], "RCODE 5");  // REFUSED: no rule names it
+  EXPECT_EQ(r[2], "RCODE 5");  // REFUSED: the deny rule wins over the wildcard
+  EXPECT_EQ(r[3].substr(0, 2), "ok");
+  // The name matched the wildcard too, which allows every port.
+  EXPECT_EQ(r[4].substr(0, 2), "ok");
+  EXPECT_EQ(upstream.queries(), 1);  // refused names never went upstream
+  EXPECT_GE(sb.network->resolved_count(), 1u);
+  // After the TTL (2 s) the address goes: new connects are refused again.
+  int64_t waited_ms = 0;
+  std::vector<std::string> after;
+  while (waited_ms < 10'000) {
+    after = Probe(sb, {Tcp(outside_, open.port())});
+    if (after == std::vector<std::string>{"EPERM"}) break;
+    usleep(250'000);
+    waited_ms += 250;
+  }
+  EXPECT_EQ(after, (std::vector<std::string>{"EPERM"})) << "still allowed after " << waited_ms << " ms";
+  EXPECT_GE(waited_ms, 500);  // not before the TTL
+  EXPECT_EQ(sb.network->resolved_count(), 0u);
 }
 
 TEST(NodeNetworkLeaseTest, LeasesRunOutWithAClearErrorAndComeBack) {
