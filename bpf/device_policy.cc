@@ -4,11 +4,14 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/scoped_fd.h"
 #include "base/status.h"
 #include "bpf/cgroup_attach.h"
 #include "bpf/device.skel.h"
@@ -46,6 +49,21 @@ absl::Status DevicePolicy::AttachToCgroup(const std::string& cgroup_dir) {
   attached_ = true;
   return absl::OkStatus();
 }
+
+absl::StatusOr<std::unique_ptr<DeviceAttachment>> DevicePolicy::Attach(const std::string& cgroup_dir) const {
+  ScopedFd dir(open(cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) {
+    return absl::NotFoundError(absl::StrCat("device policy: opening cgroup ", cgroup_dir, ": ", Errno(errno)));
+  }
+  struct bpf_link* link = bpf_program__attach_cgroup(skel_->progs.dsec_device, dir.get());
+  if (link == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("device policy: attaching to cgroup ", cgroup_dir, ": ", Errno(errno)));
+  }
+  return std::make_unique<DeviceAttachment>(link);
+}
+
+DeviceAttachment::~DeviceAttachment() { bpf_link__destroy(link_); }
 
 absl::Status DevicePolicy::Allow(const DeviceRule& rule) {
   if (rule.access == 0 || (rule.access & ~(kDeviceRead | kDeviceWrite | kDeviceMknod)) != 0) {

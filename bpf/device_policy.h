@@ -20,12 +20,26 @@
 #include "bpf/device_rule.h"
 
 struct device;  // the generated skeleton (device.skel.h)
+struct bpf_link;
 
 namespace dsec::bpf {
 
 struct DeviceCounters {
   uint64_t allowed = 0;  // device opens and mknods let through
   uint64_t denied = 0;   // refused with EPERM
+};
+
+// One attachment of a policy's program to a cgroup (DevicePolicy::Attach):
+// destruction detaches it. Must not outlive its policy.
+class DeviceAttachment {
+ public:
+  explicit DeviceAttachment(struct bpf_link* link) : link_(link) {}
+  ~DeviceAttachment();
+  DeviceAttachment(const DeviceAttachment&) = delete;
+  DeviceAttachment& operator=(const DeviceAttachment&) = delete;
+
+ private:
+  struct bpf_link* link_;
 };
 
 class DevicePolicy {
@@ -42,6 +56,10 @@ class DevicePolicy {
   // NotFound for a missing directory; Unavailable with the reason when the
   // kernel refuses.
   absl::Status AttachToCgroup(const std::string& cgroup_dir);
+  // Attaches the same program (and rules) to one more cgroup: one policy
+  // loaded once serves every sandbox that shares it (a tier's default),
+  // each attachment a link of its own. Thread-safe; errors as above.
+  absl::StatusOr<std::unique_ptr<DeviceAttachment>> Attach(const std::string& cgroup_dir) const;
 
   // Grants the rule's access; an entry for the same type and numbers keeps
   // what it granted already (access only grows). Effective for the next

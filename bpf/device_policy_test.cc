@@ -222,6 +222,23 @@ TEST_F(DevicePolicyTest, AttachingTwiceOrToAMissingCgroupIsAClearError) {
   EXPECT_NE(std::string(s.message()).find("no-such-dir"), std::string::npos);
 }
 
+TEST_F(DevicePolicyTest, OneLoadedPolicyServesMoreCgroupsEachDetachedOnItsOwn) {
+  // A second cgroup gets the same program and rules through an attachment.
+  ASSERT_TRUE(policy_->Allow(Rule("c 1:3 rw")).ok());
+  TestCgroup second("device-second");
+  ASSERT_FALSE(second.path().empty());
+  auto attachment = policy_->Attach(second.path());
+  ASSERT_TRUE(attachment.ok()) << attachment.status();
+  const std::string first = cgroup_;
+  cgroup_ = second.path();
+  EXPECT_EQ(InChild({Open(Node("null"), O_RDWR), Open(Node("zero"), O_RDONLY)}), (std::vector<int>{0, EPERM}));
+  attachment->reset();  // that cgroup only is free again
+  EXPECT_EQ(InChild({Open(Node("zero"), O_RDONLY)}), (std::vector<int>{0}));
+  cgroup_ = first;
+  EXPECT_EQ(InChild({Open(Node("zero"), O_RDONLY)}), (std::vector<int>{EPERM}));
+  EXPECT_EQ(policy_->Attach(first + "/no-such-dir").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(DevicePolicyTest, RulesWithoutAccessAreRefused) {
   DeviceRule r = Rule("c 1:3 r");
   r.access = 0;

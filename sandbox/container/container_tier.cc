@@ -26,6 +26,7 @@
 #include "sandbox/container/root_files.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
+#include "bpf/device_policy.h"
 #include "sandbox/network/policy.h"
 #include "sandbox/network/sandbox_network.h"
 
@@ -135,8 +136,26 @@ class ContainerTierSandbox : public tier::TierSandbox {
       : pool_(std::move(pool)), sandbox_(std::move(sandbox)), range_(std::move(range)) {}
   ~ContainerTierSandbox() override { (void)Destroy(); }
 
-  absl::Status AddNetwork(network::NodeNetwork* node, const network::NetworkSpec& spec) {
-    DSEC_ASSIGN_OR_RETURN(network_, AddSandboxNetwork(*sandbox_, node, spec, &net_cgroup_));
+  // The sandbox's cgroup v2 directory (its own, or one made for it) and
+  // the tier's device policy on it; then its network, if asked for.
+  absl::Status AddPrograms(const std::shared_ptr<const bpf::DevicePolicy>& devices,
+                           network::NodeNetwork* node, const network::NetworkSpec* spec) {
+    if (devices == nullptr && spec == nullptr) return absl::OkStatus();
+    absl::StatusOr<std::string> dir = SandboxCgroup2Dir(*sandbox_, &made_v2_);
+    if (!dir.ok()) {
+      if (spec != nullptr) return dir.status();
+      // No v2 hierarchy: the sandbox keeps the protection it always had
+      // (no CAP_MKNOD, its own /dev), without the device program.
+      return absl::OkStatus();
+    }
+    v2_dir_ = *dir;
+    if (devices != nullptr) {
+      DSEC_ASSIGN_OR_RETURN(device_attachment_, devices->Attach(v2_dir_));
+      devices_ = devices;
+    }
+    if (spec != nullptr) {
+      DSEC_ASSIGN_OR_RETURN(network_, AddSandboxNetwork(*sandbox_, v2_dir_, node, *spec));
+    }
     return absl::OkStatus();
   }
 
@@ -180,6 +199,12 @@ class ContainerTierSandbox : public tier::TierSandbox {
     FreezerPlace place;
     for (const std::string& d : sandbox_->cgroups().dirs()) {
       if (Exists(d + "/cgroup.freeze")) place = {d, true, true};
+    }
+    // The v2 directory made for its programs holds every process of it:
+    // freezing there keeps them in it (a dedicated freezer cgroup in the
+    // same v2 tree would take them out of reach of the programs).
+    if (place.dir.empty() && !v2_dir_.empty() && Exists(v2_dir_ + "/cgroup.freeze")) {
+      place = {v2_dir_, true, true};
     }
     if (place.dir.empty()) {
       bool v2 = false;
@@ -255,9 +280,10 @@ class ContainerTierSandbox : public tier::TierSandbox {
     // Its processes are gone: the programs detach, the veth and the lease
     // go, and its cgroup v2 directory is empty.
     if (network_) network_->Close();
-    if (!net_cgroup_.empty()) {
-      if (absl::Status r = KillAndRemoveCgroup(net_cgroup_); !r.ok()) {
-        DSEC_LOG(warn, "container: remove {}: {}", net_cgroup_, r.ToString());
+    device_attachment_.reset();
+    if (!made_v2_.empty()) {
+      if (absl::Status r = KillAndRemoveCgroup(made_v2_); !r.ok()) {
+        DSEC_LOG(warn, "container: remove {}: {}", made_v2_, r.ToString());
       }
     }
     if (!freezer_.dir.empty() && !freezer_.own && ::rmdir(freezer_.dir.c_str()) != 0 &&
@@ -272,7 +298,10 @@ class ContainerTierSandbox : public tier::TierSandbox {
   std::unique_ptr<Sandbox> sandbox_;
   std::shared_ptr<uint32_t> range_;  // its host id range (user namespace), given back with it
   std::shared_ptr<network::SandboxNetwork> network_;
-  std::string net_cgroup_;  // a v2 directory made for the network's programs (hybrid hosts)
+  std::string v2_dir_;   // holds all its processes; its BPF programs attach here
+  std::string made_v2_;  // v2_dir_ where this object made it (hybrid hosts): removed on destroy
+  std::shared_ptr<const bpf::DevicePolicy> devices_;  // outlives the attachment (member order)
+  std::unique_ptr<bpf::DeviceAttachment> device_attachment_;
   FreezerPlace freezer_;
   bool paused_ = false;
   bool destroyed_ = false;
@@ -280,33 +309,35 @@ class ContainerTierSandbox : public tier::TierSandbox {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandbox& sandbox,
-                                                                           network::NodeNetwork* node,
-                                                                           const network::NetworkSpec& spec,
-                                                                           std::string* made_cgroup) {
-  std::string dir;
+absl::StatusOr<std::string> SandboxCgroup2Dir(Sandbox& sandbox, std::string* made_cgroup) {
   for (const std::string& d : sandbox.cgroups().dirs()) {
-    if (Exists(d + "/cgroup.controllers")) dir = d;
+    if (Exists(d + "/cgroup.controllers")) return d;
   }
-  if (dir.empty()) {
-    if (!Exists(absl::StrCat(kHybridV2, "/cgroup.procs"))) {
-      return absl::UnavailableError(
-          "no cgroup v2 hierarchy to attach the egress policy to: the sandbox cannot have a network");
-    }
-    dir = absl::StrCat(kHybridV2, "/dsec-net-", sandbox.id());
-    std::ofstream rec(sandbox.state_dir() + "/cgroups", std::ios::app);
-    rec << dir << "\n";
-    rec.flush();
-    if (!rec) return absl::InternalError("recording the network cgroup in the state dir failed");
-    if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", dir));
-    *made_cgroup = dir;
-    // The init only: everything the sandbox runs is its child.
-    DSEC_RETURN_IF_ERROR(WriteText(dir + "/cgroup.procs", std::to_string(sandbox.init_pid())));
+  if (!Exists(absl::StrCat(kHybridV2, "/cgroup.procs"))) {
+    return absl::UnavailableError("no cgroup v2 hierarchy to attach the sandbox's BPF programs to");
   }
+  const std::string dir = absl::StrCat(kHybridV2, "/dsec-ctr-", sandbox.id());
+  // Recorded first, like the tier's own cgroups, so that a killed daemon's
+  // successor removes it (CleanupOrphans removes recorded cgroups).
+  std::ofstream rec(sandbox.state_dir() + "/cgroups", std::ios::app);
+  rec << dir << "\n";
+  rec.flush();
+  if (!rec) return absl::InternalError("recording the sandbox's cgroup v2 directory in the state dir failed");
+  if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", dir));
+  *made_cgroup = dir;
+  // The init only: everything the sandbox runs is its child.
+  DSEC_RETURN_IF_ERROR(WriteText(dir + "/cgroup.procs", std::to_string(sandbox.init_pid())));
+  return dir;
+}
+
+absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandbox& sandbox,
+                                                                           const std::string& cgroup2_dir,
+                                                                           network::NodeNetwork* node,
+                                                                           const network::NetworkSpec& spec) {
   ScopedFd netns(::open(absl::StrCat("/proc/", sandbox.init_pid(), "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
   if (!netns.valid()) return ErrnoToStatus("open the sandbox's network namespace");
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<network::SandboxNetwork> n,
-                        network::SandboxNetwork::Create(node, netns.get(), dir, spec));
+                        network::SandboxNetwork::Create(node, netns.get(), cgroup2_dir, spec));
   std::shared_ptr<network::SandboxNetwork> net = std::move(n);
   ScopedFsIds ids(sandbox.user_namespace());
   absl::Status s = WriteRootFile(sandbox.rootfs_dir(), "/etc/resolv.conf", net->ResolvConf(), 0644);
@@ -341,6 +372,24 @@ const tier::TierTraits& ContainerTierTraits() {
 }
 
 ContainerTier::ContainerTier(ContainerTierOptions options) : options_(std::move(options)) {
+  // The device policy every sandbox gets (bpf/device_policy.h): loaded
+  // once, attached to each sandbox's cgroup v2 directory.
+  if (absl::StatusOr<std::unique_ptr<bpf::DevicePolicy>> d = bpf::DevicePolicy::Load(); d.ok()) {
+    absl::Status s;
+    for (const bpf::DeviceRule& r : bpf::DefaultSandboxDevices()) {
+      if (s.ok()) s = (*d)->Allow(r);
+    }
+    if (s.ok()) {
+      devices_ = std::move(*d);
+    } else {
+      devices_status_ = s;
+    }
+  } else {
+    devices_status_ = d.status();
+  }
+  if (!devices_status_.ok()) {
+    DSEC_LOG(warn, "container: no device policy program: {}", devices_status_.ToString());
+  }
   if (options_.init_pool == 0) return;
   auto pool = InitPool::Create(options_.state_root, options_.init_pool);
   if (pool.ok()) {
@@ -376,11 +425,10 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> ContainerTier::Create(const t
   }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(std::move(c)));
   auto out = std::make_unique<ContainerTierSandbox>(std::move(sb), std::move(range), pool_);
-  if (spec.network) {
-    // All or nothing: a sandbox whose policy cannot be enforced is not
-    // handed out (its destructor removes what was made).
-    DSEC_RETURN_IF_ERROR(Annotate(out->AddNetwork(spec.node_network, *spec.network), "network"));
-  }
+  // All or nothing: a sandbox whose policy cannot be enforced is not
+  // handed out (its destructor removes what was made).
+  DSEC_RETURN_IF_ERROR(Annotate(out->AddPrograms(devices_, spec.node_network, spec.network.get()),
+                                spec.network ? "network" : "device policy"));
   return std::unique_ptr<tier::TierSandbox>(std::move(out));
 }
 
@@ -429,8 +477,11 @@ std::string ContainerTier::MetricsText() const {
   return absl::StrFormat(
       "# HELP dsec_container_user_namespace_ranges Host id ranges held by user-namespace sandboxes.\n"
       "# TYPE dsec_container_user_namespace_ranges gauge\n"
-      "dsec_container_user_namespace_ranges %d\n",
-      ranges);
+      "dsec_container_user_namespace_ranges %d\n"
+      "# HELP dsec_container_device_policy 1 if every container sandbox gets the cgroup_device program.\n"
+      "# TYPE dsec_container_device_policy gauge\n"
+      "dsec_container_device_policy %d\n",
+      ranges, devices_ != nullptr ? 1 : 0);
 }
 
 ContainerTierSetup::ContainerTierSetup() {

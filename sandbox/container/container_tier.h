@@ -18,22 +18,31 @@
 #include "sandbox/tier/setup.h"
 #include "sandbox/tier/tier.h"
 
+namespace dsec::bpf {
+class DevicePolicy;
+}
+
 namespace dsec::container {
 
 class InitPool;
 class Sandbox;
 
+// The cgroup v2 directory holding every process of a container sandbox,
+// where its BPF programs attach: its own where the host is pure v2;
+// elsewhere one made for it ("dsec-ctr-<id>" in the hybrid v2 tree,
+// recorded in the state dir first so that a killed daemon's successor
+// removes it; its path also in *made_cgroup for the caller to remove after
+// the sandbox). Unavailable without a v2 hierarchy.
+absl::StatusOr<std::string> SandboxCgroup2Dir(Sandbox& sandbox, std::string* made_cgroup);
+
 // Gives a container sandbox its network (sandbox/network): the egress
-// programs on a cgroup v2 directory holding all its processes (its own
-// where the host is pure v2; elsewhere one made for them, recorded in the
-// state dir first so that a killed daemon's successor removes it, its path
-// in *made_cgroup for the caller to remove after the sandbox), the veth
-// into its namespace, and the node resolver in its /etc/resolv.conf.
-// Unavailable where the policy cannot be enforced.
+// programs on `cgroup2_dir`, the veth into its namespace, and the node
+// resolver in its /etc/resolv.conf. Unavailable where the policy cannot be
+// enforced.
 absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandbox& sandbox,
+                                                                           const std::string& cgroup2_dir,
                                                                            network::NodeNetwork* node,
-                                                                           const network::NetworkSpec& spec,
-                                                                           std::string* made_cgroup);
+                                                                           const network::NetworkSpec& spec);
 
 struct ContainerTierOptions {
   std::string state_root;           // SandboxConfig::state_root
@@ -74,6 +83,10 @@ class ContainerTier : public tier::Tier {
   absl::StatusOr<std::shared_ptr<uint32_t>> TakeRange();
 
   ContainerTierOptions options_;
+  // Every sandbox's device policy, loaded once; null (with why) where the
+  // kernel refuses it. Shared with the sandboxes attached to it.
+  std::shared_ptr<const bpf::DevicePolicy> devices_;
+  absl::Status devices_status_;
   // Shared with its sandboxes, which tell it when they are destroyed.
   std::shared_ptr<InitPool> pool_;
   std::shared_ptr<std::mutex> ranges_mu_ = std::make_shared<std::mutex>();

@@ -250,7 +250,7 @@ TEST(DaemonProcessTest, KillNineLeavesNoNetworkBehindARestart) {
     host_if = name;
     EXPECT_TRUE(LinkExists(host_if));
     EXPECT_TRUE(NftTableExists(table));
-    net_cgroup = absl::StrCat("/sys/fs/cgroup/unified/dsec-net-", id);
+    net_cgroup = absl::StrCat("/sys/fs/cgroup/unified/dsec-ctr-", id);
     d.Kill(SIGKILL);
   }
   // The dead daemon's sandbox still runs: its veth and table are there.

@@ -7,6 +7,8 @@
 #include <ifaddrs.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -237,6 +239,28 @@ TEST_F(DaemonHttpTest, PauseFreezesAndResumeThaws) {
   ASSERT_TRUE(r);
   EXPECT_EQ(testing::JsonOf(r)["state"], "running");
   EXPECT_EQ(Sh(id, "echo ok")["stdout"], "ok\n");
+}
+
+TEST_F(DaemonHttpTest, ASandboxOpensOnlyTheDevicesItsPolicyAllows) {
+  const std::string id = Create();
+  std::ifstream procs(absl::StrCat("/sys/fs/cgroup/unified/dsec-ctr-", id, "/cgroup.procs"));
+  pid_t init = 0;
+  if (!(procs >> init)) {
+    GTEST_SKIP() << "no hybrid cgroup v2 directory for the sandbox here (a pure v2 host, or no device program)";
+  }
+  // The host puts a tun node (c 10:200: anyone may open it, no capability
+  // needed) into the sandbox's /dev, the only mount of it without nodev:
+  // the device program refuses it. The nodes the sandbox's /dev is made
+  // with still work.
+  const std::string node = absl::StrCat("/proc/", init, "/root/dev/tun");
+  ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0666, makedev(10, 200)), 0) << strerror(errno);
+  ASSERT_EQ(::chmod(node.c_str(), 0666), 0);
+  json r = Sh(id, "(exec 3</dev/tun) && echo opened || echo refused; echo x > /dev/null && head -c 4 /dev/zero | wc -c");
+  EXPECT_NE(Decode(r["stderr_b64"]).find("Operation not permitted"), std::string::npos) << r.dump();
+  EXPECT_EQ(r["stdout"], "refused\n4\n");
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("dsec_container_device_policy 1"), std::string::npos);
 }
 
 TEST_F(DaemonHttpTest, PackDiffMakesALayerOthersCanUse) {
