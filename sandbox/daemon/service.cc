@@ -337,7 +337,7 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
     return sb.status();
   }
   e->sandbox = std::move(*sb);
-  e->net = e->sandbox->network();
+  e->SetNet(e->sandbox->network());
   metrics_.create_ms.at(registry_.name(e->tier)).Observe(static_cast<double>(MonotonicNowNs() - start_ns) / 1e6);
   release(true);
   DSEC_LOG(info, "daemon: sandbox={} tier={} created", e->id, registry_.name(e->tier));
@@ -374,12 +374,12 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
     std::lock_guard<std::mutex> lock(e.qos_mu);
     if (e.qos_lease) spec.isolation = e.qos_lease->isolation();
   }
-  if (e.network_spec) {
+  if (std::shared_ptr<const network::NetworkSpec> net = e.NetworkSpec()) {
     if (!options_.node_network) {
       return absl::UnavailableError("this daemon offers no sandbox networking");
     }
     DSEC_ASSIGN_OR_RETURN(spec.node_network, options_.node_network());
-    spec.network = e.network_spec;
+    spec.network = std::move(net);
   }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<tier::TierSandbox> sb, tier.Create(spec));
   e.images = *images;

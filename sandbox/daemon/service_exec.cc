@@ -189,6 +189,7 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
       DSEC_LOG(warn, "daemon: sandbox={} replacing: {}", e.id, s.ToString());
     }
     e.sandbox = std::move(fresh);
+    e.SetNet(e.sandbox->network());  // a network of its own (a new lease)
     e.layers.push_back(*plan.checkpoint_layer);
   }
   for (const trajectory::Record& r : plan.rerun) {

@@ -38,10 +38,24 @@ struct Service::Entry {
   std::atomic<bool> paused{false};
   // The network asked for on create (PATCH replaces it; a re-created
   // sandbox gets the latest), and the live one (thread-safe, closed by
-  // the tier's destroy), both null without one. Guarded by mu.
+  // the tier's destroy), both null without one. Guarded by net_mu.
   std::shared_ptr<const network::NetworkSpec> network_spec;
-  // Set before the entry is published, never changed after.
-  std::shared_ptr<network::SandboxNetwork> net;
+  // The live network, read without `mu` (GET, metrics, PATCH must not wait
+  // for an exec): replaced when the tier sandbox is (a resumed task's).
+  std::shared_ptr<network::SandboxNetwork> Net() const {
+    std::lock_guard<std::mutex> lock(net_mu);
+    return net;
+  }
+  void SetNet(std::shared_ptr<network::SandboxNetwork> n) {
+    std::lock_guard<std::mutex> lock(net_mu);
+    net = std::move(n);
+  }
+  mutable std::mutex net_mu;
+  std::shared_ptr<network::SandboxNetwork> net;  // guarded by net_mu
+  std::shared_ptr<const network::NetworkSpec> NetworkSpec() const {
+    std::lock_guard<std::mutex> lock(net_mu);
+    return network_spec;
+  }
 
   // Serialises every operation on the tier sandbox.
   std::mutex mu;

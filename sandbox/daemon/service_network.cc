@@ -13,12 +13,13 @@ namespace dsec::daemon {
 using nlohmann::json;
 
 json Service::NetworkJson(const Entry& e) {
-  if (!e.net) return nullptr;
-  json n = network::NetworkSpecJson(e.net->spec());
-  n["address"] = e.net->address_text();
-  n["gateway"] = e.net->gateway_text();
-  n["nameserver"] = e.net->gateway_text();
-  absl::StatusOr<network::NetworkCounters> c = e.net->Counters();
+  const std::shared_ptr<network::SandboxNetwork> net = e.Net();
+  if (!net) return nullptr;
+  json n = network::NetworkSpecJson(net->spec());
+  n["address"] = net->address_text();
+  n["gateway"] = net->gateway_text();
+  n["nameserver"] = net->gateway_text();
+  absl::StatusOr<network::NetworkCounters> c = net->Counters();
   if (c.ok()) {
     n["counters"] = {{"bytes_out", c->bytes_out},
                      {"bytes_in", c->bytes_in},
@@ -34,14 +35,19 @@ json Service::NetworkJson(const Entry& e) {
 absl::StatusOr<json> Service::SetNetwork(const std::string& id, const json& body) {
   DSEC_ASSIGN_OR_RETURN(network::NetworkSpec spec, ParseNetworkPatch(body));
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  if (!e->net) {
+  if (!e->Net()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "sandbox ", id, " has no network: a sandbox gets one at create (\"network\")"));
   }
+  // Not under the entry's lock: a policy change must not wait for a
+  // running exec (cutting a sandbox off while its command runs is the
+  // point). The network object serialises its own changes.
+  const std::shared_ptr<network::SandboxNetwork> net = e->Net();
+  absl::Status s = net->SetSpec(spec);
+  if (absl::IsFailedPrecondition(s)) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  DSEC_RETURN_IF_ERROR(s);
   {
-    std::lock_guard<std::mutex> lock(e->mu);
-    if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
-    DSEC_RETURN_IF_ERROR(e->net->SetSpec(spec));
+    std::lock_guard<std::mutex> lock(e->net_mu);
     e->network_spec = std::make_shared<const network::NetworkSpec>(std::move(spec));
   }
   return Describe(*e);
@@ -52,7 +58,7 @@ std::string Service::NetworkMetricsText() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, e] : sandboxes_) {
-      if (e->net) nets.emplace_back(id, e->net);
+      if (auto net = e->Net()) nets.emplace_back(id, std::move(net));
     }
   }
   struct Metric {
