@@ -468,6 +468,7 @@ absl::Status Run(const NetBenchOptions& o, Results& r) {
   for (int n : Steps(o.max)) {
     DSEC_ASSIGN_OR_RETURN(SetupStep s, MeasureSetup(*env, n, spec, outside, connect_port, connect_l.get()));
     r.steps.push_back(std::move(s));
+    DSEC_RETURN_IF_ERROR(Interrupted());  // a signal during the destroys
   }
   return absl::OkStatus();
 }
