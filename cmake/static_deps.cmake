@@ -52,3 +52,44 @@ else()
   add_library(dsec_seccomp INTERFACE)
   target_link_libraries(dsec_seccomp INTERFACE PkgConfig::SECCOMP)
 endif()
+
+# Sandbox networking's pkg-config libraries (libbpf, libnl-route-3, ldns):
+# Debian ships their archives too, but pkg_check_modules' imported targets
+# name the .so. dsec_pkg_use_archives(PREFIX [EXTRA...]), called where
+# PkgConfig::PREFIX is made, points it at the archives `pkg-config --static
+# --libs` lists (PREFIX_STATIC_LIBRARIES), each an imported target that
+# links the next and the last EXTRA (what a .pc file leaves out: ldns's
+# libcrypto), so that CMake keeps every archive before what it needs even
+# where another component links the same library earlier. C library parts
+# (pthread, dl, m, rt) stay -l flags. Without DSEC_STATIC_BINARY it does
+# nothing.
+function(dsec_pkg_use_archives prefix)
+  if(NOT DSEC_STATIC_BINARY)
+    return()
+  endif()
+  set(archives "")
+  set(flags "")
+  foreach(name IN LISTS ${prefix}_STATIC_LIBRARIES)
+    if(name MATCHES "^(pthread|dl|m|rt)$")
+      list(APPEND flags ${name})
+      continue()
+    endif()
+    find_library(DSEC_ARCHIVE_${name} NAMES lib${name}.a HINTS ${${prefix}_STATIC_LIBRARY_DIRS})
+    if(NOT DSEC_ARCHIVE_${name})
+      message(FATAL_ERROR "static dsec-vmm: lib${name}.a (for ${prefix}) not found; "
+                          "configure with -DDSEC_STATIC_BINARY=OFF for a dynamic build")
+    endif()
+    list(APPEND archives ${name})
+  endforeach()
+  # Last first: each links what follows it.
+  set(next "${ARGN};${flags}")
+  list(REVERSE archives)
+  foreach(name IN LISTS archives)
+    set(t dsec_archive_${prefix}_${name})
+    add_library(${t} STATIC IMPORTED)
+    set_target_properties(${t} PROPERTIES IMPORTED_LOCATION "${DSEC_ARCHIVE_${name}}"
+                                          INTERFACE_LINK_LIBRARIES "${next}")
+    set(next ${t})
+  endforeach()
+  set_target_properties(PkgConfig::${prefix} PROPERTIES INTERFACE_LINK_LIBRARIES "${next}")
+endfunction()

@@ -9,6 +9,7 @@
 #include "cmd/bench_container_commands.h"
 #include "cmd/bench_fncall_commands.h"
 #include "cmd/bench_microvm_commands.h"
+#include "cmd/bench_net_commands.h"
 #include "cmd/bench_pmem_commands.h"
 #include "cmd/bench_reclaim_commands.h"
 #include "cmd/bench_virtio_commands.h"
@@ -30,6 +31,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterMicrovmBenchCommands(bench, registry);
   RegisterReclaimBenchCommands(bench, registry);
   RegisterApiBenchCommands(bench, registry);
+  RegisterNetBenchCommands(bench, registry);
 
   CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");
   auto opts = std::make_shared<bench::BootBenchOptions>();
