@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,15 @@
 #include "vmm/monitor/default_paths.h"
 #include "cmd/fncall_commands.h"
 #include "cmd/microvm_commands.h"
+#include "sandbox/container/cgroups.h"
+#include "sandbox/container/container_tier.h"
 #include "sandbox/container/netns_pool.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/layers/layer_store.h"
+#include "sandbox/network/node_network.h"
+#include "sandbox/network/policy.h"
+#include "sandbox/network/sandbox_network.h"
 #include "base/logging.h"
 
 namespace dsec::cmd {
@@ -55,6 +61,12 @@ struct RunOptions {
   // and gids base .. base+65535).
   bool userns = false;
   uint32_t userns_base = 1u << 20;
+  // --allow / --deny: a network with this egress policy (sandbox/network);
+  // neither: no network. The node network's options as the daemon's.
+  std::vector<std::string> allow, deny;
+  std::string net_subnet = "10.201.0.0/16";
+  std::vector<std::string> net_uplinks;
+  std::string net_dns_upstream;
   // --tier microvm ("" = the tier's defaults)
   std::string microvm_kernel;
   std::string microvm_rootfs;
@@ -69,6 +81,10 @@ void WriteAll(FILE* f, const std::string& data) {
 
 int Run(const RunOptions& o) {
   log::SetLevel(o.log_level);
+  if ((!o.allow.empty() || !o.deny.empty()) && o.tier != "container") {
+    fprintf(stderr, "dsec-vmm: --allow/--deny: `sandbox run --tier %s` gives no network yet\n", o.tier.c_str());
+    return 2;
+  }
   if (o.tier == "fncall") {
     return RunFncall({o.lang, o.layers, o.store, o.memory_mib, o.pids, o.timeout_s,
                       o.output_cap_bytes, o.output_rate_bytes, o.env, o.cwd == "/" ? "/tmp" : o.cwd,
@@ -121,10 +137,61 @@ int Run(const RunOptions& o) {
   if (o.userns) {
     config.user_namespace = container::UserNamespaceMap{o.userns_base, o.userns_base, 65536};
   }
+  // The network's policy is read before anything is made: a bad rule is
+  // the caller's error (2), not the runtime's.
+  std::optional<network::NetworkSpec> net_spec;
+  if (!o.allow.empty() || !o.deny.empty()) {
+    auto spec = network::ParseNetworkSpec(nlohmann::json{{"egress", {{"allow", o.allow}, {"deny", o.deny}}}});
+    if (!spec.ok()) {
+      fprintf(stderr, "dsec-vmm: %s\n", std::string(spec.status().message()).c_str());
+      return 2;
+    }
+    net_spec = std::move(*spec);
+  }
+  std::unique_ptr<network::NodeNetwork> node;
+  if (net_spec) {
+    network::NodeNetworkOptions no;
+    no.subnet = o.net_subnet;
+    no.dns_upstream = o.net_dns_upstream;
+    std::vector<std::string> uplinks = o.net_uplinks;
+    if (uplinks.empty()) {
+      if (std::string def = network::DefaultRouteInterface(); !def.empty()) uplinks = {def};
+    }
+    if (!(uplinks.size() == 1 && uplinks[0] == "none")) no.uplinks = uplinks;
+    (void)network::CleanupStaleNodeNetwork(no.subnet);
+    auto n = network::NodeNetwork::Create(no);
+    if (!n.ok()) {
+      fprintf(stderr, "dsec-vmm: sandbox network: %s\n", std::string(n.status().message()).c_str());
+      return absl::IsInvalidArgument(n.status()) ? 2 : kExitRuntimeError;
+    }
+    node = std::move(*n);
+  }
   auto sandbox = container::Sandbox::Create(std::move(config));
   if (!sandbox.ok()) {
     fprintf(stderr, "dsec-vmm: creating the sandbox: %s\n", sandbox.status().ToString().c_str());
     return kExitRuntimeError;
+  }
+  std::shared_ptr<network::SandboxNetwork> net;
+  std::string made_cgroup;
+  // Goes before the sandbox is destroyed below, and on every early return.
+  auto close_network = [&] {
+    if (net) net->Close();
+    net.reset();
+    if (!made_cgroup.empty()) (void)container::KillAndRemoveCgroup(made_cgroup);
+    made_cgroup.clear();
+  };
+  if (net_spec) {
+    absl::StatusOr<std::string> dir = container::SandboxCgroup2Dir(**sandbox, &made_cgroup);
+    absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> n =
+        dir.ok() ? container::AddSandboxNetwork(**sandbox, *dir, node.get(), *net_spec)
+                 : absl::StatusOr<std::shared_ptr<network::SandboxNetwork>>(dir.status());
+    if (!n.ok()) {
+      fprintf(stderr, "dsec-vmm: sandbox network: %s\n", n.status().ToString().c_str());
+      (void)(*sandbox)->Destroy();
+      close_network();
+      return kExitRuntimeError;
+    }
+    net = std::move(*n);
   }
   container::ExecOptions exec;
   exec.argv = o.command;
@@ -138,6 +205,8 @@ int Run(const RunOptions& o) {
   exec.output_rate_bytes_per_s = o.output_rate_bytes;
   auto result = (*sandbox)->Exec(exec);
   if (!result.ok()) {
+    (void)(*sandbox)->Destroy();
+    close_network();
     fprintf(stderr, "dsec-vmm: %s\n", result.status().ToString().c_str());
     return absl::IsNotFound(result.status()) || absl::IsPermissionDenied(result.status())
                ? kExitNotFound
@@ -157,8 +226,10 @@ int Run(const RunOptions& o) {
             static_cast<long long>(o.timeout_s));
     status = kExitTimeout;
   }
-  if (absl::Status s = (*sandbox)->Destroy(); !s.ok()) {
-    fprintf(stderr, "dsec-vmm: destroying the sandbox: %s\n", s.ToString().c_str());
+  absl::Status destroyed = (*sandbox)->Destroy();
+  close_network();
+  if (!destroyed.ok()) {
+    fprintf(stderr, "dsec-vmm: destroying the sandbox: %s\n", destroyed.ToString().c_str());
     return kExitRuntimeError;
   }
   return status;
@@ -230,6 +301,22 @@ void RegisterContainerCommands(CLI::App& app, CommandRegistry& registry) {
                   "First host uid/gid of the namespace's 65536 ids")
       ->capture_default_str()
       ->check(CLI::Range(1u, 0xfffeffffu));
+  run->add_option("--allow", opts->allow,
+                 "Container tier: give the sandbox a network that reaches RULE (CIDR[:port], "
+                 "host[:port], *.domain; repeat it); without --allow/--deny: no network")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  run->add_option("--deny", opts->deny, "Container tier: never reach RULE (wins over --allow; repeat it)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  run->add_option("--net-subnet", opts->net_subnet, "IPv4 subnet of the sandbox's network")
+      ->capture_default_str();
+  run->add_option("--net-uplink", opts->net_uplinks,
+                  "Interfaces its traffic leaves by, NATed (default: the default route's; 'none')")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  run->add_option("--net-dns-upstream", opts->net_dns_upstream,
+                  "The node resolver's upstream (default: /etc/resolv.conf's first)");
   run->add_option("command", opts->command, "CMD ARGS (after --)")->required();
   registry.Add(run, [opts] { return Run(*opts); });
 

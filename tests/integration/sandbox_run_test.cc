@@ -5,7 +5,10 @@
 // what is missing.
 #include "sandbox/layers/layer_refs.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -231,6 +235,64 @@ TEST_F(ContainerLayersTest, SandboxRunUserNamespaceOption) {
       {DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "container", "--state-dir", state,
        "--layer", base, "--userns", "--userns-base", "0", "--", "true"});
   EXPECT_FALSE(bad.ok());
+}
+
+// --allow gives the sandbox a network with that policy: a listener of the
+// test's on the node's gateway address is reachable on the allowed port and
+// refused (EPERM) on another; a bad rule is a usage error; nothing stays.
+TEST_F(ContainerLayersTest, SandboxRunAllowGivesANetworkWithThatPolicy) {
+  std::string base = BuildLayer(tree_, "base", "bookworm");
+  const std::string state = dir_->path() + "/state";
+  const int x = getpid() % 250;
+  const std::string gw = absl::StrCat("10.247.", x, ".1");
+  // Listeners bound before the address exists (it appears with the
+  // sandbox's link).
+  int ports[2] = {0, 0};
+  int fds[2];
+  for (int i = 0; i < 2; ++i) {
+    fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ASSERT_EQ(setsockopt(fds[i], IPPROTO_IP, IP_FREEBIND, &one, sizeof(one)), 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, gw.c_str(), &a.sin_addr);
+    socklen_t len = sizeof(a);
+    ASSERT_EQ(bind(fds[i], reinterpret_cast<sockaddr*>(&a), len), 0) << strerror(errno);
+    ASSERT_EQ(listen(fds[i], 4), 0);
+    ASSERT_EQ(getsockname(fds[i], reinterpret_cast<sockaddr*>(&a), &len), 0);
+    ports[i] = ntohs(a.sin_port);
+  }
+  // The allowed listener answers and closes each connection (nc ends when
+  // the peer does).
+  std::thread closer([fd = fds[0]] {
+    for (;;) {
+      const int c = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      close(c);
+    }
+  });
+  auto out = container::testing::RunHostCommand(
+      {DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "container", "--state-dir", state, "--layer", base,
+       "--allow", absl::StrCat(gw, ":", ports[0]), "--net-subnet", absl::StrCat("10.247.", x, ".0/24"),
+       "--net-uplink", "none", "--", "sh", "-c",
+       absl::StrCat("cat /etc/resolv.conf; nc -w 2 ", gw, " ", ports[0], " </dev/null && echo reached; nc -w 2 ",
+                    gw, " ", ports[1], " </dev/null 2>&1 | grep -c 'not permitted'")});
+  shutdown(fds[0], SHUT_RDWR);
+  closer.join();
+  for (int fd : fds) close(fd);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, absl::StrCat("nameserver ", gw, "\nreached\n1\n"));
+  // Nothing of it stays on the host.
+  char host_if[16];
+  snprintf(host_if, sizeof(host_if), "ds%08x", (10u << 24) | (247u << 16) | (static_cast<unsigned>(x) << 8) | 2u);
+  EXPECT_NE(access(absl::StrCat("/sys/class/net/", host_if).c_str(), F_OK), 0);
+  auto bad = container::testing::RunHostCommand({DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "container",
+                                                 "--state-dir", state, "--layer", base, "--allow", "bad..rule",
+                                                 "--", "true"});
+  EXPECT_FALSE(bad.ok());
+  auto fncall = container::testing::RunHostCommand(
+      {DSEC_VMM_BINARY_PATH, "sandbox", "run", "--tier", "fncall", "--allow", "10.0.0.0/8", "--", "print(1)"});
+  EXPECT_FALSE(fncall.ok());
 }
 
 }  // namespace
