@@ -192,6 +192,8 @@ absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetwo
     DSEC_RETURN_IF_ERROR(Annotate(EnableForwarding(up), absl::StrCat("uplink ", up)));
     n->forwarding_enabled_.push_back(up);
   }
+  n->policies_ahead_ = options.policies_ahead;
+  if (n->policies_ahead_ > 0) n->policy_thread_ = std::thread([raw = n.get()] { raw->PolicyLoop(); });
   // The resolver listens on the gateway address, port 53. Without it the
   // node still offers CIDR rules; a sandbox with domain rules is refused.
   dns::Resolver::Options ro;
@@ -229,6 +231,12 @@ absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetwo
 }
 
 NodeNetwork::~NodeNetwork() {
+  {
+    std::lock_guard<std::mutex> lock(policy_mu_);
+    policy_stop_ = true;
+  }
+  policy_cv_.notify_all();
+  if (policy_thread_.joinable()) policy_thread_.join();
   resolver_.reset();  // its thread calls into this object
   {
     std::lock_guard<std::mutex> lock(expiry_mu_);
@@ -286,6 +294,62 @@ void NodeNetwork::Register(uint32_t address, SandboxNetwork* sandbox) {
 void NodeNetwork::Unregister(uint32_t address) {
   std::lock_guard<std::mutex> lock(mu_);
   sandboxes_.erase(address);
+}
+
+absl::StatusOr<std::unique_ptr<bpf::EgressPolicy>> NodeNetwork::TakePolicy() {
+  {
+    std::lock_guard<std::mutex> lock(policy_mu_);
+    if (!ready_.empty()) {
+      std::unique_ptr<bpf::EgressPolicy> p = std::move(ready_.front());
+      ready_.pop_front();
+      ++taken_ahead_;
+      policy_cv_.notify_all();  // refill
+      return p;
+    }
+    ++loaded_inline_;
+  }
+  policy_cv_.notify_all();
+  return bpf::EgressPolicy::Load();
+}
+
+uint64_t NodeNetwork::policies_taken_ahead() const {
+  std::lock_guard<std::mutex> lock(policy_mu_);
+  return taken_ahead_;
+}
+
+uint64_t NodeNetwork::policies_loaded_inline() const {
+  std::lock_guard<std::mutex> lock(policy_mu_);
+  return loaded_inline_;
+}
+
+void NodeNetwork::PolicyLoop() {
+  std::unique_lock<std::mutex> lock(policy_mu_);
+  while (!policy_stop_) {
+    if (ready_.size() >= policies_ahead_) {
+      policy_cv_.wait(lock);
+      continue;
+    }
+    lock.unlock();
+    absl::StatusOr<std::unique_ptr<bpf::EgressPolicy>> p = bpf::EgressPolicy::Load();
+    lock.lock();
+    if (!p.ok()) {
+      // The kernel refuses it: creates load their own and report why.
+      DSEC_LOG(warn, "network: no egress policies made ahead: {}", p.status().ToString());
+      return;
+    }
+    ready_.push_back(std::move(*p));
+    policy_cv_.notify_all();  // WaitPoliciesReady
+  }
+}
+
+bool NodeNetwork::WaitPoliciesReady(size_t n, int64_t deadline_ns) {
+  std::unique_lock<std::mutex> lock(policy_mu_);
+  while (ready_.size() < n) {
+    const int64_t left = deadline_ns - MonotonicNowNs();
+    if (left <= 0) return false;
+    policy_cv_.wait_for(lock, std::chrono::nanoseconds(left));
+  }
+  return true;
 }
 
 dns::ResolverCounters NodeNetwork::resolver_counters() const {
@@ -354,6 +418,8 @@ nlohmann::json NodeNetworkProvider::Health() const {
   if (!last_error_.empty()) h["reason"] = last_error_;
   h["active"] = node_ != nullptr;
   h["sandboxes"] = node_ ? node_->leased() : 0;
+  h["policies_made_ahead_taken"] = node_ ? node_->policies_taken_ahead() : 0;
+  h["policies_loaded_on_create"] = node_ ? node_->policies_loaded_inline() : 0;
   if (node_) {
     h["resolver"] = node_->resolver_status().ok() ? nlohmann::json("running")
                                                    : nlohmann::json(std::string(node_->resolver_status().message()));

@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(NodeNetwo
       !node->resolver_status().ok()) {
     return node->resolver_status();
   }
-  absl::StatusOr<std::unique_ptr<bpf::EgressPolicy>> policy = bpf::EgressPolicy::Load();
+  absl::StatusOr<std::unique_ptr<bpf::EgressPolicy>> policy = node->TakePolicy();
   if (!policy.ok()) return Annotate(policy.status(), "egress policy");
   DSEC_ASSIGN_OR_RETURN(uint32_t address, node->Lease());
   std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(node, address, std::move(*policy)));

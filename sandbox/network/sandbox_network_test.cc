@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/clock.h"
 #include "base/scoped_fd.h"
 #include "base/subprocess.h"
 #include "gtest/gtest.h"
@@ -421,6 +422,19 @@ TEST_F(SandboxNetworkTest, ADomainRuleAllowsExactlyWhatTheResolverAnsweredForIts
   EXPECT_EQ(after, (std::vector<std::string>{"EPERM"})) << "still allowed after " << waited_ms << " ms";
   EXPECT_GE(waited_ms, 500);  // not before the TTL
   EXPECT_EQ(sb.network->resolved_count(), 0u);
+}
+
+TEST_F(SandboxNetworkTest, CreatesTakeMadeAheadPolicies) {
+  ASSERT_TRUE(node_->WaitPoliciesReady(2, MonotonicNowNs() + 10'000'000'000));
+  const uint64_t inline_before = node_->policies_loaded_inline();
+  FakeSandbox& a = NewSandbox("{}");
+  FakeSandbox& b = NewSandbox("{}");
+  ASSERT_TRUE(a.network && b.network);
+  EXPECT_EQ(node_->policies_taken_ahead(), 2u);
+  EXPECT_EQ(node_->policies_loaded_inline(), inline_before);
+  // A made-ahead policy starts empty like a new one: only what this
+  // sandbox's policy allows.
+  EXPECT_EQ(Probe(a, {Tcp(outside_, 9)}), (std::vector<std::string>{"EPERM"}));
 }
 
 TEST(NodeNetworkLeaseTest, LeasesRunOutWithAClearErrorAndComeBack) {
