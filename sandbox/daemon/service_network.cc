@@ -15,7 +15,12 @@ using nlohmann::json;
 json Service::NetworkJson(const Entry& e) {
   if (!e.net) return nullptr;
   json n = network::NetworkSpecJson(e.net->spec());
-  n["address"] = e.net->address_text();
+  // A container has one address; a fncall sandbox one per worker (none
+  // between workers): "address" is the first, null without any.
+  json addresses = json::array();
+  for (uint32_t a : e.net->addresses()) addresses.push_back(network::Ipv4Text(a));
+  n["address"] = addresses.empty() ? json(nullptr) : addresses[0];
+  n["addresses"] = std::move(addresses);
   n["gateway"] = e.net->gateway_text();
   n["nameserver"] = e.net->gateway_text();
   absl::StatusOr<network::NetworkCounters> c = e.net->Counters();
