@@ -430,13 +430,15 @@ TEST_F(FncallNetworkTest, AWorkerStartedAfterAChangeGetsItAndARetiredOneLeavesNo
   EXPECT_EQ(call(), (std::vector<std::string>{"ok", "EPERM"}));
   ASSERT_TRUE(net->SetSpec(Spec(Allow(b.port()))).ok());
   // The idle worker retires (the refill thread looks once a second): its
-  // address, veth and cgroups go.
-  // (The pool tells no one of a retirement: looked at every 50 ms, up to
-  // a deadline.)
+  // address, veth and cgroups go. (The pool tells no one when a retired
+  // worker is gone: looked at every 50 ms, up to a deadline.)
   const std::vector<std::string> first_cgroups = RecordedCgroups();
   EXPECT_FALSE(Existing(first_cgroups).empty());
   const int64_t deadline = MonotonicNowNs() + 10'000'000'000;
-  while ((*pool)->Stats().workers_retired == 0 && MonotonicNowNs() < deadline) usleep(50'000);
+  while (((*pool)->Stats().workers_retired == 0 || node_->leased() != 0 || !Existing(first_cgroups).empty()) &&
+         MonotonicNowNs() < deadline) {
+    usleep(50'000);
+  }
   ASSERT_EQ((*pool)->Stats().workers_retired, 1u);
   EXPECT_EQ(node_->leased(), 0u);
   EXPECT_TRUE(HostEnds().empty());
