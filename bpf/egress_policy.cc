@@ -55,6 +55,13 @@ absl::Status EgressPolicy::AttachToCgroup(const std::string& cgroup_dir) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<CgroupLinks>> EgressPolicy::Attach(const std::string& cgroup_dir) const {
+  struct bpf_program* const progs[] = {skel_->progs.dsec_connect4, skel_->progs.dsec_sendmsg4,
+                                       skel_->progs.dsec_connect6, skel_->progs.dsec_sendmsg6,
+                                       skel_->progs.dsec_skb_egress};
+  return AttachEachToCgroup(progs, cgroup_dir, kOwner);
+}
+
 absl::Status EgressPolicy::Allow(const EgressRule& rule) { return RuleLists::Of(skel_, kOwner).Allow(rule); }
 absl::Status EgressPolicy::Deny(const EgressRule& rule) { return RuleLists::Of(skel_, kOwner).Deny(rule); }
 absl::Status EgressPolicy::RemoveAllow(const EgressRule& rule) {

@@ -2,8 +2,9 @@
 // A sandbox's egress policy in the kernel: egress.bpf.c's cgroup programs
 // (connect4/6, sendmsg4/6, and cgroup_skb egress as a second wall for raw
 // sockets and ICMP) loaded once per policy, their allow and deny
-// maps, and the links that attach them to one cgroup v2 directory. The
-// links and the programs go with the object (detached on destruction).
+// maps, and the links that attach them to a cgroup v2 directory (one, or
+// several: Attach). The links and the programs go with the object
+// (detached on destruction).
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bpf/cgroup_attach.h"
 #include "bpf/egress_rule.h"
 
 struct egress;  // the generated skeleton (egress.skel.h)
@@ -39,6 +41,12 @@ class EgressPolicy {
   // per policy).
   // Unavailable with the reason when the kernel refuses.
   absl::Status AttachToCgroup(const std::string& cgroup_dir);
+  // Attaches the same programs (and so the same rules and counters) to one
+  // more cgroup: a sandbox whose processes sit in several cgroups (the
+  // fncall tier's workers) has one policy. Destroying the result detaches
+  // them from that cgroup; it must not outlive the policy. Thread-safe;
+  // errors as above.
+  absl::StatusOr<std::unique_ptr<CgroupLinks>> Attach(const std::string& cgroup_dir) const;
 
   // Rules take effect at once: for the next connect()/sendmsg(), and for
   // the next packet of connections already open (the cgroup_skb wall).

@@ -264,6 +264,30 @@ TEST_F(EgressPolicyTest, AnOpenConnectionOutlivesTheRuleThatAdmittedIt) {
   EXPECT_EQ(Probe({Tcp4(open_port_)}), (std::vector<std::string>{"EPERM"}));
 }
 
+TEST_F(EgressPolicyTest, OnePolicyOnASecondCgroupSharesItsRulesAndCounters) {
+  TestCgroup second_dir("egress2");
+  ASSERT_FALSE(second_dir.path().empty());
+  auto links = policy_->Attach(second_dir.path());
+  ASSERT_TRUE(links.ok()) << links.status();
+  ASSERT_TRUE(policy_->Allow(Rule(absl::StrCat("127.0.0.1/32:", open_port_))).ok());
+  const std::string first = cgroup_;
+  cgroup_ = second_dir.path();
+  EXPECT_EQ(Probe({Tcp4(open_port_), Tcp4(other_port_)}), (std::vector<std::string>{"ok", "EPERM"}));
+  cgroup_ = first;
+  EXPECT_EQ(Probe({Tcp4(open_port_), Tcp4(other_port_)}), (std::vector<std::string>{"ok", "EPERM"}));
+  auto c = policy_->Counters();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->allowed, 2u);
+  EXPECT_EQ(c->denied, 2u);
+  // Detached from the second cgroup only.
+  links->reset();
+  cgroup_ = second_dir.path();
+  EXPECT_EQ(Probe({Tcp4(other_port_)}), (std::vector<std::string>{"ok"}));
+  cgroup_ = first;
+  EXPECT_EQ(Probe({Tcp4(other_port_)}), (std::vector<std::string>{"EPERM"}));
+  EXPECT_EQ(policy_->Attach(second_dir.path() + "/no-such-dir").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(EgressPolicyTest, AttachingTwiceOrToAMissingCgroupIsAClearError) {
   EXPECT_EQ(policy_->AttachToCgroup(cgroup_).code(), absl::StatusCode::kFailedPrecondition);
   auto other = EgressPolicy::Load();

@@ -395,4 +395,22 @@ absl::Status KillAndRemoveCgroup(const std::string& dir) {
   return last;
 }
 
+absl::StatusOr<std::string> Cgroup2DirFor(const ContainerCgroups& cgroups, const std::string& id, pid_t pid,
+                                          const std::function<absl::Status(const std::string&)>& record,
+                                          std::string* made) {
+  for (const std::string& d : cgroups.dirs()) {
+    if (::access((d + "/cgroup.controllers").c_str(), F_OK) == 0) return d;
+  }
+  constexpr char kHybridV2[] = "/sys/fs/cgroup/unified";
+  if (::access(absl::StrCat(kHybridV2, "/cgroup.procs").c_str(), F_OK) != 0) {
+    return absl::UnavailableError("no cgroup v2 hierarchy to attach the sandbox's BPF programs to");
+  }
+  const std::string dir = absl::StrCat(kHybridV2, "/dsec-ctr-", id);
+  DSEC_RETURN_IF_ERROR(record(dir));
+  if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", dir));
+  *made = dir;
+  DSEC_RETURN_IF_ERROR(dsec::WriteSmallFile(dir + "/cgroup.procs", std::to_string(pid)));
+  return dir;
+}
+
 }  // namespace dsec::container

@@ -113,4 +113,16 @@ class ContainerCgroups {
 // Removes one cgroup directory after killing its processes (orphans).
 absl::Status KillAndRemoveCgroup(const std::string& dir);
 
+// The cgroup v2 directory holding every process of a sandbox, where its
+// BPF programs (bpf/) attach: one of `cgroups` where the host is pure v2;
+// elsewhere (a hybrid host, whose v2 tree holds no controllers but takes
+// BPF programs) one made for it, "dsec-ctr-<id>" in the v2 tree, announced
+// to `record` before it exists (so that a killed daemon's successor
+// removes it), with `pid` moved in (what it starts follows it); its path
+// also in *made for the caller to remove (KillAndRemoveCgroup) after the
+// sandbox. Unavailable without a v2 hierarchy.
+absl::StatusOr<std::string> Cgroup2DirFor(const ContainerCgroups& cgroups, const std::string& id, pid_t pid,
+                                          const std::function<absl::Status(const std::string&)>& record,
+                                          std::string* made);
+
 }  // namespace dsec::container

@@ -310,24 +310,18 @@ class ContainerTierSandbox : public tier::TierSandbox {
 }  // namespace
 
 absl::StatusOr<std::string> SandboxCgroup2Dir(Sandbox& sandbox, std::string* made_cgroup) {
-  for (const std::string& d : sandbox.cgroups().dirs()) {
-    if (Exists(d + "/cgroup.controllers")) return d;
-  }
-  if (!Exists(absl::StrCat(kHybridV2, "/cgroup.procs"))) {
-    return absl::UnavailableError("no cgroup v2 hierarchy to attach the sandbox's BPF programs to");
-  }
-  const std::string dir = absl::StrCat(kHybridV2, "/dsec-ctr-", sandbox.id());
   // Recorded first, like the tier's own cgroups, so that a killed daemon's
   // successor removes it (CleanupOrphans removes recorded cgroups).
-  std::ofstream rec(sandbox.state_dir() + "/cgroups", std::ios::app);
-  rec << dir << "\n";
-  rec.flush();
-  if (!rec) return absl::InternalError("recording the sandbox's cgroup v2 directory in the state dir failed");
-  if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", dir));
-  *made_cgroup = dir;
+  const std::string records = sandbox.state_dir() + "/cgroups";
+  auto record = [&records](const std::string& dir) -> absl::Status {
+    std::ofstream rec(records, std::ios::app);
+    rec << dir << "\n";
+    rec.flush();
+    if (!rec) return absl::InternalError("recording the sandbox's cgroup v2 directory in the state dir failed");
+    return absl::OkStatus();
+  };
   // The init only: everything the sandbox runs is its child.
-  DSEC_RETURN_IF_ERROR(WriteText(dir + "/cgroup.procs", std::to_string(sandbox.init_pid())));
-  return dir;
+  return Cgroup2DirFor(sandbox.cgroups(), sandbox.id(), sandbox.init_pid(), record, made_cgroup);
 }
 
 absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandbox& sandbox,

@@ -16,7 +16,12 @@ json Service::NetworkJson(const Entry& e) {
   const std::shared_ptr<network::SandboxNetwork> net = e.Net();
   if (!net) return nullptr;
   json n = network::NetworkSpecJson(net->spec());
-  n["address"] = net->address_text();
+  // A container has one address; a fncall sandbox one per worker (none
+  // between workers): "address" is the first, null without any.
+  json addresses = json::array();
+  for (uint32_t a : net->addresses()) addresses.push_back(network::Ipv4Text(a));
+  n["address"] = addresses.empty() ? json(nullptr) : addresses[0];
+  n["addresses"] = std::move(addresses);
   n["gateway"] = net->gateway_text();
   n["nameserver"] = net->gateway_text();
   absl::StatusOr<network::NetworkCounters> c = net->Counters();

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/fncall/pool.h"
+#include "sandbox/network/sandbox_network.h"
 
 namespace dsec::fncall {
 
@@ -29,8 +30,9 @@ absl::Status NoState(const char* what) {
 
 class FncallTierSandbox : public tier::TierSandbox {
  public:
-  FncallTierSandbox(FncallTier* tier, std::shared_ptr<FncallTier::Shared> shared)
-      : tier_(tier), shared_(std::move(shared)) {}
+  FncallTierSandbox(FncallTier* tier, std::shared_ptr<FncallTier::Shared> shared,
+                    std::shared_ptr<network::SandboxNetwork> network)
+      : tier_(tier), shared_(std::move(shared)), network_(std::move(network)) {}
   ~FncallTierSandbox() override { (void)Destroy(); }
 
   absl::StatusOr<tier::ExecOutcome> Exec(const tier::ExecSpec& spec) override {
@@ -74,17 +76,22 @@ class FncallTierSandbox : public tier::TierSandbox {
   }
   absl::StatusOr<std::vector<tier::FileEntry>> ListDir(const std::string&) override { return NoState("files"); }
   absl::StatusOr<std::string> UpperDir() override { return NoState("pack_diff"); }
+  std::shared_ptr<network::SandboxNetwork> network() const override { return network_; }
   absl::Status Destroy() override {
     if (shared_ == nullptr) return absl::OkStatus();
     std::string key = shared_->key;
     shared_.reset();
+    // A sandbox with a network has its pool alone: its workers (and their
+    // addresses, veths and cgroups) go here; then the policy.
     tier_->Release(key);
+    if (network_) network_->Close();
     return absl::OkStatus();
   }
 
  private:
   FncallTier* tier_;
   std::shared_ptr<FncallTier::Shared> shared_;
+  std::shared_ptr<network::SandboxNetwork> network_;
 };
 
 }  // namespace
@@ -103,6 +110,9 @@ const tier::TierTraits& FncallTierTraits() {
     // Each call starts from a fresh scratch directory: nothing is left.
     t.persistent_files = false;
     t.orphans = "pools";
+    // A sandbox with a network gets a pool of its own whose workers each
+    // join it (sandbox/network's SandboxNetwork::Join).
+    t.network = true;
     t.default_layers = [](const tier::TierOptions& o) {
       return tier::OptionString(o, "lang", "python") == "python"
                  ? std::vector<std::string>{"base:bookworm", "python:1"}
@@ -133,14 +143,26 @@ int FncallTier::pools() const {
 
 absl::StatusOr<std::unique_ptr<tier::TierSandbox>> FncallTier::Create(const tier::CreateSpec& spec) {
   const std::string lang = tier::OptionString(spec.options, "lang", "python");
+  if (spec.network && spec.node_network == nullptr) {
+    return absl::InternalError("a network was asked for without the node's network");
+  }
   // A placed sandbox (qos) gets a pool of its own inside its QoS cgroup:
   // sharing workers would put strangers' calls on an LS sandbox's core.
-  const bool own_pool = spec.isolation != nullptr;
+  // So does one with a network: its workers carry its address and policy.
+  const bool own_pool = spec.isolation != nullptr || spec.network != nullptr;
   const std::string key =
-      own_pool ? absl::StrCat("qos|", spec.id)
+      own_pool ? absl::StrCat("own|", spec.id)
                : absl::StrCat(absl::StrJoin(spec.images, ","), "|", lang, "|", spec.memory_mib,
                               "|", spec.pids);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<network::SandboxNetwork> net;
+  if (spec.network) {
+    // The policy first (Unavailable where it cannot be enforced); the
+    // workers join it as the pool starts them.
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<network::SandboxNetwork> n,
+                          network::SandboxNetwork::CreateShared(spec.node_network, *spec.network));
+    net = std::move(n);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = pools_.find(key);
   if (it == pools_.end()) {
     PoolConfig c;
@@ -159,6 +181,7 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> FncallTier::Create(const tier
       c.max_workers = std::min(c.max_workers, 2);
       c.min_idle = std::min(c.min_idle, c.max_workers);
       c.isolation = spec.isolation;
+      c.network = net;
     }
     DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Create(std::move(c)));
     auto shared = std::make_shared<Shared>();
@@ -168,7 +191,19 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> FncallTier::Create(const tier
     it = pools_.emplace(key, std::move(shared)).first;
   }
   it->second->users++;
-  return std::unique_ptr<tier::TierSandbox>(new FncallTierSandbox(this, it->second));
+  std::unique_ptr<tier::TierSandbox> sandbox(new FncallTierSandbox(this, it->second, net));
+  if (net) {
+    // A network its workers cannot join (no cgroup v2 hierarchy, the
+    // kernel refusing the programs) fails the create with the reason,
+    // rather than every call.
+    Pool* pool = it->second->pool.get();
+    lock.unlock();
+    if (absl::Status s = pool->WaitReady(1, PoolConfig{}.setup_timeout_ms); !s.ok()) {
+      (void)sandbox->Destroy();
+      return Annotate(s, "network");
+    }
+  }
+  return sandbox;
 }
 
 void FncallTier::Release(const std::string& key) {

@@ -11,6 +11,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "sched/isolation.h"
+#include "sandbox/network/sandbox_network.h"
+#include "base/file_io.h"
 #include "base/clock.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -142,6 +144,13 @@ absl::Status Pool::MountRoot() {
     DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(skel, sub), 0755));
   }
   DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(skel, "/tmp"), 01777));
+  if (config_.network) {
+    // The node resolver, over whatever the layers hold (the root is
+    // read-only; overlayfs merges skel/etc with the layers' /etc).
+    DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(skel, "/etc"), 0755));
+    DSEC_RETURN_IF_ERROR(
+        dsec::WriteFile(absl::StrCat(skel, "/etc/resolv.conf"), config_.network->ResolvConf(), 0644));
+  }
   lowers = skel;
   for (auto it = layer_dirs.rbegin(); it != layer_dirs.rend(); ++it) absl::StrAppend(&lowers, ":", *it);
   root_dir_ = absl::StrCat(dir, "/root");
@@ -174,6 +183,7 @@ void Pool::RefillLoop() {
       o.hostname = config_.hostname;
       o.setup_timeout_ms = config_.setup_timeout_ms;
       o.isolation = config_.isolation.get();
+      o.network = config_.network.get();
       const container::StateDir* state = &state_;
       o.record_cgroup = [state](const std::string& d) { return state->RecordCgroup(d); };
       ++starting_;

@@ -30,6 +30,9 @@
 namespace dsec::sched {
 class SandboxIsolation;
 }
+namespace dsec::network {
+class SandboxNetwork;
+}
 
 namespace dsec::fncall {
 
@@ -64,6 +67,13 @@ struct PoolConfig {
   // cpu controller. Its cgroup directories are recorded in the pool's state
   // dir so that orphan cleanup removes them after a crash.
   std::shared_ptr<const sched::SandboxIsolation> isolation;
+  // Optional network of the one sandbox this pool serves
+  // (sandbox/network, made with SandboxNetwork::CreateShared): every
+  // worker joins it (an address and a veth in its network namespace, the
+  // policy's programs on a cgroup v2 directory holding its processes) and
+  // leaves it when it goes; the root's /etc/resolv.conf names the node
+  // resolver. Never for a pool shared by several sandboxes.
+  std::shared_ptr<network::SandboxNetwork> network;
 };
 
 struct PoolStats {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/fncall/worker.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "sandbox/container/state_dir.h"
 #include "sched/isolation.h"
+#include "sandbox/network/sandbox_network.h"
 #include "base/clone3.h"
 #include "base/exec_pump.h"
 #include "base/file_io.h"
@@ -149,6 +151,7 @@ absl::Status Worker::Launch() {
 
   DSEC_RETURN_IF_ERROR(cgroups_.AddProcess(pid_));
   if (o.isolation != nullptr) DSEC_RETURN_IF_ERROR(o.isolation->AddProcess(pid_));
+  if (o.network != nullptr) DSEC_RETURN_IF_ERROR(JoinNetwork(record));
   char one = 1;
   if (::write(go.write.get(), &one, 1) != 1) return ErrnoToStatus("fncall: start worker");
   go.write.Reset();
@@ -183,6 +186,16 @@ absl::Status Worker::Launch() {
   pids_hits_ = cgroups_.PidsLimitHits();
   DSEC_RETURN_IF_ERROR(ApplyLimits(o.limits));
   DSEC_LOG(debug, "fncall: worker {} ready pid={} baseline={}", o.id, pid_, baseline_bytes_);
+  return absl::OkStatus();
+}
+
+absl::Status Worker::JoinNetwork(const std::function<absl::Status(const std::string&)>& record) {
+  // Before the zygote runs anything: its calls (its forks) inherit the
+  // cgroup, and find eth0 up when they start.
+  DSEC_ASSIGN_OR_RETURN(std::string v2_dir, container::Cgroup2DirFor(cgroups_, options_.id, pid_, record, &made_v2_));
+  ScopedFd netns(::open(absl::StrCat("/proc/", pid_, "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!netns.valid()) return ErrnoToStatus("open the fncall worker's network namespace");
+  DSEC_ASSIGN_OR_RETURN(network_, options_.network->Join(netns.get(), v2_dir));
   return absl::OkStatus();
 }
 
@@ -429,7 +442,14 @@ absl::Status Worker::Destroy() {
     }
     pidfd_.Reset();
   }
+  // Its address, veth and programs; then the cgroups, emptied by the kill.
+  network_.reset();
   absl::Status first = cgroups_.Remove();
+  if (!made_v2_.empty()) {
+    absl::Status v2 = container::KillAndRemoveCgroup(made_v2_);
+    if (first.ok()) first = v2;
+    if (v2.ok()) made_v2_.clear();
+  }
   absl::Status s = scratch_.Unmount();
   if (first.ok()) first = s;
   if (first.ok() && !options_.dir.empty()) first = container::RemoveTree(options_.dir);

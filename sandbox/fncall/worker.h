@@ -22,6 +22,7 @@
 #include "sandbox/fncall/call.h"
 #include "sandbox/fncall/protocol.h"
 #include "sandbox/fncall/zygote.h"
+#include "sandbox/network/sandbox_network.h"
 #include "base/scoped_fd.h"
 
 namespace dsec::sched {
@@ -48,6 +49,11 @@ struct WorkerOptions {
   // Optional QoS cgroup (owned by the pool's config) the zygote joins; it
   // then owns the cpu controller, so the worker makes no cpu cgroup.
   const sched::SandboxIsolation* isolation = nullptr;
+  // Optional network the worker joins (owned by the pool's config): its
+  // processes go into a cgroup v2 directory for the policy's programs
+  // (made for it on a hybrid host, announced to record_cgroup first), its
+  // namespace gets an address and a veth; both go with the worker.
+  network::SandboxNetwork* network = nullptr;
 };
 
 // Threads: one thread at a time (the pool hands a worker to one caller).
@@ -83,6 +89,8 @@ class Worker {
   explicit Worker(WorkerOptions options) : options_(std::move(options)) {}
   absl::Status Launch();
   absl::Status ApplyLimits(const CallLimits& limits);
+  // Options' network: the cgroup v2 directory and the namespace's share.
+  absl::Status JoinNetwork(const std::function<absl::Status(const std::string&)>& record);
   absl::StatusOr<std::vector<std::string>> ReadFrame(int64_t deadline_ns);
   // Waits for the zygote's "forked" and returns a pidfd of the child that
   // will run the next call.
@@ -92,6 +100,8 @@ class Worker {
   container::Mount scratch_;
   std::string scratch_dir_;
   container::ContainerCgroups cgroups_{container::ContainerCgroups::Empty()};
+  std::string made_v2_;  // the cgroup v2 directory made for the network (hybrid hosts)
+  std::unique_ptr<network::NetworkMember> network_;
   ScopedFd control_;
   FrameReader reader_;
   pid_t pid_ = 0;

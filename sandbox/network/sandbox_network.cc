@@ -21,9 +21,8 @@ bpf::EgressRule Rule(const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(NodeNetwork* node, int netns_fd,
-                                                                       const std::string& cgroup_dir,
-                                                                       const NetworkSpec& spec) {
+absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::CreateShared(NodeNetwork* node,
+                                                                             const NetworkSpec& spec) {
   // The policy first: a node that cannot enforce it offers no network.
   if ((!spec.egress.allow_domains.empty() || !spec.egress.deny_domains.empty()) &&
       !node->resolver_status().ok()) {
@@ -31,36 +30,66 @@ absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(NodeNetwo
   }
   absl::StatusOr<std::unique_ptr<bpf::EgressPolicy>> policy = node->TakePolicy();
   if (!policy.ok()) return Annotate(policy.status(), "egress policy");
-  DSEC_ASSIGN_OR_RETURN(uint32_t address, node->Lease());
-  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(node, address, std::move(*policy)));
-  {
-    std::lock_guard<std::mutex> lock(n->mu_);
-    DSEC_RETURN_IF_ERROR(n->Sync(spec));
-    n->spec_ = spec;
-    DSEC_RETURN_IF_ERROR(Annotate(n->policy_->AttachToCgroup(cgroup_dir), "egress policy"));
-  }
-  node->Register(address, n.get());
-  DSEC_RETURN_IF_ERROR(n->Plumb(netns_fd));
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(node, std::move(*policy)));
+  std::lock_guard<std::mutex> lock(n->mu_);
+  DSEC_RETURN_IF_ERROR(n->Sync(spec));
+  n->spec_ = spec;
   return n;
 }
 
-absl::Status SandboxNetwork::Plumb(int netns_fd) {
+absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(NodeNetwork* node, int netns_fd,
+                                                                       const std::string& cgroup_dir,
+                                                                       const NetworkSpec& spec) {
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<SandboxNetwork> n, CreateShared(node, spec));
+  DSEC_ASSIGN_OR_RETURN(n->own_member_, n->Join(netns_fd, cgroup_dir));
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<NetworkMember>> SandboxNetwork::Join(int netns_fd, const std::string& cgroup_dir) {
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  if (closed_) return absl::FailedPreconditionError("the sandbox's network is gone");
+  DSEC_ASSIGN_OR_RETURN(uint32_t address, node_->Lease());
+  Link& link = links_[address];
+  link.host_if = NodeNetwork::HostInterface(address);
+  absl::Status s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<std::unique_ptr<bpf::CgroupLinks>> programs = policy_->Attach(cgroup_dir);
+    if (programs.ok()) {
+      link.programs = std::move(*programs);
+    } else {
+      s = Annotate(programs.status(), "egress policy");
+    }
+  }
+  if (s.ok()) {
+    node_->Register(address, this);
+    s = Plumb(address, netns_fd);
+  }
+  if (!s.ok()) {
+    LeaveLocked(address);
+    return s;
+  }
+  return std::make_unique<NetworkMember>(this, address);
+}
+
+absl::Status SandboxNetwork::Plumb(uint32_t address, int netns_fd) {
+  Link& link = links_.at(address);
   DSEC_ASSIGN_OR_RETURN(NlSocket host, NlSocket::Open());
-  absl::Status s = host.AddVeth(host_if_, kSandboxInterface, netns_fd);
+  absl::Status s = host.AddVeth(link.host_if, kSandboxInterface, netns_fd);
   if (s.code() == absl::StatusCode::kAlreadyExists) {
     // A predecessor's (a daemon killed with its sandboxes still dying):
     // the name encodes an address of our subnet, so it is ours to replace.
-    (void)host.DeleteLink(host_if_);
-    s = host.AddVeth(host_if_, kSandboxInterface, netns_fd);
+    (void)host.DeleteLink(link.host_if);
+    s = host.AddVeth(link.host_if, kSandboxInterface, netns_fd);
   }
   DSEC_RETURN_IF_ERROR(s);
-  plumbed_ = true;
+  link.plumbed = true;
   const std::string gw = Ipv4Text(node_->gateway());
-  const std::string me = Ipv4Text(address_);
-  DSEC_RETURN_IF_ERROR(host.AddAddress(host_if_, absl::StrCat(gw, "/32")));
-  DSEC_RETURN_IF_ERROR(EnableForwarding(host_if_));
-  DSEC_RETURN_IF_ERROR(host.SetUp(host_if_));
-  DSEC_RETURN_IF_ERROR(host.AddRoute(absl::StrCat(me, "/32"), host_if_, ""));
+  const std::string me = Ipv4Text(address);
+  DSEC_RETURN_IF_ERROR(host.AddAddress(link.host_if, absl::StrCat(gw, "/32")));
+  DSEC_RETURN_IF_ERROR(EnableForwarding(link.host_if));
+  DSEC_RETURN_IF_ERROR(host.SetUp(link.host_if));
+  DSEC_RETURN_IF_ERROR(host.AddRoute(absl::StrCat(me, "/32"), link.host_if, ""));
   DSEC_ASSIGN_OR_RETURN(NlSocket inside, NlSocket::OpenIn(netns_fd));
   DSEC_RETURN_IF_ERROR(inside.AddAddress(kSandboxInterface, absl::StrCat(me, "/", node_->prefix_len())));
   DSEC_RETURN_IF_ERROR(inside.SetUp(kSandboxInterface));
@@ -68,26 +97,71 @@ absl::Status SandboxNetwork::Plumb(int netns_fd) {
   return absl::OkStatus();
 }
 
-SandboxNetwork::~SandboxNetwork() { Close(); }
+NetworkMember::~NetworkMember() { network_->Leave(address_); }
 
-void SandboxNetwork::Close() {
-  if (closed_.exchange(true)) return;
+void SandboxNetwork::Leave(uint32_t address) {
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  LeaveLocked(address);
+}
+
+void SandboxNetwork::LeaveLocked(uint32_t address) {
+  auto it = links_.find(address);
+  if (it == links_.end()) return;  // Close took it already
   // Out of the registry first, without our lock: the resolver's thread
   // holds the registry's lock while it calls into us.
-  node_->Unregister(address_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    policy_.reset();  // detaches the programs
-  }
-  if (plumbed_) {
+  node_->Unregister(address);
+  Link& link = it->second;
+  link.programs.reset();  // detaches the policy from its cgroup
+  if (link.plumbed) {
+    // Its bytes stay in the counters.
+    if (absl::StatusOr<LinkBytes> bytes = ReadLinkBytes(link.host_if); bytes.ok()) {
+      gone_bytes_out_ += bytes->rx;
+      gone_bytes_in_ += bytes->tx;
+    }
     absl::StatusOr<NlSocket> host = NlSocket::Open();
-    absl::Status s = host.ok() ? host->DeleteLink(host_if_) : host.status();
-    // NotFound: it went with the sandbox's namespace already.
+    absl::Status s = host.ok() ? host->DeleteLink(link.host_if) : host.status();
+    // NotFound: it went with the namespace already.
     if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
-      DSEC_LOG(warn, "interface={} delete_failed={}", host_if_, s.ToString());
+      DSEC_LOG(warn, "interface={} delete_failed={}", link.host_if, s.ToString());
     }
   }
-  node_->Release(address_);
+  links_.erase(it);
+  node_->Release(address);
+}
+
+SandboxNetwork::~SandboxNetwork() {
+  Close();
+  own_member_.reset();  // its namespace went with Close: nothing left to do
+}
+
+void SandboxNetwork::Close() {
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  if (closed_.exchange(true)) return;
+  while (!links_.empty()) LeaveLocked(links_.begin()->first);
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_.reset();  // the programs and maps
+}
+
+std::vector<uint32_t> SandboxNetwork::addresses() const {
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  std::vector<uint32_t> out;
+  for (const auto& [address, link] : links_) out.push_back(address);
+  return out;
+}
+
+uint32_t SandboxNetwork::address() const {
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  return links_.empty() ? 0 : links_.begin()->first;
+}
+
+std::string SandboxNetwork::address_text() const {
+  const uint32_t a = address();
+  return a == 0 ? "" : Ipv4Text(a);
+}
+
+std::string SandboxNetwork::host_interface() const {
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  return links_.empty() ? "" : links_.begin()->second.host_if;
 }
 
 absl::Status SandboxNetwork::Sync(const NetworkSpec& spec) {
@@ -170,11 +244,15 @@ absl::StatusOr<NetworkCounters> SandboxNetwork::Counters() const {
     out.connects_denied = c.denied;
     out.packets_dropped = c.packets_dropped;
   }
-  // The host end receives what the sandbox sends.
-  absl::StatusOr<LinkBytes> bytes = ReadLinkBytes(host_if_);
-  if (bytes.ok()) {
-    out.bytes_out = bytes->rx;
-    out.bytes_in = bytes->tx;
+  // The host ends receive what the sandbox sends.
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  out.bytes_out = gone_bytes_out_;
+  out.bytes_in = gone_bytes_in_;
+  for (const auto& [address, link] : links_) {
+    if (absl::StatusOr<LinkBytes> bytes = ReadLinkBytes(link.host_if); bytes.ok()) {
+      out.bytes_out += bytes->rx;
+      out.bytes_in += bytes->tx;
+    }
   }
   return out;
 }
@@ -221,7 +299,7 @@ void SandboxNetwork::Expire(int64_t now_ns) {
   }
   if (!changed) return;
   if (absl::Status s = Sync(spec_); !s.ok()) {
-    DSEC_LOG(warn, "interface={} expire_failed={}", host_if_, s.ToString());
+    DSEC_LOG(warn, "network: expire_failed={}", s.ToString());
   }
 }
 

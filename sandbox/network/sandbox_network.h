@@ -1,18 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
-// One sandbox's network: an address leased from the node's subnet, a veth
-// pair (host end "ds<address>" with the gateway address and a /32 route to
-// the sandbox; the sandbox end "eth0" in the sandbox's own network
-// namespace with the address and a default route through the gateway), and
-// its egress policy (bpf/egress_policy.h) attached to the sandbox's cgroup
-// v2 directory. Besides the client's rules the policy always lets the
-// sandbox reach its own loopback (127.0.0.0/8, ::1) and the node resolver
-// (the gateway, port 53); the client's deny rules still win over those.
+// One sandbox's network: its egress policy (bpf/egress_policy.h), and for
+// each network namespace its processes live in (one for a container; one
+// per worker for the fncall tier, see Join) an address leased from the
+// node's subnet, a veth pair (host end "ds<address>" with the gateway
+// address and a /32 route to it; the namespace's end "eth0" with the
+// address and a default route through the gateway), and the policy's
+// programs attached to that namespace's cgroup v2 directory. Besides the
+// client's rules the policy always lets the sandbox reach its own loopback
+// (127.0.0.0/8, ::1) and the node resolver (the gateway, port 53); the
+// client's deny rules still win over those.
 //
-// Everything goes with the object: the programs detach, the veth is
-// deleted (it would also go with the namespace), the lease returns.
+// One policy, however many namespaces: a change (SetSpec) and the
+// addresses the resolver allows reach them all at once, and the counters
+// cover them all (bytes of namespaces that left included).
 //
-// Threads: the owning tier's thread for Create/SetSpec/Counters/the
-// destructor; the node resolver's thread through NodeNetwork's registry.
+// Everything goes with the object: the programs detach, the veths are
+// deleted (they would also go with their namespaces), the leases return.
+//
+// Threads: the owning tier's threads for Create/Join/SetSpec/Counters/the
+// destructor (Join and a member's destruction may come from a thread of
+// the tier's while another calls SetSpec); the node resolver's thread
+// through NodeNetwork's registry.
 #pragma once
 
 #include <atomic>
@@ -21,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -39,23 +48,52 @@ struct NetworkCounters {
   uint64_t packets_dropped = 0;   // the cgroup_skb wall (raw sockets, ICMP)
 };
 
+class SandboxNetwork;
+
+// One network namespace's share of a sandbox's network (SandboxNetwork::Join):
+// its address, its veth and the policy's programs on its cgroup. They go
+// with this object, or earlier with the network's Close. Must not outlive
+// its SandboxNetwork. Threads: any (the network locks).
+class NetworkMember {
+ public:
+  NetworkMember(SandboxNetwork* network, uint32_t address) : network_(network), address_(address) {}
+  ~NetworkMember();
+  NetworkMember(const NetworkMember&) = delete;
+  NetworkMember& operator=(const NetworkMember&) = delete;
+  uint32_t address() const { return address_; }
+
+ private:
+  SandboxNetwork* network_;
+  const uint32_t address_;
+};
+
 class SandboxNetwork {
  public:
-  // `netns_fd`: the sandbox's network namespace (no eth0 in it yet);
-  // `cgroup_dir`: a cgroup v2 directory holding every process of the
-  // sandbox (the caller made it and removes it). All or nothing:
-  // Unavailable with the kernel's reason where the policy cannot be
-  // enforced (BPF refused), never a sandbox that runs open.
+  // A sandbox in one network namespace (a container). `netns_fd`: the
+  // namespace (no eth0 in it yet); `cgroup_dir`: a cgroup v2 directory
+  // holding every process of the sandbox (the caller made it and removes
+  // it). All or nothing: Unavailable with the kernel's reason where the
+  // policy cannot be enforced (BPF refused), never a sandbox that runs
+  // open.
   static absl::StatusOr<std::unique_ptr<SandboxNetwork>> Create(NodeNetwork* node, int netns_fd,
                                                                 const std::string& cgroup_dir,
                                                                 const NetworkSpec& spec);
+  // A sandbox whose processes live in several network namespaces, each
+  // with its cgroup v2 directory, that come and go (the fncall tier's
+  // workers): the policy now, each namespace by Join. Errors as Create's.
+  static absl::StatusOr<std::unique_ptr<SandboxNetwork>> CreateShared(NodeNetwork* node,
+                                                                      const NetworkSpec& spec);
+  // Gives one more namespace of the sandbox an address and a veth, and
+  // puts the policy (as it is now, and as it changes) on `cgroup_dir`;
+  // all or nothing. FailedPrecondition after Close.
+  absl::StatusOr<std::unique_ptr<NetworkMember>> Join(int netns_fd, const std::string& cgroup_dir);
   ~SandboxNetwork();  // Close()
   SandboxNetwork(const SandboxNetwork&) = delete;
   SandboxNetwork& operator=(const SandboxNetwork&) = delete;
 
-  // Releases everything (programs, veth, lease) now; idempotent. The
+  // Releases everything (programs, veths, leases) now; idempotent. The
   // object may outlive it (a reader's shared reference): afterwards
-  // SetSpec and Counters answer FailedPrecondition.
+  // SetSpec and Counters answer FailedPrecondition, Join too.
   void Close();
 
   // Replaces the policy: effective for the next connect at once.
@@ -64,10 +102,15 @@ class SandboxNetwork {
   NetworkSpec spec() const;
   absl::StatusOr<NetworkCounters> Counters() const;
 
-  uint32_t address() const { return address_; }
-  std::string address_text() const { return Ipv4Text(address_); }
+  // The addresses of its namespaces now, lowest first (one for a
+  // container; none for a fncall sandbox between its workers).
+  std::vector<uint32_t> addresses() const;
+  // The first of them (a container's only one), 0 / "" without any.
+  uint32_t address() const;
+  std::string address_text() const;
   std::string gateway_text() const { return Ipv4Text(node_->gateway()); }
-  const std::string& host_interface() const { return host_if_; }
+  // The host end of the first namespace's veth, "" without any.
+  std::string host_interface() const;
   // The sandbox's /etc/resolv.conf: the node resolver.
   std::string ResolvConf() const;
 
@@ -83,20 +126,39 @@ class SandboxNetwork {
   size_t resolved_count() const;
 
  private:
-  SandboxNetwork(NodeNetwork* node, uint32_t address, std::unique_ptr<bpf::EgressPolicy> policy)
-      : node_(node), address_(address), host_if_(NodeNetwork::HostInterface(address)),
-        policy_(std::move(policy)) {}
-  absl::Status Plumb(int netns_fd);
+  friend class NetworkMember;
+  SandboxNetwork(NodeNetwork* node, std::unique_ptr<bpf::EgressPolicy> policy)
+      : node_(node), policy_(std::move(policy)) {}
+  // A namespace's veth and routes (`address` leased, its link recorded).
+  absl::Status Plumb(uint32_t address, int netns_fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(links_mu_);
+  // Undoes Join for `address` (NetworkMember's destruction); nothing
+  // if it went already (Close).
+  void Leave(uint32_t address);
+  void LeaveLocked(uint32_t address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(links_mu_);
   // Brings the BPF maps to exactly the rules `spec` wants, with the
   // implicit ones: adds what is missing, then removes what is no longer
   // wanted (so that a change never opens a gap in between).
   absl::Status Sync(const NetworkSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   NodeNetwork* node_;
-  const uint32_t address_;
-  const std::string host_if_;
-  bool plumbed_ = false;  // the veth exists (set by Create only)
   std::atomic<bool> closed_{false};
+
+  // One namespace's plumbing, by its address.
+  struct Link {
+    std::string host_if;
+    bool plumbed = false;  // the veth exists
+    std::unique_ptr<bpf::CgroupLinks> programs;  // the policy on its cgroup
+  };
+  // Serialises Join, Leave and Close. Lock order: links_mu_, then the
+  // node's registry lock, then mu_ (the resolver holds the registry's
+  // lock while it calls into this object).
+  mutable std::mutex links_mu_;
+  std::map<uint32_t, Link> links_ ABSL_GUARDED_BY(links_mu_);
+  // Bytes through veths that are gone (the counters never go back).
+  uint64_t gone_bytes_out_ ABSL_GUARDED_BY(links_mu_) = 0;
+  uint64_t gone_bytes_in_ ABSL_GUARDED_BY(links_mu_) = 0;
+  // Create's one namespace.
+  std::unique_ptr<NetworkMember> own_member_;
 
   mutable std::mutex mu_;
   std::unique_ptr<bpf::EgressPolicy> policy_ ABSL_GUARDED_BY(mu_);

@@ -204,6 +204,17 @@ class SandboxNetworkTest : public ::testing::Test {
 
   // A namespace with lo up and a cgroup v2 directory: what a tier hands in.
   FakeSandbox& NewSandbox(const std::string& spec_json) {
+    FakeSandbox& sb = NewNamespace();
+    auto spec = ParseNetworkSpec(nlohmann::json::parse(spec_json));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto n = SandboxNetwork::Create(node_.get(), sb.netns.get(), sb.cgroup, *spec);
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (n.ok()) sb.network = std::move(*n);
+    return sb;
+  }
+
+  // The same without a network (a fncall worker's namespace).
+  FakeSandbox& NewNamespace() {
     auto sb = std::make_unique<FakeSandbox>();
     sb->netns = NewNetns();
     EXPECT_TRUE(sb->netns.valid());
@@ -212,13 +223,14 @@ class SandboxNetworkTest : public ::testing::Test {
     sb->cgroup = absl::StrCat(cgroup_root_, "/dsec-net-test-", getpid(), "-", sandboxes_.size());
     EXPECT_EQ(mkdir(sb->cgroup.c_str(), 0755), 0) << strerror(errno);
     cgroups_.push_back(sb->cgroup);
-    auto spec = ParseNetworkSpec(nlohmann::json::parse(spec_json));
-    EXPECT_TRUE(spec.ok()) << spec.status();
-    auto n = SandboxNetwork::Create(node_.get(), sb->netns.get(), sb->cgroup, *spec);
-    EXPECT_TRUE(n.ok()) << n.status();
-    if (n.ok()) sb->network = std::move(*n);
     sandboxes_.push_back(std::move(sb));
     return *sandboxes_.back();
+  }
+
+  NetworkSpec Spec(const std::string& spec_json) {
+    auto spec = ParseNetworkSpec(nlohmann::json::parse(spec_json));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? *spec : NetworkSpec{};
   }
 
   std::vector<std::string> Probe(const FakeSandbox& sb, const std::vector<std::string>& targets) {
@@ -318,6 +330,73 @@ TEST_F(SandboxNetworkTest, DestructionRemovesTheInterfaceTheProgramsAndTheLease)
   EXPECT_EQ(node_->leased(), 0u);
   // No eth0, no policy: the outside is unreachable, and not by EPERM.
   EXPECT_EQ(Probe(sb, {Tcp(outside_, 9)}), (std::vector<std::string>{"ENETUNREACH"}));
+}
+
+TEST_F(SandboxNetworkTest, OneSharedNetworkServesSeveralNamespacesWithOnePolicy) {
+  Server a(outside_ns_.get(), outside_), b(outside_ns_.get(), outside_);
+  auto shared = SandboxNetwork::CreateShared(
+      node_.get(), Spec(absl::StrCat(R"({"egress": {"allow": [")", outside_, ":", a.port(), R"("]}})")));
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  SandboxNetwork& net = **shared;
+  EXPECT_TRUE(net.addresses().empty());
+  EXPECT_EQ(net.address_text(), "");
+  FakeSandbox& w1 = NewNamespace();
+  FakeSandbox& w2 = NewNamespace();
+  auto m1 = net.Join(w1.netns.get(), w1.cgroup);
+  auto m2 = net.Join(w2.netns.get(), w2.cgroup);
+  ASSERT_TRUE(m1.ok() && m2.ok()) << m1.status() << m2.status();
+  EXPECT_NE((*m1)->address(), (*m2)->address());
+  EXPECT_EQ(net.addresses().size(), 2u);
+  EXPECT_EQ(node_->leased(), 2u);
+  for (FakeSandbox* w : {&w1, &w2}) {
+    EXPECT_EQ(Probe(*w, {Tcp(outside_, a.port()), Tcp(outside_, b.port())}),
+              (std::vector<std::string>{"ok " + absl::StrCat("198.18.", getpid() % 250, ".1"), "EPERM"}));
+  }
+  // One change reaches both.
+  ASSERT_TRUE(net.SetSpec(Spec(absl::StrCat(R"({"egress": {"allow": [")", outside_, ":", b.port(), R"("]}})"))).ok());
+  for (FakeSandbox* w : {&w1, &w2}) {
+    std::vector<std::string> r = Probe(*w, {Tcp(outside_, a.port()), Tcp(outside_, b.port())});
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[0], "EPERM");
+    EXPECT_EQ(r[1].substr(0, 2), "ok");
+  }
+  auto c = net.Counters();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->connects_allowed, 4u);
+  EXPECT_EQ(c->connects_denied, 4u);
+  const uint64_t bytes_out = c->bytes_out;
+  EXPECT_GT(bytes_out, 0u);
+  // A member that leaves takes its veth and lease; its bytes stay counted.
+  const std::string gone_if = NodeNetwork::HostInterface((*m1)->address());
+  auto host = NlSocket::Open();
+  ASSERT_TRUE(host.ok());
+  EXPECT_TRUE(host->LinkIndex(gone_if).ok());
+  m1->reset();
+  EXPECT_EQ(host->LinkIndex(gone_if).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(node_->leased(), 1u);
+  EXPECT_EQ(net.addresses().size(), 1u);
+  c = net.Counters();
+  ASSERT_TRUE(c.ok());
+  EXPECT_GE(c->bytes_out, bytes_out);
+  // A member that joins now gets the current policy.
+  FakeSandbox& w3 = NewNamespace();
+  auto m3 = net.Join(w3.netns.get(), w3.cgroup);
+  ASSERT_TRUE(m3.ok()) << m3.status();
+  std::vector<std::string> r = Probe(w3, {Tcp(outside_, a.port()), Tcp(outside_, b.port())});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0], "EPERM");
+  EXPECT_EQ(r[1].substr(0, 2), "ok");
+  // Close takes everything; the members' own destruction afterwards is a
+  // no-op, and nobody joins any more.
+  const std::string w3_if = net.host_interface();
+  net.Close();
+  EXPECT_EQ(node_->leased(), 0u);
+  EXPECT_EQ(host->LinkIndex(w3_if).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(net.Join(w3.netns.get(), w3.cgroup).status().code(), absl::StatusCode::kFailedPrecondition);
+  m2->reset();
+  m3->reset();
+  EXPECT_EQ(node_->leased(), 0u);
+  EXPECT_EQ(Probe(w3, {Tcp(outside_, 9)}), (std::vector<std::string>{"ENETUNREACH"}));
 }
 
 // A DNS server on loopback answering every A query with one address and

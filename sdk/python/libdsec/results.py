@@ -239,7 +239,9 @@ class NetworkInfo:
 
     allow / deny: the egress policy's rules as they were given (create or
     the last set_network); address: the sandbox's address in the node's
-    subnet; gateway: its next hop on the node, also its nameserver (the
+    subnet (fncall: its first worker's, None without a worker);
+    addresses: all of them (fncall: one per worker); gateway: its next
+    hop on the node, also its nameserver (the
     node's resolver, which answers only names the policy allows);
     counters: None while the sandbox is being destroyed. raw is the
     daemon's object as it came.
@@ -252,6 +254,7 @@ class NetworkInfo:
     nameserver: Optional[str]
     counters: Optional[NetworkCounters]
     raw: JSONObject = dataclasses.field(repr=False, compare=False)
+    addresses: List[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_json(cls, obj: Any) -> "NetworkInfo":
@@ -271,7 +274,7 @@ class NetworkInfo:
                    nameserver=text("nameserver"),
                    counters=NetworkCounters.from_json(counters)
                    if isinstance(counters, dict) else None,
-                   raw=obj)
+                   raw=obj, addresses=_str_list(obj.get("addresses")))
 
     @property
     def egress(self) -> JSONObject:

@@ -206,6 +206,7 @@ def network_obj(allow=(), deny=(), address="10.201.0.2", gateway="10.201.0.1", c
         counters = {"bytes_out": 0, "bytes_in": 0, "connects_allowed": 0, "connects_denied": 0,
                     "packets_dropped": 0}
     obj = {"egress": {"allow": list(allow), "deny": list(deny)}, "address": address,
+           "addresses": [address] if address else [],
            "gateway": gateway, "nameserver": gateway, "counters": counters}
     obj.update(over)
     return obj

@@ -11,7 +11,8 @@ again for another port and after the policy is emptied. Also checked: the
 address, gateway and nameserver the API reports (eth0's address,
 /etc/resolv.conf), the counters in GET and /metrics, health's network,
 bad rules named by field (create and PATCH), PATCH on a sandbox without a
-network (Conflict), the fncall tier refusing a network, and the asyncio
+network (Conflict), a fncall sandbox's network (its workers share the
+policy; nc through busybox's sh standing in for bash), and the asyncio
 client. After the daemon stops, no veth, nftables table, mount, cgroup or
 process of these sandboxes is left.
 
@@ -59,8 +60,9 @@ class NetNode:
     def create(self, **kw):
         """Sandbox.create on this node; skips when the node cannot give a network (503)."""
         try:
-            return self.track(libdsec.Sandbox.create(tier="container", layers=[self.base],
-                                                     client=self.client, timeout=600, **kw))
+            kw.setdefault("tier", "container")
+            return self.track(libdsec.Sandbox.create(layers=[self.base], client=self.client,
+                                                     timeout=600, **kw))
         except libdsec.Unavailable as e:
             pytest.skip("the node cannot give sandboxes a network here: %s" % e.message)
 
@@ -299,15 +301,45 @@ def test_a_sandbox_without_a_network_has_none_and_cannot_get_one_later(net_node)
     assert sb.kill() is True
 
 
-def test_the_fncall_tier_offers_no_network(net_node):
+def test_a_fncall_sandbox_gets_a_network_its_workers_share(net_node):
     n = net_node
     if not n.client.health()["tiers"].get("fncall"):
         pytest.skip("the fncall tier is not available on this node")
-    with pytest.raises(libdsec.InvalidArgument) as e:
-        n.track(libdsec.Sandbox.create(tier="fncall", lang="bash", network={},
-                                       client=n.client))
-    assert e.value.field == "network", e.value
-    assert "offers no network" in e.value.message
+    sb = n.create(tier="fncall", lang="bash", network={})
+    net = sb.network
+    assert isinstance(net, libdsec.NetworkInfo), sb.info
+    assert ipaddress.IPv4Address(net.address) in ipaddress.IPv4Network(SUBNET)
+    r = sb.exec("cat /etc/resolv.conf")
+    assert r.exit_code == 0 and ("nameserver %s" % net.gateway).encode() in r.stdout, r
+    lis = Listener(net.gateway)
+    try:
+        def nc(port):
+            return sb.exec("echo hi | nc -w 5 %s %d" % (net.gateway, port), timeout_s=30)
+
+        def refused(r):
+            return r.exit_code != 0 and b"Operation not permitted" in r.stdout + r.stderr
+
+        # Several calls (the pool's workers take turns): each is refused at
+        # once, then let through after set_network.
+        for _ in range(3):
+            assert refused(nc(lis.port))
+        assert not lis.pending()
+        sb.set_network(allow=["%s:%d" % (net.gateway, lis.port)])
+        for _ in range(3):
+            server = lis.serve_one()
+            r = nc(lis.port)
+            server.join(30)
+            assert r.exit_code == 0 and b"ok" in r.stdout, r
+        counters = sb.refresh().network.counters
+        assert counters.connects_allowed >= 3 and counters.connects_denied >= 3, counters
+    finally:
+        lis.close()
+    addresses = sb.refresh().network.addresses
+    assert net.address in addresses, sb.network
+    n.addresses.update(addresses)
+    assert sb.kill() is True
+    for a in addresses:
+        assert not os.path.exists(os.path.join("/sys/class/net", host_interface(a))), a
 
 
 def test_asyncio_client(net_node):

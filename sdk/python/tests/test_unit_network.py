@@ -136,9 +136,9 @@ def test_rule_syntax_is_left_to_the_daemon(fake, client):
 
 
 def test_create_errors_map_to_the_sdks_exceptions(fake, client):
-    fake.error(400, "INVALID_ARGUMENT", "the fncall tier offers no network", field="network")
+    fake.error(400, "INVALID_ARGUMENT", "the microvm tier offers no network", field="network")
     with pytest.raises(libdsec.InvalidArgument) as e:
-        client.create(tier="fncall", network={})
+        client.create(tier="microvm", network={})
     assert e.value.field == "network"
     assert "offers no network" in e.value.message
     fake.error(503, "UNAVAILABLE", "cannot enforce an egress policy: BPF cgroup programs refused")
