@@ -26,7 +26,12 @@
 #include "sandbox/container/cgroups.h"
 #include "sandbox/container/init_pool.h"
 #include "sandbox/container/sandbox.h"
+#include "sandbox/container/cgroups.h"
+#include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
+#include "sandbox/network/node_network.h"
+#include "sandbox/network/policy.h"
+#include "sandbox/network/sandbox_network.h"
 #include "base/file_io.h"
 #include "base/status.h"
 
@@ -38,6 +43,7 @@ using container::Sandbox;
 using container::SandboxConfig;
 
 struct Setup {
+  network::NodeNetwork* node = nullptr;  // the cycle gives its sandbox a network
   std::string image;
   std::string state_root;
   uint64_t image_bytes = 0;
@@ -62,6 +68,13 @@ absl::StatusOr<CycleMs> OwnCycle(const Setup& s, const std::string& id) {
   CycleMs t;
   double t0 = MonotonicNowS();
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(Config(s, id)));
+  std::shared_ptr<network::SandboxNetwork> net;
+  std::string made_cgroup;
+  if (s.node != nullptr) {
+    // As the container tier gives a sandbox its network.
+    DSEC_ASSIGN_OR_RETURN(std::string dir, container::SandboxCgroup2Dir(*sb, &made_cgroup));
+    DSEC_ASSIGN_OR_RETURN(net, container::AddSandboxNetwork(*sb, dir, s.node, network::NetworkSpec{}));
+  }
   double t1 = MonotonicNowS();
   container::ExecOptions exec;
   exec.argv = {"true"};
@@ -69,6 +82,8 @@ absl::StatusOr<CycleMs> OwnCycle(const Setup& s, const std::string& id) {
   double t2 = MonotonicNowS();
   if (r.status() != 0) return absl::InternalError(absl::StrCat("`true` exited ", r.status()));
   DSEC_RETURN_IF_ERROR(sb->Destroy());
+  if (net) net->Close();
+  if (!made_cgroup.empty()) DSEC_RETURN_IF_ERROR(container::KillAndRemoveCgroup(made_cgroup));
   double t3 = MonotonicNowS();
   t.create = (t1 - t0) * 1e3;
   t.exec = (t2 - t1) * 1e3;
@@ -302,8 +317,19 @@ int RunContainerBench(const ContainerBenchOptions& o) {
     }
   }
 
-  // Latency, interleaved: own cycle, crun, CLI. One untimed round first.
-  std::vector<double> create, exec, destroy, cycle, create_exec, crun_ms, cli_ms;
+  std::unique_ptr<network::NodeNetwork> node;
+  if (o.network) {
+    network::NodeNetworkOptions no;
+    no.subnet = o.net_subnet;
+    auto n = network::NodeNetwork::Create(no);
+    if (!n.ok()) return fail(n.status());
+    node = std::move(*n);
+    // As a daemon that has been up a while: its made-ahead policies ready.
+    (void)node->WaitPoliciesReady(no.policies_ahead, MonotonicNowNs() + 10'000'000'000);
+  }
+  // Latency, interleaved: own cycle, own cycle with a network, crun, CLI.
+  // One untimed round first.
+  std::vector<double> create, exec, destroy, cycle, create_exec, crun_ms, cli_ms, net_create, net_destroy;
   const std::string tag = absl::StrCat("b", ::getpid());
   auto pause = [&o] {
     if (o.gap_ms <= 0) return;
@@ -315,6 +341,17 @@ int RunContainerBench(const ContainerBenchOptions& o) {
     pause();
     auto t = OwnCycle(s, absl::StrCat(tag, "-lat", i + 1));
     if (!t.ok()) return fail(t.status());
+    if (node) {
+      pause();
+      Setup with_net = s;
+      with_net.node = node.get();
+      auto tn = OwnCycle(with_net, absl::StrCat(tag, "-net", i + 1));
+      if (!tn.ok()) return fail(tn.status());
+      if (i >= 0) {
+        net_create.push_back(tn->create);
+        net_destroy.push_back(tn->destroy);
+      }
+    }
     if (crun) {
       pause();
       auto c = crun->Run(absl::StrCat("dsec-bench-crun-", ::getpid(), "-", i + 1));
@@ -337,6 +374,8 @@ int RunContainerBench(const ContainerBenchOptions& o) {
     create_exec.push_back(t->create + t->exec);
   }
   crun.reset();  // its namespace and mounts go; threads start below
+  const uint64_t net_inline = node ? node->policies_loaded_inline() : 0;
+  node.reset();
   const container::InitPoolStats lat_pool = pool ? pool->stats() : container::InitPoolStats{};
 
   auto serial = Sustained(s, o.sustained, 1, "s");
@@ -360,6 +399,7 @@ int RunContainerBench(const ContainerBenchOptions& o) {
 
   const LatencySummary c = Summarize(cycle), cr = Summarize(create), ex = Summarize(exec),
                        de = Summarize(destroy), cu = Summarize(crun_ms), cl = Summarize(cli_ms);
+  const LatencySummary nc = Summarize(net_create), nd = Summarize(net_destroy);
   const double ratio = c.p50 > 0 && cu.n ? cu.p50 / c.p50 : 0;
   const double cli_ratio = cl.p50 > 0 && cu.n ? cu.p50 / cl.p50 : 0;
   const unsigned cpus = std::thread::hardware_concurrency();
@@ -393,6 +433,13 @@ int RunContainerBench(const ContainerBenchOptions& o) {
         {"init_pool_taken", pool_stats.taken},
         {"init_pool_misses", pool_stats.misses},
     };
+    if (nc.n) {
+      j["network_create_p50_ms"] = nc.p50;
+      j["network_create_p99_ms"] = nc.p99;
+      j["network_create_extra_p50_ms"] = nc.p50 - cr.p50;
+      j["network_destroy_p50_ms"] = nd.p50;
+      j["network_policies_loaded_on_create"] = net_inline;
+    }
     j["idle_sandbox_cgroup_kib"] =
         idle->sandbox_cgroup_kib ? nlohmann::json(*idle->sandbox_cgroup_kib) : nlohmann::json();
     if (cl.n) {
@@ -433,6 +480,12 @@ int RunContainerBench(const ContainerBenchOptions& o) {
                 static_cast<unsigned long long>(pool_stats.misses - lat_pool.misses));
   } else {
     std::printf("  (no made-ahead inits: DSEC_INIT_POOL=0)\n");
+  }
+  if (nc.n) {
+    row("  create with a network", nc);
+    row("  destroy with a network", nd);
+    std::printf("  a network adds %.3f ms to create p50 (target <= 1 ms); %llu of its policies loaded on create\n",
+                nc.p50 - cr.p50, static_cast<unsigned long long>(net_inline));
   }
   if (cl.n) row("dsec-vmm sandbox run -- true (process)", cl);
   if (cu.n) {

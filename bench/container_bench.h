@@ -26,6 +26,11 @@ struct ContainerBenchOptions {
   // Keep the container tier's state dirs on the work dir's disk file system
   // instead of a tmpfs (to show what a disk-backed /run costs).
   bool state_on_disk = false;
+  // Also time creates with a network (sandbox/network: veth, address,
+  // egress policy with nothing allowed), interleaved with the plain ones,
+  // on a subnet of the bench's own with no uplink.
+  bool network = false;
+  std::string net_subnet = "10.246.0.0/16";
 };
 
 // Pure helpers (unit-tested).

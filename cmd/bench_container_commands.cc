@@ -36,6 +36,9 @@ void RegisterContainerBenchCommands(CLI::App* bench, CommandRegistry& registry) 
   ctr->add_flag("--no-cli", *no_cli_flag, "Skip the `dsec-vmm sandbox run` process figure");
   ctr->add_flag("--state-on-disk", opts->state_on_disk,
                 "Keep sandbox state dirs on disk (/tmp) instead of a tmpfs, for comparison");
+  ctr->add_flag("--network", opts->network,
+                "Also time creates with a network (veth, address, egress policy), interleaved");
+  ctr->add_option("--net-subnet", opts->net_subnet, "Subnet of those networks (no uplink)")->capture_default_str();
   ctr->add_flag("--json", opts->json, "Print one JSON object");
   registry.Add(ctr, [opts, no_cli_flag] {
     bench::ContainerBenchOptions o = *opts;
