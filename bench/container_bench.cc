@@ -32,6 +32,7 @@
 #include "sandbox/network/node_network.h"
 #include "sandbox/network/policy.h"
 #include "sandbox/network/sandbox_network.h"
+#include "sandbox/tier/tier.h"
 #include "base/file_io.h"
 #include "base/status.h"
 
@@ -43,7 +44,6 @@ using container::Sandbox;
 using container::SandboxConfig;
 
 struct Setup {
-  network::NodeNetwork* node = nullptr;  // the cycle gives its sandbox a network
   std::string image;
   std::string state_root;
   uint64_t image_bytes = 0;
@@ -68,13 +68,6 @@ absl::StatusOr<CycleMs> OwnCycle(const Setup& s, const std::string& id) {
   CycleMs t;
   double t0 = MonotonicNowS();
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(Config(s, id)));
-  std::shared_ptr<network::SandboxNetwork> net;
-  std::string made_cgroup;
-  if (s.node != nullptr) {
-    // As the container tier gives a sandbox its network.
-    DSEC_ASSIGN_OR_RETURN(std::string dir, container::SandboxCgroup2Dir(*sb, &made_cgroup));
-    DSEC_ASSIGN_OR_RETURN(net, container::AddSandboxNetwork(*sb, dir, s.node, network::NetworkSpec{}));
-  }
   double t1 = MonotonicNowS();
   container::ExecOptions exec;
   exec.argv = {"true"};
@@ -82,9 +75,37 @@ absl::StatusOr<CycleMs> OwnCycle(const Setup& s, const std::string& id) {
   double t2 = MonotonicNowS();
   if (r.status() != 0) return absl::InternalError(absl::StrCat("`true` exited ", r.status()));
   DSEC_RETURN_IF_ERROR(sb->Destroy());
-  if (net) net->Close();
-  if (!made_cgroup.empty()) DSEC_RETURN_IF_ERROR(container::KillAndRemoveCgroup(made_cgroup));
   double t3 = MonotonicNowS();
+  t.create = (t1 - t0) * 1e3;
+  t.exec = (t2 - t1) * 1e3;
+  t.destroy = (t3 - t2) * 1e3;
+  return t;
+}
+
+// One create + Exec(`true`) + destroy through the container tier (the
+// daemon's path: made-ahead inits, the cgroup v2 directory and device
+// policy of every sandbox), with a network (nothing allowed) when `node`.
+absl::StatusOr<CycleMs> TierCycle(container::ContainerTier& tier, const Setup& s, const std::string& id,
+                                  network::NodeNetwork* node) {
+  static const auto kNothingAllowed = std::make_shared<const network::NetworkSpec>();
+  tier::CreateSpec spec;
+  spec.id = id;
+  spec.images = {s.image};
+  if (node != nullptr) {
+    spec.network = kNothingAllowed;
+    spec.node_network = node;
+  }
+  CycleMs t;
+  const double t0 = MonotonicNowS();
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<tier::TierSandbox> sb, tier.Create(spec));
+  const double t1 = MonotonicNowS();
+  tier::ExecSpec exec;
+  exec.argv = {"true"};
+  DSEC_ASSIGN_OR_RETURN(tier::ExecOutcome r, sb->Exec(exec));
+  const double t2 = MonotonicNowS();
+  if (r.exit_code != 0) return absl::InternalError("`true` failed in a tier sandbox");
+  DSEC_RETURN_IF_ERROR(sb->Destroy());
+  const double t3 = MonotonicNowS();
   t.create = (t1 - t0) * 1e3;
   t.exec = (t2 - t1) * 1e3;
   t.destroy = (t3 - t2) * 1e3;
@@ -318,7 +339,13 @@ int RunContainerBench(const ContainerBenchOptions& o) {
   }
 
   std::unique_ptr<network::NodeNetwork> node;
+  std::unique_ptr<container::ContainerTier> tier;
   if (o.network) {
+    // A state root of its own: its made-ahead inits are not the bench's.
+    const std::string tier_root = s.state_root + "-tier";
+    ::mkdir(tier_root.c_str(), 0700);
+    tier = std::make_unique<container::ContainerTier>(
+        container::ContainerTierOptions{tier_root, container::SandboxConfig{}.upper_size_bytes, 2});
     network::NodeNetworkOptions no;
     no.subnet = o.net_subnet;
     auto n = network::NodeNetwork::Create(no);
@@ -329,7 +356,8 @@ int RunContainerBench(const ContainerBenchOptions& o) {
   }
   // Latency, interleaved: own cycle, own cycle with a network, crun, CLI.
   // One untimed round first.
-  std::vector<double> create, exec, destroy, cycle, create_exec, crun_ms, cli_ms, net_create, net_destroy;
+  std::vector<double> create, exec, destroy, cycle, create_exec, crun_ms, cli_ms, tier_create, tier_destroy,
+      net_create, net_destroy;
   const std::string tag = absl::StrCat("b", ::getpid());
   auto pause = [&o] {
     if (o.gap_ms <= 0) return;
@@ -343,11 +371,14 @@ int RunContainerBench(const ContainerBenchOptions& o) {
     if (!t.ok()) return fail(t.status());
     if (node) {
       pause();
-      Setup with_net = s;
-      with_net.node = node.get();
-      auto tn = OwnCycle(with_net, absl::StrCat(tag, "-net", i + 1));
+      auto tt = TierCycle(*tier, s, absl::StrCat(tag, "-tier", i + 1), nullptr);
+      if (!tt.ok()) return fail(tt.status());
+      pause();
+      auto tn = TierCycle(*tier, s, absl::StrCat(tag, "-net", i + 1), node.get());
       if (!tn.ok()) return fail(tn.status());
       if (i >= 0) {
+        tier_create.push_back(tt->create);
+        tier_destroy.push_back(tt->destroy);
         net_create.push_back(tn->create);
         net_destroy.push_back(tn->destroy);
       }
@@ -375,6 +406,7 @@ int RunContainerBench(const ContainerBenchOptions& o) {
   }
   crun.reset();  // its namespace and mounts go; threads start below
   const uint64_t net_inline = node ? node->policies_loaded_inline() : 0;
+  tier.reset();
   node.reset();
   const container::InitPoolStats lat_pool = pool ? pool->stats() : container::InitPoolStats{};
 
@@ -399,7 +431,8 @@ int RunContainerBench(const ContainerBenchOptions& o) {
 
   const LatencySummary c = Summarize(cycle), cr = Summarize(create), ex = Summarize(exec),
                        de = Summarize(destroy), cu = Summarize(crun_ms), cl = Summarize(cli_ms);
-  const LatencySummary nc = Summarize(net_create), nd = Summarize(net_destroy);
+  const LatencySummary nc = Summarize(net_create), nd = Summarize(net_destroy), tc = Summarize(tier_create),
+                       td = Summarize(tier_destroy);
   const double ratio = c.p50 > 0 && cu.n ? cu.p50 / c.p50 : 0;
   const double cli_ratio = cl.p50 > 0 && cu.n ? cu.p50 / cl.p50 : 0;
   const unsigned cpus = std::thread::hardware_concurrency();
@@ -436,7 +469,9 @@ int RunContainerBench(const ContainerBenchOptions& o) {
     if (nc.n) {
       j["network_create_p50_ms"] = nc.p50;
       j["network_create_p99_ms"] = nc.p99;
-      j["network_create_extra_p50_ms"] = nc.p50 - cr.p50;
+      j["tier_create_p50_ms"] = tc.p50;
+      j["tier_destroy_p50_ms"] = td.p50;
+      j["network_create_extra_p50_ms"] = nc.p50 - tc.p50;
       j["network_destroy_p50_ms"] = nd.p50;
       j["network_policies_loaded_on_create"] = net_inline;
     }
@@ -482,10 +517,13 @@ int RunContainerBench(const ContainerBenchOptions& o) {
     std::printf("  (no made-ahead inits: DSEC_INIT_POOL=0)\n");
   }
   if (nc.n) {
+    std::printf("through the container tier (cgroup v2 directory and device policy per sandbox):\n");
+    row("  create", tc);
     row("  create with a network", nc);
+    row("  destroy", td);
     row("  destroy with a network", nd);
-    std::printf("  a network adds %.3f ms to create p50 (target <= 1 ms); %llu of its policies loaded on create\n",
-                nc.p50 - cr.p50, static_cast<unsigned long long>(net_inline));
+    std::printf("  a network adds %.3f ms to the tier's create p50 (target <= 1 ms); %llu of its policies loaded on create\n",
+                nc.p50 - tc.p50, static_cast<unsigned long long>(net_inline));
   }
   if (cl.n) row("dsec-vmm sandbox run -- true (process)", cl);
   if (cu.n) {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -112,7 +113,6 @@ absl::Status InitPool::last_error() const {
 }
 
 void InitPool::Run() {
-  uint64_t seq = 0;
   int failures_in_a_row = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -154,7 +154,7 @@ void InitPool::Run() {
       continue;
     }
     lock.unlock();
-    auto slot = MakeSlot(seq++);
+    auto slot = MakeSlot(NextSlotSeq());
     lock.lock();
     if (slot.ok()) {
       failures_in_a_row = 0;
@@ -172,6 +172,14 @@ void InitPool::Run() {
     wake_.wait_for(lock, pause, [this] { return stop_ || !retired_.empty(); });
   }
   flushed_.notify_all();
+}
+
+// Slot names (state dirs, cgroup names) are unique in the process, not only
+// in one pool: two pools of one process (a benchmark's and a tier's) would
+// otherwise make the same cgroup names in the shared hierarchies.
+uint64_t InitPool::NextSlotSeq() {
+  static std::atomic<uint64_t> next{0};
+  return next.fetch_add(1);
 }
 
 absl::StatusOr<InitSlot> InitPool::MakeSlot(uint64_t seq) {

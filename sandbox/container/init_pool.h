@@ -117,6 +117,7 @@ class InitPool {
   InitPool(std::string state_root, size_t target, std::string init_binary)
       : state_root_(std::move(state_root)), target_(target), init_binary_(std::move(init_binary)) {}
   void Run();
+  static uint64_t NextSlotSeq();
   absl::StatusOr<InitSlot> MakeSlot(uint64_t seq);
   struct Retired {
     StateDir state;
