@@ -14,32 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/subprocess.h"
+#include "bpf/test_cgroup.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace {
 
-// The v2 mount point joined with this process's v2 cgroup ("" without one):
-// the bench's child inherits it and makes its directory below it.
-std::string OwnCgroup2Dir() {
-  std::string root;
-  std::ifstream mounts("/proc/self/mounts");
-  for (std::string line; std::getline(mounts, line);) {
-    std::istringstream in(line);
-    std::string dev, dir, type;
-    in >> dev >> dir >> type;
-    if (type == "cgroup2") {
-      root = dir;
-      break;
-    }
-  }
-  if (root.empty()) return "";
-  std::ifstream self("/proc/self/cgroup");
-  for (std::string line; std::getline(self, line);) {
-    if (line.rfind("0::", 0) == 0) return line == "0::/" ? root : root + line.substr(3);
-  }
-  return root;
-}
+using dsec::bpf::OwnCgroup2Dir;  // the bench's child makes its directory below it
 
 std::string MissingPrerequisite() {
   if (::geteuid() != 0) return "needs root (namespaces, netlink, nftables, BPF, cgroups)";
