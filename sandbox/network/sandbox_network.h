@@ -1,15 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
-// One sandbox's network: an address leased from the node's subnet, a veth
-// pair (host end "ds<address>" with the gateway address and a /32 route to
-// the sandbox; the sandbox end "eth0" in the sandbox's own network
-// namespace with the address and a default route through the gateway), and
-// its egress policy (bpf/egress_policy.h) attached to the sandbox's cgroup
-// v2 directory. Besides the client's rules the policy always lets the
-// sandbox reach its own loopback (127.0.0.0/8, ::1) and the node resolver
-// (the gateway, port 53); the client's deny rules still win over those.
+// One sandbox's network: an address leased from the node's subnet and a
+// point-to-point link to the host whose host end "ds<address>" carries the
+// gateway address and a /32 route to the sandbox, in one of two forms:
+// - Create (container tier): a veth pair, the sandbox end "eth0" in the
+//   sandbox's own network namespace with the address and a default route
+//   through the gateway; the egress policy (bpf/egress_policy.h) attached
+//   to the sandbox's cgroup v2 directory. Besides the client's rules the
+//   policy always lets the sandbox reach its own loopback (127.0.0.0/8,
+//   ::1) and the node resolver (the gateway, port 53).
+// - CreateTap (microvm tier): a tap whose descriptor the VM's monitor takes
+//   over (the guest configures its eth0 itself), with the tap filter
+//   (bpf/tap_filter.h) on its ingress: the same rules but loopback (the
+//   guest's never reaches the tap), and only the guest's own source
+//   address.
+// The client's deny rules win over the implicit ones. The rule
+// bookkeeping (the client's rules, addresses the node resolver returned,
+// their expiry, run-time changes) is one and the same for both.
 //
-// Everything goes with the object: the programs detach, the veth is
-// deleted (it would also go with the namespace), the lease returns.
+// Everything goes with the object: the programs detach, the veth or tap is
+// deleted (a veth would also go with the namespace, a tap with its last
+// descriptor), the lease returns.
 //
 // Threads: the owning tier's thread for Create/SetSpec/Counters/the
 // destructor; the node resolver's thread through NodeNetwork's registry.
@@ -25,19 +35,30 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/scoped_fd.h"
 #include "bpf/egress_policy.h"
+#include "bpf/tap_filter.h"
 #include "sandbox/network/node_network.h"
 #include "sandbox/network/policy.h"
 
 namespace dsec::network {
 
+// For a tap (a microVM, whose calls the host does not see) the connects
+// are the packets such calls start with (TCP SYNs, UDP datagrams), and
+// packets_dropped every frame the tap filter dropped (the refused attempts
+// among them).
 struct NetworkCounters {
-  uint64_t bytes_out = 0;  // sent by the sandbox through its veth
+  uint64_t bytes_out = 0;  // sent by the sandbox through its veth or tap
   uint64_t bytes_in = 0;
   uint64_t connects_allowed = 0;  // connect()/sendmsg() calls let through
-  uint64_t connects_denied = 0;   // refused with EPERM
+  uint64_t connects_denied = 0;   // refused with EPERM (a tap: with a RST, or dropped)
   uint64_t packets_dropped = 0;   // the cgroup_skb wall (raw sockets, ICMP)
 };
+
+// Where a sandbox's rules take effect (sandbox_network.cc): the cgroup
+// programs of an EgressPolicy or a microVM's TapFilter.
+class RuleTarget;
+class NlSocket;
 
 class SandboxNetwork {
  public:
@@ -49,6 +70,11 @@ class SandboxNetwork {
   static absl::StatusOr<std::unique_ptr<SandboxNetwork>> Create(NodeNetwork* node, int netns_fd,
                                                                 const std::string& cgroup_dir,
                                                                 const NetworkSpec& spec);
+  // A microVM's: a tap "ds<address>" in the calling thread's network
+  // namespace (tap_fd(), for the monitor), the tap filter on its ingress.
+  // Unavailable with the kernel's reason where the filter cannot load or
+  // attach, as for Create.
+  static absl::StatusOr<std::unique_ptr<SandboxNetwork>> CreateTap(NodeNetwork* node, const NetworkSpec& spec);
   ~SandboxNetwork();  // Close()
   SandboxNetwork(const SandboxNetwork&) = delete;
   SandboxNetwork& operator=(const SandboxNetwork&) = delete;
@@ -68,6 +94,14 @@ class SandboxNetwork {
   std::string address_text() const { return Ipv4Text(address_); }
   std::string gateway_text() const { return Ipv4Text(node_->gateway()); }
   const std::string& host_interface() const { return host_if_; }
+  // "address/prefix", as the sandbox's eth0 has it.
+  std::string address_cidr() const;
+  // A tap's descriptor (-1 for a veth, and after Close): the monitor
+  // inherits a copy; this one keeps the tap until Close.
+  int tap_fd() const { return tap_.get(); }
+  // The MAC address the guest's NIC gets on a tap: locally administered
+  // unicast, 02:00 and the IPv4 address.
+  std::string GuestMac() const;
   // The sandbox's /etc/resolv.conf: the node resolver.
   std::string ResolvConf() const;
 
@@ -83,10 +117,13 @@ class SandboxNetwork {
   size_t resolved_count() const;
 
  private:
-  SandboxNetwork(NodeNetwork* node, uint32_t address, std::unique_ptr<bpf::EgressPolicy> policy)
-      : node_(node), address_(address), host_if_(NodeNetwork::HostInterface(address)),
-        policy_(std::move(policy)) {}
+  SandboxNetwork(NodeNetwork* node, uint32_t address, std::unique_ptr<RuleTarget> rules);
   absl::Status Plumb(int netns_fd);
+  // The tap, the filter attached to it (`filter`: the one inside rules_),
+  // then the host end's address, forwarding and route.
+  absl::Status PlumbTap(bpf::TapFilter* filter);
+  // The address and route on the host end, forwarding on, up.
+  absl::Status ConfigureHostEnd(NlSocket& host);
   // Brings the BPF maps to exactly the rules `spec` wants, with the
   // implicit ones: adds what is missing, then removes what is no longer
   // wanted (so that a change never opens a gap in between).
@@ -95,11 +132,12 @@ class SandboxNetwork {
   NodeNetwork* node_;
   const uint32_t address_;
   const std::string host_if_;
-  bool plumbed_ = false;  // the veth exists (set by Create only)
+  bool plumbed_ = false;  // the veth or tap exists (set by Create* only)
+  ScopedFd tap_;          // a tap's (set by CreateTap only, closed by Close)
   std::atomic<bool> closed_{false};
 
   mutable std::mutex mu_;
-  std::unique_ptr<bpf::EgressPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RuleTarget> policy_ ABSL_GUARDED_BY(mu_);
   NetworkSpec spec_ ABSL_GUARDED_BY(mu_);
   // What the maps hold, by the rule's text (FormatEgressRule).
   std::map<std::string, bpf::EgressRule> allowed_ ABSL_GUARDED_BY(mu_);
