@@ -11,9 +11,12 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/clock.h"
+#include "base/file_io.h"
 #include "devices/pmem/pmem_image_check.h"
 #include "sandbox/microvm/jail.h"
+#include "sandbox/network/netlink.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
@@ -21,6 +24,8 @@
 namespace dsec::microvm {
 
 namespace {
+
+constexpr char kTapRecord[] = "tap";
 
 absl::Status ValidateId(const std::string& id) {
   if (id.empty() || id.size() > 64 || id == "." || id == "..") {
@@ -70,6 +75,12 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   ls.agent_port = options.agent_port;
   ls.join = spec.join;
   for (const std::string& cg : spec.placement_cgroups) DSEC_RETURN_IF_ERROR(sb->state_.RecordCgroup(cg));
+  if (spec.network != nullptr) {
+    if (spec.node_network == nullptr) return absl::InternalError("microvm: a network without the node's network");
+    DSEC_RETURN_IF_ERROR(sb->AddNetwork(*spec.network, spec.node_network));
+    ls.network = LaunchNetwork{sb->network_->tap_fd(), sb->network_->GuestMac(), sb->network_->address_cidr(),
+                               sb->network_->gateway_text()};
+  }
   const container::StateDir* st = &sb->state_;
   ls.record_cgroup = [st](const std::string& dir) { return st->RecordCgroup(dir); };
   const int64_t start = MonotonicNowNs();
@@ -87,6 +98,15 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   }
   sb->boot_ms_ = static_cast<double>(MonotonicNowNs() - start) / 1e6;
   return sb;
+}
+
+absl::Status MicrovmSandbox::AddNetwork(const network::NetworkSpec& spec, network::NodeNetwork* node) {
+  // Recorded once the tap exists (its name follows from the leased
+  // address): a daemon killed before the record takes the tap with it,
+  // since no monitor holds it yet.
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<network::SandboxNetwork> net, network::SandboxNetwork::CreateTap(node, spec));
+  network_ = std::move(net);
+  return dsec::WriteFile(absl::StrCat(state_.path(), "/", kTapRecord), network_->host_interface() + "\n", 0600);
 }
 
 absl::Status MicrovmSandbox::ConnectUntilBooted() {
@@ -224,6 +244,8 @@ absl::Status MicrovmSandbox::Destroy() {
   absl::Status first;
   if (host_ != nullptr) first = host_->Stop(0);
   host_.reset();
+  // The monitor is gone: the filter detaches, the tap and the lease go.
+  if (network_ != nullptr) network_->Close();
   absl::Status rm = state_.Remove();
   return first.ok() ? rm : first;
 }
@@ -242,6 +264,21 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root) {
   o.init_cmdline_names_dir = true;
   // sched/ may have made vCPU cgroups below the monitor's.
   o.remove_cgroup = RemoveCgroupTree;
+  // Its monitor is dead, so its copy of the tap closed; the daemon's went
+  // with the daemon. A tap left all the same (a monitor that outlived the
+  // kill) is deleted: only a name of the "ds" scheme is accepted.
+  o.after_kill = [](const std::string&, const std::string& dir) -> absl::Status {
+    absl::StatusOr<std::string> tap = ReadSmallFile(absl::StrCat(dir, "/", kTapRecord));
+    if (!tap.ok()) return absl::OkStatus();
+    const std::string name(absl::StripAsciiWhitespace(*tap));
+    if (name.size() != 10 || name.rfind("ds", 0) != 0) {
+      return absl::InternalError(absl::StrCat("microvm: ", dir, "/", kTapRecord, " names no sandbox tap: ", name));
+    }
+    DSEC_ASSIGN_OR_RETURN(network::NlSocket host, network::NlSocket::Open());
+    absl::Status s = host.DeleteLink(name);
+    if (s.ok()) DSEC_LOG(info, "microvm: removed the orphaned tap {}", name);
+    return s.code() == absl::StatusCode::kNotFound ? absl::OkStatus() : s;
+  };
   return container::CleanupOrphans(root, o);
 }
 

@@ -5,10 +5,15 @@
 // deadline, waiting on the host process's pidfd between attempts, so a VM
 // that dies fails the create at once with its log and console.
 //
+// With a network (sandbox/network): a tap made here in the host's
+// namespace, which the monitor inherits as its NIC's backend; the guest
+// configures eth0 from the kernel command line (dsec.net).
+//
 // State directory <root>/<id>/ (container::StateDir): "owner" (the daemon),
-// "init" (the VM process, "<pid> <starttime>"), "cgroups", the monitor's
+// "init" (the VM process, "<pid> <starttime>"), "cgroups", "tap" (the host
+// interface of its network, written before a monitor holds it), the monitor's
 // files (vm_process.h) and "diff-<n>" (the last pack_diff). CleanupOrphans
-// removes sandboxes whose owner is dead.
+// removes sandboxes whose owner is dead, and their taps.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,8 @@
 #include "guest-kernel/agent/client.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/microvm/launcher.h"
+#include "sandbox/network/policy.h"
+#include "sandbox/network/sandbox_network.h"
 
 namespace dsec::microvm {
 
@@ -48,6 +55,10 @@ struct MicrovmSpec {
   // recorded in the state dir so that orphan cleanup removes them too.
   std::function<absl::Status(pid_t)> join;
   std::vector<std::string> placement_cgroups;
+  // A network with this egress policy from this node network (both or
+  // neither; the node network outlives the sandbox).
+  std::shared_ptr<const network::NetworkSpec> network;
+  network::NodeNetwork* node_network = nullptr;
 };
 
 // InvalidArgument for a layer the guest cannot map with DAX (compressed
@@ -70,6 +81,8 @@ class MicrovmSandbox {
   // Launch to the agent's HELLO.
   double boot_ms() const { return boot_ms_; }
   bool paused() const { return paused_; }
+  // Its network, or null; closed by Destroy.
+  std::shared_ptr<network::SandboxNetwork> network() const { return network_; }
 
   absl::StatusOr<agent::ExecDone> Exec(const agent::ExecRequest& request,
                                        const agent::OutputCallback& on_chunk,
@@ -97,6 +110,8 @@ class MicrovmSandbox {
   MicrovmSandbox(std::string id, container::StateDir state, MicrovmSandboxOptions options)
       : id_(std::move(id)), state_(std::move(state)), options_(std::move(options)) {}
   absl::Status ConnectUntilBooted();
+  // The tap (sandbox/network) the monitor will inherit; its name recorded.
+  absl::Status AddNetwork(const network::NetworkSpec& spec, network::NodeNetwork* node);
   // The client, reconnected once if the last call broke it.
   absl::StatusOr<agent::Client*> Agent();
   absl::Status Usable() const;
@@ -104,6 +119,7 @@ class MicrovmSandbox {
   const std::string id_;
   container::StateDir state_;
   const MicrovmSandboxOptions options_;
+  std::shared_ptr<network::SandboxNetwork> network_;
   std::unique_ptr<AgentHost> host_;
   std::unique_ptr<agent::Client> client_;
   std::string diff_dir_;

@@ -82,6 +82,7 @@ class MicrovmTierSandbox : public tier::TierSandbox {
   // directory that layers::PackDiff turns into a layer. The copy is made
   // here, while the VM runs; the Service's pause that follows is harmless.
   absl::StatusOr<std::string> UpperDir() override { return sb_->PackDiffDir(); }
+  std::shared_ptr<network::SandboxNetwork> network() const override { return sb_->network(); }
   absl::Status Destroy() override { return sb_->Destroy(); }
 
  private:
@@ -94,6 +95,8 @@ const tier::TierTraits& MicrovmTierTraits() {
   static const tier::TierTraits kTraits = [] {
     tier::TierTraits t;
     t.name = "microvm";
+    // A tap per sandbox with the tap filter (sandbox/network CreateTap).
+    t.network = true;
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;
@@ -117,6 +120,8 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MicrovmTier::Create(const tie
   m.cpus = spec.cpus;
   m.pids = spec.pids;
   m.qos = spec.qos;
+  m.network = spec.network;
+  m.node_network = spec.node_network;
   if (spec.isolation != nullptr) {
     std::shared_ptr<const sched::SandboxIsolation> iso = spec.isolation;
     m.join = [iso](pid_t pid) { return iso->AddProcess(pid); };
