@@ -27,6 +27,7 @@ namespace dsec::microvm {
 // its virtio-net backend, and what the guest's PID 1 configures on eth0
 // (dsec.net).
 struct LaunchNetwork {
+  std::string tap_name;  // the host's interface ("ds<address>")
   int tap_fd = -1;
   std::string mac;           // the guest NIC's
   std::string address_cidr;  // "10.201.0.2/16"

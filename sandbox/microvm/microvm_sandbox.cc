@@ -16,7 +16,6 @@
 #include "base/file_io.h"
 #include "devices/pmem/pmem_image_check.h"
 #include "sandbox/microvm/jail.h"
-#include "sandbox/network/netlink.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
@@ -75,11 +74,12 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   ls.agent_port = options.agent_port;
   ls.join = spec.join;
   for (const std::string& cg : spec.placement_cgroups) DSEC_RETURN_IF_ERROR(sb->state_.RecordCgroup(cg));
-  if (spec.network != nullptr) {
-    if (spec.node_network == nullptr) return absl::InternalError("microvm: a network without the node's network");
-    DSEC_RETURN_IF_ERROR(sb->AddNetwork(*spec.network, spec.node_network));
-    ls.network = LaunchNetwork{sb->network_->tap_fd(), sb->network_->GuestMac(), sb->network_->address_cidr(),
-                               sb->network_->gateway_text()};
+  if (spec.network) {
+    // Before a monitor holds the tap: a daemon killed until then takes the
+    // tap with it (its descriptor was the only one).
+    DSEC_RETURN_IF_ERROR(
+        dsec::WriteFile(absl::StrCat(sb->state_.path(), "/", kTapRecord), spec.network->tap_name + "\n", 0600));
+    ls.network = spec.network;
   }
   const container::StateDir* st = &sb->state_;
   ls.record_cgroup = [st](const std::string& dir) { return st->RecordCgroup(dir); };
@@ -98,15 +98,6 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   }
   sb->boot_ms_ = static_cast<double>(MonotonicNowNs() - start) / 1e6;
   return sb;
-}
-
-absl::Status MicrovmSandbox::AddNetwork(const network::NetworkSpec& spec, network::NodeNetwork* node) {
-  // Recorded once the tap exists (its name follows from the leased
-  // address): a daemon killed before the record takes the tap with it,
-  // since no monitor holds it yet.
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<network::SandboxNetwork> net, network::SandboxNetwork::CreateTap(node, spec));
-  network_ = std::move(net);
-  return dsec::WriteFile(absl::StrCat(state_.path(), "/", kTapRecord), network_->host_interface() + "\n", 0600);
 }
 
 absl::Status MicrovmSandbox::ConnectUntilBooted() {
@@ -244,8 +235,6 @@ absl::Status MicrovmSandbox::Destroy() {
   absl::Status first;
   if (host_ != nullptr) first = host_->Stop(0);
   host_.reset();
-  // The monitor is gone: the filter detaches, the tap and the lease go.
-  if (network_ != nullptr) network_->Close();
   absl::Status rm = state_.Remove();
   return first.ok() ? rm : first;
 }
@@ -258,27 +247,28 @@ void MicrovmSandbox::AbandonForTesting(std::unique_ptr<MicrovmSandbox> sandbox) 
   (void)sandbox.release();  // deliberately leaked, as by a killed daemon
 }
 
-absl::StatusOr<int> CleanupOrphans(const std::string& root) {
+absl::StatusOr<int> CleanupOrphans(const std::string& root,
+                                   const std::function<absl::Status(const std::string& tap)>& remove_tap) {
   container::OrphanCleanupOptions o;
   o.tier = "microvm";
   o.init_cmdline_names_dir = true;
   // sched/ may have made vCPU cgroups below the monitor's.
   o.remove_cgroup = RemoveCgroupTree;
   // Its monitor is dead, so its copy of the tap closed; the daemon's went
-  // with the daemon. A tap left all the same (a monitor that outlived the
-  // kill) is deleted: only a name of the "ds" scheme is accepted.
-  o.after_kill = [](const std::string&, const std::string& dir) -> absl::Status {
-    absl::StatusOr<std::string> tap = ReadSmallFile(absl::StrCat(dir, "/", kTapRecord));
-    if (!tap.ok()) return absl::OkStatus();
-    const std::string name(absl::StripAsciiWhitespace(*tap));
-    if (name.size() != 10 || name.rfind("ds", 0) != 0) {
-      return absl::InternalError(absl::StrCat("microvm: ", dir, "/", kTapRecord, " names no sandbox tap: ", name));
-    }
-    DSEC_ASSIGN_OR_RETURN(network::NlSocket host, network::NlSocket::Open());
-    absl::Status s = host.DeleteLink(name);
-    if (s.ok()) DSEC_LOG(info, "microvm: removed the orphaned tap {}", name);
-    return s.code() == absl::StatusCode::kNotFound ? absl::OkStatus() : s;
-  };
+  // with the daemon. A tap left all the same is the caller's to remove:
+  // only a name of the "ds<8 hex digits>" scheme is handed on.
+  if (remove_tap) {
+    o.after_kill = [&remove_tap](const std::string&, const std::string& dir) -> absl::Status {
+      absl::StatusOr<std::string> tap = ReadSmallFile(absl::StrCat(dir, "/", kTapRecord));
+      if (!tap.ok()) return absl::OkStatus();
+      const std::string name(absl::StripAsciiWhitespace(*tap));
+      if (name.size() != 10 || name.rfind("ds", 0) != 0 ||
+          name.find_first_not_of("0123456789abcdef", 2) != std::string::npos) {
+        return absl::InternalError(absl::StrCat("microvm: ", dir, "/", kTapRecord, " names no sandbox tap: ", name));
+      }
+      return remove_tap(name);
+    };
+  }
   return container::CleanupOrphans(root, o);
 }
 

@@ -5,9 +5,10 @@
 // deadline, waiting on the host process's pidfd between attempts, so a VM
 // that dies fails the create at once with its log and console.
 //
-// With a network (sandbox/network): a tap made here in the host's
-// namespace, which the monitor inherits as its NIC's backend; the guest
-// configures eth0 from the kernel command line (dsec.net).
+// With a network: a tap the caller made (the tier, with sandbox/network)
+// in the host's namespace and keeps until the sandbox is destroyed, which
+// the monitor inherits as its NIC's backend; the guest configures eth0
+// from the kernel command line (dsec.net).
 //
 // State directory <root>/<id>/ (container::StateDir): "owner" (the daemon),
 // "init" (the VM process, "<pid> <starttime>"), "cgroups", "tap" (the host
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,8 +30,6 @@
 #include "guest-kernel/agent/client.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/microvm/launcher.h"
-#include "sandbox/network/policy.h"
-#include "sandbox/network/sandbox_network.h"
 
 namespace dsec::microvm {
 
@@ -55,10 +55,9 @@ struct MicrovmSpec {
   // recorded in the state dir so that orphan cleanup removes them too.
   std::function<absl::Status(pid_t)> join;
   std::vector<std::string> placement_cgroups;
-  // A network with this egress policy from this node network (both or
-  // neither; the node network outlives the sandbox).
-  std::shared_ptr<const network::NetworkSpec> network;
-  network::NodeNetwork* node_network = nullptr;
+  // Its network: the caller's tap, kept open by the caller until Destroy
+  // returned.
+  std::optional<LaunchNetwork> network;
 };
 
 // InvalidArgument for a layer the guest cannot map with DAX (compressed
@@ -81,8 +80,6 @@ class MicrovmSandbox {
   // Launch to the agent's HELLO.
   double boot_ms() const { return boot_ms_; }
   bool paused() const { return paused_; }
-  // Its network, or null; closed by Destroy.
-  std::shared_ptr<network::SandboxNetwork> network() const { return network_; }
 
   absl::StatusOr<agent::ExecDone> Exec(const agent::ExecRequest& request,
                                        const agent::OutputCallback& on_chunk,
@@ -110,8 +107,7 @@ class MicrovmSandbox {
   MicrovmSandbox(std::string id, container::StateDir state, MicrovmSandboxOptions options)
       : id_(std::move(id)), state_(std::move(state)), options_(std::move(options)) {}
   absl::Status ConnectUntilBooted();
-  // The tap (sandbox/network) the monitor will inherit; its name recorded.
-  absl::Status AddNetwork(const network::NetworkSpec& spec, network::NodeNetwork* node);
+
   // The client, reconnected once if the last call broke it.
   absl::StatusOr<agent::Client*> Agent();
   absl::Status Usable() const;
@@ -119,7 +115,6 @@ class MicrovmSandbox {
   const std::string id_;
   container::StateDir state_;
   const MicrovmSandboxOptions options_;
-  std::shared_ptr<network::SandboxNetwork> network_;
   std::unique_ptr<AgentHost> host_;
   std::unique_ptr<agent::Client> client_;
   std::string diff_dir_;
@@ -132,7 +127,11 @@ class MicrovmSandbox {
 // Removes every sandbox under `state_root` whose owner process is gone:
 // container::CleanupOrphans, killing the recorded VM process only if that
 // pid is still that process and its command line names the state dir, and
-// removing its cgroups with any below them. Returns how many were removed.
-absl::StatusOr<int> CleanupOrphans(const std::string& state_root = kDefaultStateRoot);
+// removing its cgroups with any below them; then `remove_tap` with the
+// name of the tap it recorded, if any (its monitor is dead, so normally
+// the tap went with its last descriptor). Returns how many were removed.
+absl::StatusOr<int> CleanupOrphans(
+    const std::string& state_root = kDefaultStateRoot,
+    const std::function<absl::Status(const std::string& tap)>& remove_tap = {});
 
 }  // namespace dsec::microvm

@@ -22,6 +22,8 @@
 #include "sandbox/layers/pack_diff.h"
 #include "sandbox/microvm/host_agent_launcher.h"
 #include "sandbox/microvm/microvm_sandbox.h"
+#include "sandbox/microvm/microvm_tier.h"
+#include "sandbox/network/sandbox_network.h"
 #include "sandbox/network/netlink.h"
 #include "sandbox/network/node_network.h"
 
@@ -387,49 +389,70 @@ int TunFds(pid_t pid) {
   return n;
 }
 
+// The tier with the host-mode launcher: the network part of a create.
+std::unique_ptr<MicrovmTier> HostModeTier(const std::string& root) {
+  MicrovmTierOptions o;
+  o.state_root = root;
+  o.launcher = std::make_shared<HostAgentLauncher>(HostAgentLauncherOptions{DSEC_AGENT_BINARY_PATH});
+  return std::make_unique<MicrovmTier>(std::move(o));
+}
+
+tier::CreateSpec NetworkedCreate(const std::string& id, const std::string& image, network::NodeNetwork* node) {
+  tier::CreateSpec c;
+  c.id = id;
+  c.images = {image};
+  c.memory_mib = 256;
+  c.pids = 128;
+  c.network = std::make_shared<const network::NetworkSpec>();
+  c.node_network = node;
+  return c;
+}
+
 TEST_F(MicrovmSandboxTest, ANetworkedSandboxsHostHoldsItsTapWhichGoesOnDestroy) {
   std::string skip;
   auto node = TestNodeNetwork(&skip);
   if (!node) GTEST_SKIP() << skip;
-  MicrovmSpec spec = Spec("networked");
-  spec.network = std::make_shared<const network::NetworkSpec>();
-  spec.node_network = node.get();
-  auto sb = MustCreate(spec);
-  ASSERT_NE(sb, nullptr);
-  ASSERT_NE(sb->network(), nullptr);
-  const std::string tap = sb->network()->host_interface();
-  EXPECT_EQ(ReadAll(sb->state_dir() + "/tap"), tap + "\n");
+  ASSERT_TRUE(MicrovmTierTraits().network);
+  auto tier = HostModeTier(root_);
+  auto sb = tier->Create(NetworkedCreate("networked", *base_image_, node.get()));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  std::shared_ptr<network::SandboxNetwork> net = (*sb)->network();
+  ASSERT_NE(net, nullptr);
+  const std::string tap = net->host_interface();
+  EXPECT_EQ(ReadAll(absl::StrCat(root_, "/networked/tap")), tap + "\n");
   auto host = network::NlSocket::Open();
   ASSERT_TRUE(host.ok()) << host.status();
   EXPECT_TRUE(host->LinkIndex(tap).ok());
-  EXPECT_EQ(TunFds(sb->host().pid()), 1) << "the host process did not inherit the tap";
+  const pid_t pid = std::stoi(ReadAll(absl::StrCat(root_, "/networked/init")));
+  EXPECT_EQ(TunFds(pid), 1) << "the host process did not inherit the tap";
   EXPECT_EQ(node->leased(), 1u);
-  ASSERT_TRUE(sb->Destroy().ok());
+  auto counters = net->Counters();
+  ASSERT_TRUE(counters.ok()) << counters.status();
+  ASSERT_TRUE((*sb)->Destroy().ok());
   EXPECT_EQ(host->LinkIndex(tap).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(node->leased(), 0u);
+  EXPECT_EQ(net->Counters().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(MicrovmSandboxTest, OrphanCleanupRemovesATapLeftBehind) {
   std::string skip;
   auto node = TestNodeNetwork(&skip);
   if (!node) GTEST_SKIP() << skip;
-  MicrovmSpec spec = Spec("orphan-net");
-  spec.network = std::make_shared<const network::NetworkSpec>();
-  spec.node_network = node.get();
-  auto orphan = MustCreate(spec);
-  ASSERT_NE(orphan, nullptr);
-  const std::string tap = orphan->network()->host_interface();
+  auto tier = HostModeTier(root_);
+  auto sb = tier->Create(NetworkedCreate("orphan-net", *base_image_, node.get()));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  const std::string tap = (*sb)->network()->host_interface();
   {
-    std::ofstream owner(orphan->state_dir() + "/owner", std::ios::trunc);
+    std::ofstream owner(absl::StrCat(root_, "/orphan-net/owner"), std::ios::trunc);
     owner << "2147483646 1";
   }
   // Leaked with the daemon's descriptor still open (a real kill -9 closes
   // it): only the cleanup can remove the tap now.
-  MicrovmSandbox::AbandonForTesting(std::move(orphan));
+  (void)sb->release();
   auto host = network::NlSocket::Open();
   ASSERT_TRUE(host.ok()) << host.status();
   EXPECT_TRUE(host->LinkIndex(tap).ok());
-  auto removed = CleanupOrphans(root_);
+  auto removed = tier->CleanupOrphans();
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(*removed, 1);
   EXPECT_EQ(host->LinkIndex(tap).status().code(), absl::StatusCode::kNotFound);

@@ -73,7 +73,7 @@ TEST(VmArgv, ANetworkIsANicOnTheInheritedTapAndDsecNet) {
   ASSERT_FALSE(j["devices"].empty());
   EXPECT_EQ(j["devices"].back(),
             (nlohmann::json{{"type", "net"}, {"tap_fd", 17}, {"mac", "02:00:0a:c9:00:02"}}));
-  LaunchNetwork net{17, "02:00:0a:c9:00:02", "10.201.0.2/16", "10.201.0.1"};
+  LaunchNetwork net{"ds0ac90002", 17, "02:00:0a:c9:00:02", "10.201.0.2/16", "10.201.0.1"};
   EXPECT_EQ(NetCmdlineParameter(net), "dsec.net=10.201.0.2/16,10.201.0.1");
 }
 
