@@ -46,11 +46,11 @@ RULE_MAP(deny4, key4);
 RULE_MAP(allow6, key6);
 RULE_MAP(deny6, key6);
 
-// Four per-CPU counters; each program that includes this header says what
+// Up to eight per-CPU counters; each program that includes this header says what
 // they count (userspace sums them with rule_maps.h's SumPerCpuCounters).
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 4);
+  __uint(max_entries, 8);
   __type(key, __u32);
   __type(value, __u64);
 } counters SEC(".maps");

@@ -2,6 +2,7 @@
 #include "bpf/tap_filter.h"
 
 #include <bpf/bpf.h>
+#include <arpa/inet.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -128,10 +129,19 @@ absl::Status TapFilter::RemoveDeny(const EgressRule& rule) {
   return RuleLists::Of(skel_, kOwner).RemoveDeny(rule);
 }
 
+void TapFilter::RequireSource(uint32_t address) {
+  // The .bss is mapped into this process: the next packet sees the store.
+  __atomic_store_n(&skel_->bss->source4, htonl(address), __ATOMIC_RELAXED);
+}
+
 absl::StatusOr<TapCounters> TapFilter::Counters() const {
-  DSEC_ASSIGN_OR_RETURN(const std::vector<uint64_t> c, SumPerCpuCounters(skel_->maps.counters, 4, kOwner));
-  return TapCounters{
-      .packets_allowed = c[0], .bytes_allowed = c[1], .packets_dropped = c[2], .bytes_dropped = c[3]};
+  DSEC_ASSIGN_OR_RETURN(const std::vector<uint64_t> c, SumPerCpuCounters(skel_->maps.counters, 6, kOwner));
+  return TapCounters{.packets_allowed = c[0],
+                     .bytes_allowed = c[1],
+                     .packets_dropped = c[2],
+                     .bytes_dropped = c[3],
+                     .attempts_allowed = c[4],
+                     .attempts_refused = c[5]};
 }
 
 }  // namespace dsec::bpf

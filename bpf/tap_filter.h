@@ -3,7 +3,9 @@
 // tc program on the tap's ingress (the frames the guest sends), with the
 // same allow and deny lists and the same rule API as a sandbox's
 // EgressPolicy. ARP passes; any other frame passes only when it is IP and
-// the rules allow its destination. Attached with libbpf's netlink tc calls
+// the rules allow its destination (and, once RequireSource was called, an
+// IPv4 packet only from the guest's own address). A refused TCP segment is
+// answered with a RST to the guest, so that its connect() fails at once. Attached with libbpf's netlink tc calls
 // (a clsact qdisc, made if the tap has none, and one direct-action filter);
 // destruction removes the filter, and the qdisc if this object made it.
 //
@@ -30,6 +32,11 @@ struct TapCounters {
   uint64_t bytes_allowed = 0;    // their lengths, Ethernet header included
   uint64_t packets_dropped = 0;
   uint64_t bytes_dropped = 0;
+  // Connection attempts: TCP SYNs without ACK and UDP datagrams (IPv4), the
+  // packets a connect() or sendmsg() starts with; refused ones are also in
+  // packets_dropped (a refused SYN is answered with a RST).
+  uint64_t attempts_allowed = 0;
+  uint64_t attempts_refused = 0;
 };
 
 class TapFilter {
@@ -53,6 +60,10 @@ class TapFilter {
   absl::Status Deny(const EgressRule& rule);
   absl::Status RemoveAllow(const EgressRule& rule);
   absl::Status RemoveDeny(const EgressRule& rule);
+
+  // From now on IPv4 packets from any source but `address` (host order;
+  // the guest's) are dropped, whatever the rules say. 0: any source again.
+  void RequireSource(uint32_t address);
 
   absl::StatusOr<TapCounters> Counters() const;
 

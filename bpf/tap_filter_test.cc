@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -102,14 +103,46 @@ Bytes Ipv4(uint8_t proto, const char* src, const char* dst, const Bytes& payload
 }
 
 // UDP over IPv4 with no checksum (allowed for IPv4, RFC 768).
-Bytes Udp4(const char* dst, uint16_t port, const std::string& data) {
+Bytes Udp4(const char* dst, uint16_t port, const std::string& data, const char* src = "10.99.0.2") {
   Bytes u;
   Put16(&u, 40000);
   Put16(&u, port);
   Put16(&u, static_cast<uint16_t>(8 + data.size()));
   Put16(&u, 0);
   PutBytes(&u, data.data(), data.size());
-  return Ipv4(IPPROTO_UDP, "10.99.0.2", dst, u);
+  return Ipv4(IPPROTO_UDP, src, dst, u);
+}
+
+// The TCP checksum of `segment` between two IPv4 addresses (RFC 9293 3.1).
+uint16_t TcpChecksum(in_addr src, in_addr dst, const Bytes& segment) {
+  Bytes pseudo;
+  PutBytes(&pseudo, &src, 4);
+  PutBytes(&pseudo, &dst, 4);
+  Put16(&pseudo, IPPROTO_TCP);
+  Put16(&pseudo, static_cast<uint16_t>(segment.size()));
+  pseudo.insert(pseudo.end(), segment.begin(), segment.end());
+  return Checksum(pseudo);
+}
+
+constexpr uint32_t kSynSeq = 0x11223344;
+
+// A SYN from 10.99.0.2:40001 with an MSS option, as a connect() sends it.
+Bytes Syn4(const char* dst, uint16_t port) {
+  Bytes t;
+  Put16(&t, 40001);
+  Put16(&t, port);
+  for (int shift = 24; shift >= 0; shift -= 8) t.push_back(static_cast<uint8_t>(kSynSeq >> shift));
+  t.insert(t.end(), 4, 0);  // ack
+  t.push_back(6 << 4);      // data offset: 24 bytes
+  t.push_back(0x02);        // SYN
+  Put16(&t, 64240);         // window
+  Put16(&t, 0);             // checksum
+  Put16(&t, 0);             // urgent
+  t.insert(t.end(), {2, 4, 0x05, 0xb4});  // MSS 1460
+  const uint16_t sum = TcpChecksum(V4("10.99.0.2"), V4(dst), t);
+  t[16] = static_cast<uint8_t>(sum >> 8);
+  t[17] = static_cast<uint8_t>(sum);
+  return Ipv4(IPPROTO_TCP, "10.99.0.2", dst, t);
 }
 
 Bytes IcmpEcho(const char* dst) {
@@ -351,6 +384,19 @@ class TapFilterTest : public ::testing::Test {
     }
   }
 
+  // The TCP segments among `frames` (IPv4, no options) whose flags byte is
+  // `flags`.
+  static std::vector<Bytes> TcpWithFlags(const std::vector<Bytes>& frames, uint8_t flags) {
+    std::vector<Bytes> out;
+    for (const Bytes& f : frames) {
+      if (f.size() >= 54 && f[12] == 0x08 && f[13] == 0x00 && f[14] == 0x45 && f[23] == IPPROTO_TCP &&
+          f[14 + 20 + 13] == flags) {
+        out.push_back(f);
+      }
+    }
+    return out;
+  }
+
   static bool HasEchoReply(const std::vector<Bytes>& frames) {
     for (const Bytes& f : frames) {
       if (f.size() >= 34 && f[12] == 0x08 && f[13] == 0x00 && f[23] == IPPROTO_ICMP &&
@@ -374,7 +420,9 @@ class TapFilterTest : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     if (!c.ok()) return {};
     return TapCounters{c->packets_allowed - base_.packets_allowed, c->bytes_allowed - base_.bytes_allowed,
-                       c->packets_dropped - base_.packets_dropped, c->bytes_dropped - base_.bytes_dropped};
+                       c->packets_dropped - base_.packets_dropped, c->bytes_dropped - base_.bytes_dropped,
+                       c->attempts_allowed - base_.attempts_allowed,
+                       c->attempts_refused - base_.attempts_refused};
   }
 
   ScopedFd home_netns_, test_netns_, tap_, ctl_, udp_a_, udp_b_, udp6_;
@@ -417,6 +465,66 @@ TEST_F(TapFilterTest, AnAllowedAddressAndPortAreDeliveredOthersAreNot) {
   EXPECT_EQ(c.bytes_allowed, allowed + kArpFrameLen);
   EXPECT_EQ(c.packets_dropped, 2u);
   EXPECT_EQ(c.bytes_dropped, dropped);
+}
+
+TEST_F(TapFilterTest, ARefusedSynIsAnsweredWithAResetToTheGuest) {
+  const size_t syn = SendIp(Syn4("10.99.0.1", 4444));
+  auto before = Sync();
+  ASSERT_TRUE(before.has_value()) << "no ARP reply";
+  // RST|ACK, from the destination to the guest, acknowledging the SYN.
+  std::vector<Bytes> resets = TcpWithFlags(*before, 0x14);
+  ASSERT_EQ(resets.size(), 1u) << before->size() << " frames came back";
+  const Bytes& r = resets[0];
+  ASSERT_EQ(r.size(), 54u);
+  EXPECT_TRUE(std::equal(kGuestMac.begin(), kGuestMac.end(), r.begin()));        // to the guest
+  EXPECT_TRUE(std::equal(tap_mac_.begin(), tap_mac_.end(), r.begin() + 6));      // from the tap
+  const Bytes ip(r.begin() + 14, r.begin() + 34), tcp(r.begin() + 34, r.end());
+  EXPECT_EQ(Checksum(ip), 0) << "bad IPv4 header checksum";
+  in_addr src, dst;
+  std::memcpy(&src, &ip[12], 4);
+  std::memcpy(&dst, &ip[16], 4);
+  EXPECT_EQ(src.s_addr, V4("10.99.0.1").s_addr);
+  EXPECT_EQ(dst.s_addr, V4("10.99.0.2").s_addr);
+  EXPECT_EQ(TcpChecksum(src, dst, tcp), 0) << "bad TCP checksum";
+  EXPECT_EQ((tcp[0] << 8) | tcp[1], 4444);
+  EXPECT_EQ((tcp[2] << 8) | tcp[3], 40001);
+  const uint32_t ack = (uint32_t{tcp[8]} << 24) | (tcp[9] << 16) | (tcp[10] << 8) | tcp[11];
+  EXPECT_EQ(ack, kSynSeq + 1);
+  const TapCounters c = Delta();
+  EXPECT_EQ(c.packets_dropped, 1u);
+  EXPECT_EQ(c.bytes_dropped, syn);
+  EXPECT_EQ(c.attempts_refused, 1u);
+  EXPECT_EQ(c.attempts_allowed, 0u);
+}
+
+TEST_F(TapFilterTest, AnAllowedSynReachesTheHostsStack) {
+  ASSERT_TRUE(filter_->Allow(Rule("10.99.0.1:4444")).ok());
+  SendIp(Syn4("10.99.0.1", 4444));
+  auto before = Sync();
+  ASSERT_TRUE(before.has_value()) << "no ARP reply";
+  // Nothing listens on 4444: the host's own stack answers with its RST.
+  EXPECT_EQ(TcpWithFlags(*before, 0x14).size(), 1u);
+  const TapCounters c = Delta();
+  EXPECT_EQ(c.packets_dropped, 0u);
+  EXPECT_EQ(c.attempts_allowed, 1u);
+  EXPECT_EQ(c.attempts_refused, 0u);
+}
+
+TEST_F(TapFilterTest, WithASourceRequiredOtherSourcesAreDropped) {
+  ASSERT_TRUE(filter_->Allow(Rule(absl::StrCat("10.99.0.1:", port_a_))).ok());
+  filter_->RequireSource(0x0a630002);  // 10.99.0.2
+  SendIp(Udp4("10.99.0.1", port_a_, "spoofed", "10.99.0.3"));
+  SendIp(Udp4("10.99.0.1", port_a_, "mine"));
+  ASSERT_TRUE(Sync().has_value()) << "no ARP reply";
+  EXPECT_EQ(Received(udp_a_), "mine");
+  EXPECT_EQ(Received(udp_a_), "");
+  TapCounters c = Delta();
+  EXPECT_EQ(c.packets_dropped, 1u);
+  EXPECT_EQ(c.attempts_allowed, 1u);
+  filter_->RequireSource(0);
+  SendIp(Udp4("10.99.0.1", port_a_, "any", "10.99.0.3"));
+  ASSERT_TRUE(Sync().has_value()) << "no ARP reply";
+  EXPECT_EQ(Received(udp_a_), "any");
 }
 
 TEST_F(TapFilterTest, IcmpNeedsARuleForEveryPortAndDenyWins) {

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
 #include "devices/net/mac_address.h"
@@ -36,9 +37,19 @@ class NetKind final : public virtio::DeviceKind {
   absl::StatusOr<std::shared_ptr<const virtio::DeviceSpec>> FromJson(
       JsonFields& f) const override {
     auto spec = std::make_shared<NetSpec>();
-    DSEC_ASSIGN_OR_RETURN(spec->tap, f.String("tap", 64));
-    if (!ValidTapName(spec->tap)) {
-      return InvalidField(f.Path("tap"), f.Path("tap") + " must be 1-15 characters");
+    // 0-2 are the monitor's stdio.
+    DSEC_ASSIGN_OR_RETURN(std::optional<uint64_t> fd, f.OptUint("tap_fd", 3, kMaxFd));
+    DSEC_ASSIGN_OR_RETURN(std::optional<std::string> tap, f.OptString("tap", 64));
+    if (fd.has_value() == tap.has_value()) {
+      return InvalidField(f.Path("tap"), f.Path("tap") + " or " + f.Path("tap_fd") + ": exactly one is required");
+    }
+    if (fd) {
+      spec->tap_fd = static_cast<int>(*fd);
+    } else {
+      spec->tap = *tap;
+      if (!ValidTapName(spec->tap)) {
+        return InvalidField(f.Path("tap"), f.Path("tap") + " must be 1-15 characters");
+      }
     }
     DSEC_ASSIGN_OR_RETURN(auto mac, f.OptString("mac", 64));
     if (mac) {
@@ -51,32 +62,46 @@ class NetKind final : public virtio::DeviceKind {
   }
   absl::StatusOr<virtio::DeviceSpecs> FromFlags(const virtio::DeviceFlagValues& values) const override {
     virtio::DeviceSpecs out;
-    auto it = values.find("net");
-    if (it == values.end()) return out;
-    for (const std::string& arg : it->second) {
-      std::vector<std::string> parts = absl::StrSplit(arg, ',');
-      auto spec = std::make_shared<NetSpec>();
-      spec->tap = parts[0];
-      if (!ValidTapName(spec->tap)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--net ", arg, ": tap name must be 1-15 characters"));
-      }
-      for (size_t i = 1; i < parts.size(); ++i) {
-        if (parts[i].rfind("mac=", 0) == 0 && ValidUnicastMac(parts[i].substr(4))) {
-          spec->mac = parts[i].substr(4);
+    for (const char* flag : {"net", "net-fd"}) {
+      auto it = values.find(flag);
+      if (it == values.end()) continue;
+      const bool by_fd = std::string_view(flag) == "net-fd";
+      for (const std::string& arg : it->second) {
+        std::vector<std::string> parts = absl::StrSplit(arg, ',');
+        auto spec = std::make_shared<NetSpec>();
+        if (by_fd) {
+          int fd = -1;
+          if (!absl::SimpleAtoi(parts[0], &fd) || fd < 3 || static_cast<uint64_t>(fd) > kMaxFd) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--net-fd ", arg, ": FD must be a descriptor number of 3 or more"));
+          }
+          spec->tap_fd = fd;
         } else {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "--net ", arg, ": bad option '", parts[i], "' (expected mac=xx:xx:xx:xx:xx:xx, unicast)"));
+          spec->tap = parts[0];
+          if (!ValidTapName(spec->tap)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("--net ", arg, ": tap name must be 1-15 characters"));
+          }
         }
+        for (size_t i = 1; i < parts.size(); ++i) {
+          if (parts[i].rfind("mac=", 0) == 0 && ValidUnicastMac(parts[i].substr(4))) {
+            spec->mac = parts[i].substr(4);
+          } else {
+            return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", arg, ": bad option '", parts[i],
+                                                           "' (expected mac=xx:xx:xx:xx:xx:xx, unicast)"));
+          }
+        }
+        out.push_back(std::move(spec));
       }
-      out.push_back(std::move(spec));
     }
     return out;
   }
 
  private:
+  static constexpr uint64_t kMaxFd = 1 << 20;
   static constexpr virtio::DeviceFlag kFlags[] = {
-      {"net", "TAP[,mac=..]", "virtio-net on an existing tap (repeatable)", true}};
+      {"net", "TAP[,mac=..]", "virtio-net on an existing tap (repeatable)", true},
+      {"net-fd", "FD[,mac=..]", "virtio-net on an inherited tap descriptor (repeatable)", true}};
   static constexpr virtio::SyscallUse kCalls[] = {
       {virtio::HostThread::kEventLoop, "readv", "frames from the tap"}};
   static constexpr virtio::IoctlUse kIoctls[] = {
@@ -94,20 +119,28 @@ const virtio::DeviceKind& NetDeviceKind() {
 const virtio::DeviceKind& NetSpec::kind() const { return NetDeviceKind(); }
 
 nlohmann::json NetSpec::ToJson() const {
-  nlohmann::json j = {{"type", "net"}, {"tap", tap}};
+  nlohmann::json j = {{"type", "net"}};
+  if (tap_fd >= 0) {
+    j["tap_fd"] = tap_fd;
+  } else {
+    j["tap"] = tap;
+  }
   if (!mac.empty()) j["mac"] = mac;
   return j;
 }
 
 absl::StatusOr<virtio::BuiltDevice> NetSpec::Build(const virtio::DeviceEnv& env) const {
-  auto backend = TapBackend::Open(absl::string_view(tap.data(), tap.size()));
-  if (!backend.ok()) return Annotate(backend.status(), absl::StrCat("net ", tap));
+  absl::StatusOr<std::unique_ptr<TapBackend>> backend =
+      tap_fd >= 0 ? TapBackend::Adopt(ScopedFd(tap_fd)) : TapBackend::Open(absl::string_view(tap.data(), tap.size()));
+  if (!backend.ok()) {
+    return Annotate(backend.status(), tap_fd >= 0 ? absl::StrCat("net tap_fd ", tap_fd) : absl::StrCat("net ", tap));
+  }
   NetDeviceConfig c;
-  c.id = tap;
+  c.id = (*backend)->name();
   if (!mac.empty()) {
     DSEC_ASSIGN_OR_RETURN(c.mac, ParseMac(absl::string_view(mac.data(), mac.size())));
   } else {
-    c.mac = DeriveMac(std::hash<std::string>{}(tap));
+    c.mac = DeriveMac(std::hash<std::string>{}(c.id));
   }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<NetDevice> dev, NetDevice::Create(c, std::move(*backend)));
   virtio::BuiltDevice b;

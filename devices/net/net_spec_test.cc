@@ -32,6 +32,27 @@ TEST(NetSpecTest, FlagsParseTapAndMac) {
   EXPECT_FALSE(NetDeviceKind().FromFlags({{"net", {"tap0,speed=10"}}}).ok());
 }
 
+TEST(NetSpecTest, ATapDescriptorInsteadOfAName) {
+  nlohmann::json by_fd = {{"tap_fd", 5}, {"mac", "02:00:0a:c9:00:02"}};
+  auto f = JsonFields::Of(by_fd, "devices[0]");
+  auto spec = NetDeviceKind().FromJson(*f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)->ToJson(), (nlohmann::json{{"type", "net"}, {"tap_fd", 5}, {"mac", "02:00:0a:c9:00:02"}}));
+  for (const nlohmann::json& bad : {nlohmann::json{{"tap_fd", 2}}, nlohmann::json{{"tap_fd", -1}},
+                                    nlohmann::json{{"tap_fd", 5}, {"tap", "tap0"}}, nlohmann::json::object()}) {
+    auto g = JsonFields::Of(bad, "devices[0]");
+    auto s = NetDeviceKind().FromJson(*g);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad.dump();
+    EXPECT_TRUE(FieldOf(s.status()).has_value()) << bad.dump();
+  }
+  auto flags = NetDeviceKind().FromFlags({{"net-fd", {"4,mac=02:00:00:aa:bb:cc"}}});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  ASSERT_EQ(flags->size(), 1u);
+  EXPECT_EQ((*flags)[0]->ToJson()["tap_fd"], 4);
+  EXPECT_FALSE(NetDeviceKind().FromFlags({{"net-fd", {"1"}}}).ok());
+  EXPECT_FALSE(NetDeviceKind().FromFlags({{"net-fd", {"tap0"}}}).ok());
+}
+
 TEST(NetSpecTest, BuildingOnAMissingTapNamesIt) {
   NetSpec spec;
   spec.tap = "dsecnotap0";

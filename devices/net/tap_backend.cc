@@ -109,6 +109,34 @@ absl::StatusOr<std::unique_ptr<TapBackend>> TapBackend::Open(absl::string_view n
   ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
   if (::ioctl(fd.get(), TUNSETIFF, &ifr) != 0) return SetIffStatus(name, errno);
 
+  return Configure(std::move(fd), std::move(name_str));
+}
+
+absl::StatusOr<std::unique_ptr<TapBackend>> TapBackend::Adopt(ScopedFd fd) {
+  if (!fd.valid()) return absl::InvalidArgumentError("tap descriptor: not an open descriptor");
+  const int n = fd.get();
+  ifreq ifr{};
+  if (::ioctl(n, TUNGETIFF, &ifr) != 0) {
+    // ENOTTY / EINVAL: not /dev/net/tun; EBADFD: tun, but no interface attached.
+    return absl::InvalidArgumentError(
+        absl::StrCat("tap descriptor ", n, " is not an attached tun/tap device: ", std::strerror(errno)));
+  }
+  const unsigned flags = static_cast<unsigned short>(ifr.ifr_flags);
+  if ((flags & (IFF_TUN | IFF_TAP)) != IFF_TAP || !(flags & IFF_NO_PI) || !(flags & IFF_VNET_HDR) ||
+      (flags & IFF_MULTI_QUEUE)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tap descriptor ", n, " (", ifr.ifr_name,
+        ") must be a single-queue tap with IFF_NO_PI and IFF_VNET_HDR (flags 0x", absl::Hex(flags), ")"));
+  }
+  // The descriptor may have come without O_NONBLOCK (the status flags
+  // belong to the open file, which only this process uses for I/O).
+  const int fl = ::fcntl(n, F_GETFL);
+  if (fl < 0 || ::fcntl(n, F_SETFL, fl | O_NONBLOCK) != 0) return ErrnoToStatus("fcntl(O_NONBLOCK) on the tap");
+  std::string name(ifr.ifr_name, ::strnlen(ifr.ifr_name, IFNAMSIZ));
+  return Configure(std::move(fd), std::move(name));
+}
+
+absl::StatusOr<std::unique_ptr<TapBackend>> TapBackend::Configure(ScopedFd fd, std::string name) {
   int hdr_size = static_cast<int>(kVirtioNetHdrSize);
   if (::ioctl(fd.get(), TUNSETVNETHDRSZ, &hdr_size) != 0) return ErrnoToStatus("TUNSETVNETHDRSZ");
 
@@ -116,7 +144,7 @@ absl::StatusOr<std::unique_ptr<TapBackend>> TapBackend::Open(absl::string_view n
   // Until a driver negotiates offloads the tap hands over plain frames.
   if (!TrySetOffload(fd.get(), NetOffloads{})) return ErrnoToStatus("TUNSETOFFLOAD(0)");
 
-  return std::unique_ptr<TapBackend>(new TapBackend(std::move(fd), std::move(name_str), supported));
+  return std::unique_ptr<TapBackend>(new TapBackend(std::move(fd), std::move(name), supported));
 }
 
 absl::Status TapBackend::SetRxOffloads(const NetOffloads& offloads) {

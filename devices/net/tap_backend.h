@@ -37,6 +37,13 @@ class TapBackend : public NetBackend {
  public:
   static absl::StatusOr<std::unique_ptr<TapBackend>> Open(absl::string_view name,
                                                           TapMode mode = TapMode::kAttachExisting);
+  // A tap the caller's runtime made and attached (a descriptor of
+  // /dev/net/tun after TUNSETIFF with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR,
+  // single queue), e.g. one the monitor inherited: the interface may live
+  // in any network namespace, and goes when its last descriptor closes
+  // unless it is persistent. InvalidArgument for a descriptor that is not
+  // such a tap. The backend owns `fd`.
+  static absl::StatusOr<std::unique_ptr<TapBackend>> Adopt(ScopedFd fd);
 
   const std::string& name() const { return name_; }
 
@@ -47,6 +54,8 @@ class TapBackend : public NetBackend {
   int PollFd() const override { return fd_.get(); }
 
  private:
+  // The vnet header size and the offload probe, common to Open and Adopt.
+  static absl::StatusOr<std::unique_ptr<TapBackend>> Configure(ScopedFd fd, std::string name);
   TapBackend(ScopedFd fd, std::string name, NetOffloads supported)
       : fd_(std::move(fd)), name_(std::move(name)), supported_(supported) {}
 

@@ -170,6 +170,49 @@ TEST(TapBackendTest, AttachesToPersistentTapMadeByTheRuntime) {
   });
 }
 
+// What the sandbox runtime does for a jailed monitor: make a tap, keep the
+// descriptor, hand it over; `flags` as it chose them.
+ScopedFd MakeTapFd(const std::string& name, short flags) {
+  ScopedFd fd(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
+  EXPECT_TRUE(fd.valid());
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  ifr.ifr_flags = flags;
+  EXPECT_EQ(::ioctl(fd.get(), TUNSETIFF, &ifr), 0) << std::strerror(errno);
+  return fd;
+}
+
+TEST(TapBackendTest, AdoptsATapDescriptorAndTheTapGoesWithIt) {
+  RUN_IN_PRIVATE_NETNS([] {
+    const std::string name = UniqueTapName();
+    {
+      auto tap = TapBackend::Adopt(MakeTapFd(name, IFF_TAP | IFF_NO_PI | IFF_VNET_HDR));
+      ASSERT_TRUE(tap.ok()) << tap.status();
+      EXPECT_EQ((*tap)->name(), name);
+      EXPECT_TRUE((*tap)->SupportedOffloads().csum);
+      const int fl = ::fcntl((*tap)->PollFd(), F_GETFL);
+      EXPECT_TRUE(fl & O_NONBLOCK);
+      EXPECT_NE(::if_nametoindex(name.c_str()), 0u);
+    }
+    // Not persistent: its last descriptor closed with the backend.
+    EXPECT_EQ(::if_nametoindex(name.c_str()), 0u);
+  });
+}
+
+TEST(TapBackendTest, AdoptRefusesWhatIsNotASingleQueueVnetTap) {
+  RUN_IN_PRIVATE_NETNS([] {
+    auto no_vnet = TapBackend::Adopt(MakeTapFd(UniqueTapName(), IFF_TAP | IFF_NO_PI));
+    EXPECT_EQ(no_vnet.status().code(), absl::StatusCode::kInvalidArgument) << no_vnet.status();
+    auto tun = TapBackend::Adopt(MakeTapFd(UniqueTapName(), IFF_TUN | IFF_NO_PI | IFF_VNET_HDR));
+    EXPECT_EQ(tun.status().code(), absl::StatusCode::kInvalidArgument) << tun.status();
+    ScopedFd unattached(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
+    auto bare = TapBackend::Adopt(std::move(unattached));
+    EXPECT_EQ(bare.status().code(), absl::StatusCode::kInvalidArgument) << bare.status();
+    auto file = TapBackend::Adopt(ScopedFd(::open("/dev/null", O_RDWR | O_CLOEXEC)));
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << file.status();
+  });
+}
+
 TEST(TapBackendTest, ReportsAndAppliesOffloads) {
   RUN_IN_PRIVATE_NETNS([] {
     auto tap = TapBackend::Open(UniqueTapName(), TapMode::kCreateTransient);

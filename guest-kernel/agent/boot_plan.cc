@@ -39,6 +39,41 @@ std::vector<std::string> SplitKernelCmdline(std::string_view cmdline) {
   return words;
 }
 
+namespace {
+
+std::optional<uint32_t> ParseIpv4(absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, '.');
+  if (parts.size() != 4) return std::nullopt;
+  uint32_t out = 0;
+  for (absl::string_view p : parts) {
+    uint32_t octet = 0;
+    if (p.empty() || p.size() > 3 || !absl::SimpleAtoi(p, &octet) || octet > 255) return std::nullopt;
+    out = (out << 8) | octet;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<NetConfig> ParseNetConfig(std::string_view value) {
+  const std::string owned(value);
+  std::vector<absl::string_view> parts = absl::StrSplit(owned, ',');
+  if (parts.size() != 2) return std::nullopt;
+  std::vector<absl::string_view> cidr = absl::StrSplit(parts[0], '/');
+  if (cidr.size() != 2) return std::nullopt;
+  NetConfig n;
+  std::optional<uint32_t> address = ParseIpv4(cidr[0]), gateway = ParseIpv4(parts[1]);
+  if (!address || !gateway || *address == 0 || *gateway == 0 || *address == *gateway) return std::nullopt;
+  if (!absl::SimpleAtoi(cidr[1], &n.prefix_len) || n.prefix_len < 1 || n.prefix_len > 32) return std::nullopt;
+  n.address = *address;
+  n.gateway = *gateway;
+  return n;
+}
+
+std::string Ipv4String(uint32_t a) {
+  return absl::StrCat(a >> 24, ".", (a >> 16) & 0xff, ".", (a >> 8) & 0xff, ".", a & 0xff);
+}
+
 BootConfig ParseBootConfig(std::string_view cmdline) {
   BootConfig cfg;
   auto warn = [&cfg](std::string w) { cfg.warnings.push_back(std::move(w)); };
@@ -96,6 +131,12 @@ BootConfig ParseBootConfig(std::string_view cmdline) {
         cfg.port = port;
       } else {
         warn(absl::StrCat("dsec.port: ignoring \"", value, "\"; using ", kDefaultAgentPort));
+      }
+    } else if (key == "dsec.net") {
+      cfg.net = ParseNetConfig(value);
+      cfg.net_malformed = !cfg.net.has_value();
+      if (cfg.net_malformed) {
+        warn(absl::StrCat("dsec.net: malformed \"", value, "\" (want <address>/<prefix>,<gateway>)"));
       }
     } else {
       warn(absl::StrCat("unknown parameter ", key));

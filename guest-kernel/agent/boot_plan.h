@@ -18,6 +18,14 @@ namespace dsec::agent {
 inline constexpr uint64_t kDefaultUpperMib = 256;
 inline constexpr uint32_t kDefaultAgentPort = 1024;
 
+// dsec.net=<address>/<prefix>,<gateway>: the guest's eth0 (IPv4, host
+// order), its default route and resolver (the gateway: the node resolver).
+struct NetConfig {
+  uint32_t address = 0;
+  int prefix_len = 0;
+  uint32_t gateway = 0;
+};
+
 struct BootConfig {
   // dsec.layers=/dev/pmem1,/dev/pmem2: EROFS layer devices, lowest first.
   std::vector<std::string> layers;
@@ -29,9 +37,19 @@ struct BootConfig {
   bool oneshot = false;
   // dsec.port=<n>: the vsock port the agent listens on.
   uint32_t port = kDefaultAgentPort;
+  // dsec.net; a malformed value leaves it empty and sets net_malformed
+  // (the sandbox asked for a network it cannot have: PID 1 stops).
+  std::optional<NetConfig> net;
+  bool net_malformed = false;
   // One line per ignored or malformed parameter (printed on the console).
   std::vector<std::string> warnings;
 };
+
+// "a.b.c.d/len,e.f.g.h": len 1..32, both addresses non-zero and different
+// (the host checked the rest; the kernel refuses what it cannot use).
+std::optional<NetConfig> ParseNetConfig(std::string_view value);
+// Dotted quad of a host-order address.
+std::string Ipv4String(uint32_t address);
 
 // Splits a command line into parameters as the kernel does: whitespace
 // separates, double quotes group (and are removed).

@@ -4,6 +4,11 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <linux/vm_sockets.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -209,6 +214,74 @@ ScopedFd SetupRoot(const MountPlan& plan) {
   for (;;) pause();
 }
 
+bool SetFlagsUp(int sock, const char* name) {
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+  if (ioctl(sock, SIOCGIFFLAGS, &ifr) != 0) return false;
+  ifr.ifr_flags |= IFF_UP;
+  return ioctl(sock, SIOCSIFFLAGS, &ifr) == 0;
+}
+
+struct sockaddr Inet(uint32_t host_order) {
+  struct sockaddr sa = {};
+  auto* in = reinterpret_cast<struct sockaddr_in*>(&sa);
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = htonl(host_order);
+  return sa;
+}
+
+// dsec.net: lo and eth0 (the virtio-net device, probed before init runs)
+// up, eth0's address, the default route through the gateway, and
+// /etc/resolv.conf naming it (the node resolver). Plain ioctls: nothing
+// in the guest needs iproute2. False (with the reason on the console)
+// when any step fails.
+bool ConfigureNetwork(const NetConfig& net) {
+  ScopedFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock) {
+    Console(absl::StrCat("error: network: socket: ", Err()));
+    return false;
+  }
+  if (!SetFlagsUp(sock.get(), "lo")) Console(absl::StrCat("warning: network: lo up: ", Err()));
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, "eth0", IFNAMSIZ - 1);
+  ifr.ifr_addr = Inet(net.address);
+  if (ioctl(sock.get(), SIOCSIFADDR, &ifr) != 0) {
+    Console(absl::StrCat("error: network: eth0 address ", Ipv4String(net.address), ": ", Err()));
+    return false;
+  }
+  ifr.ifr_netmask = Inet(net.prefix_len == 32 ? 0xffffffffu : ~(0xffffffffu >> net.prefix_len));
+  if (ioctl(sock.get(), SIOCSIFNETMASK, &ifr) != 0) {
+    Console(absl::StrCat("error: network: eth0 netmask /", net.prefix_len, ": ", Err()));
+    return false;
+  }
+  if (!SetFlagsUp(sock.get(), "eth0")) {
+    Console(absl::StrCat("error: network: eth0 up: ", Err()));
+    return false;
+  }
+  struct rtentry route = {};
+  route.rt_dst = Inet(0);
+  route.rt_genmask = Inet(0);
+  route.rt_gateway = Inet(net.gateway);
+  route.rt_flags = RTF_UP | RTF_GATEWAY;
+  char dev[] = "eth0";
+  route.rt_dev = dev;
+  if (ioctl(sock.get(), SIOCADDRT, &route) != 0) {
+    Console(absl::StrCat("error: network: default route via ", Ipv4String(net.gateway), ": ", Err()));
+    return false;
+  }
+  // A symlink (systemd-resolved's) would send the write elsewhere.
+  (void)unlink("/etc/resolv.conf");
+  ScopedFd conf(open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+  const std::string text = absl::StrCat("nameserver ", Ipv4String(net.gateway), "\n");
+  if (!conf || write(conf.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    Console(absl::StrCat("error: network: /etc/resolv.conf: ", Err()));
+    return false;
+  }
+  Console(absl::StrCat("network: eth0 ", Ipv4String(net.address), "/", net.prefix_len, " via ",
+                       Ipv4String(net.gateway)));
+  return true;
+}
+
 // Runs the dsec.run command on the console and waits for it.
 void RunCommand(Reaper& reaper, const std::string& command) {
   SpawnSpec spec;
@@ -270,6 +343,9 @@ void RunPid1() {
   MountPlan plan = BuildMountPlan(config);
   ScopedFd upper = SetupRoot(plan);
   if (!upper) Console("warning: serving from the initial root (no overlay)");
+  // A sandbox that asked for a network it cannot have does not come up:
+  // the host sees the VM stop, with these lines on its console.
+  if (config.net_malformed || (config.net && !ConfigureNetwork(*config.net))) PowerOff();
 
   absl::StatusOr<std::unique_ptr<Reaper>> reaper = Reaper::Create();
   if (!reaper.ok()) {

@@ -38,6 +38,24 @@ TEST(BootConfigTest, ParsesEveryParameter) {
   EXPECT_TRUE(c.warnings.empty()) << c.warnings[0];
 }
 
+TEST(BootConfigTest, ParsesTheNetwork) {
+  BootConfig c = ParseBootConfig("dsec.net=10.201.0.2/16,10.201.0.1");
+  ASSERT_TRUE(c.net.has_value());
+  EXPECT_FALSE(c.net_malformed);
+  EXPECT_EQ(Ipv4String(c.net->address), "10.201.0.2");
+  EXPECT_EQ(c.net->prefix_len, 16);
+  EXPECT_EQ(Ipv4String(c.net->gateway), "10.201.0.1");
+  EXPECT_FALSE(ParseBootConfig("console=ttyS0").net.has_value());
+  for (const char* bad : {"10.201.0.2,10.201.0.1", "10.201.0.2/33,10.201.0.1", "10.201.0.2/0,10.201.0.1",
+                          "10.201.0.2/16", "10.201.0.2/16,10.201.0.2", "10.201.0.256/16,10.201.0.1",
+                          "0.0.0.0/16,10.201.0.1", "10.201.0/16,10.201.0.1", "10.201.0.2/16,10.201.0.1,x", ""}) {
+    BootConfig b = ParseBootConfig(std::string("dsec.net=") + bad);
+    EXPECT_FALSE(b.net.has_value()) << bad;
+    EXPECT_TRUE(b.net_malformed) << bad;
+    EXPECT_EQ(b.warnings.size(), 1u) << bad;
+  }
+}
+
 TEST(BootConfigTest, DecodesUnpaddedAndUrlSafeBase64) {
   EXPECT_EQ(*ParseBootConfig("dsec.run=ZWNobyBoaQ").run, "echo hi");
   // "a>?" encodes with '+'/'/' in the standard alphabet ("YT4/"), '-'/'_' URL-safe.

@@ -193,6 +193,7 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root, const OrphanCleanupO
                                    : KillAndRemoveCgroup(std::string(cg)));
       }
     }
+    if (options.after_kill) note(options.after_kill(id, dir));
     note(UnmountBelow(dir).status());
     absl::Status rm = RemoveTree(dir);
     note(rm);

@@ -73,6 +73,11 @@ struct OrphanCleanupOptions {
   // container tier thaws the sandbox's freezer cgroup, since frozen
   // processes cannot die.
   std::function<void(const std::string& id)> before_kill;
+  // Runs for each orphan once its processes are dead and its cgroups gone,
+  // before its directory is removed (`dir`: the sandbox's directory): the
+  // microvm tier removes a tap the dead monitor may have left. An error is
+  // reported like the others; the directory is removed all the same.
+  std::function<absl::Status(const std::string& id, const std::string& dir)> after_kill;
 };
 
 // Removes every sandbox under `root` whose owner process is gone: kills its

@@ -139,6 +139,9 @@ absl::StatusOr<std::unique_ptr<AgentHost>> HostAgentLauncher::Launch(const Launc
   // The guest's PID 1 has every capability inside the VM (it reads
   // trusted.overlay.* xattrs for pack_diff): so has the stand-in.
   spec_j.drop_capabilities = false;
+  // It holds the tap as a monitor would (the stand-in has no NIC to use
+  // it with): the tap lives until both it and the daemon let go.
+  if (spec.network) spec_j.keep_fds.push_back(spec.network->tap_fd);
 
   container::ResourceLimits limits;
   limits.memory_bytes = spec.memory_mib << 20;

@@ -67,6 +67,7 @@ struct Prepared {
   int null_fd = -1;
   int go_fd = -1;
   int report_fd = -1;
+  std::vector<int> keep_fds;
   bool drop_capabilities = true;
   uint64_t keep_capabilities = 0;
 };
@@ -139,6 +140,9 @@ int RunStep(const PreparedStep& s) {
   }
   // Only 0-2 cross the execve (marking keeps report_fd usable until then).
   ::syscall(SYS_close_range, 3u, ~0u, kCloseRangeCloexec);
+  for (int fd : p.keep_fds) {
+    if (::fcntl(fd, F_SETFD, 0) != 0) Fail(p, kStepStdio, errno);
+  }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(p, kStepNoNewPrivs, errno);
   if (p.drop_capabilities) {
     // uid 0 regains its permitted set from the bounding set at execve:
@@ -360,6 +364,12 @@ absl::StatusOr<std::unique_ptr<JailedProcess>> JailedProcess::Start(const JailSp
   p.stdio[2] = spec.stderr_fd;
   p.drop_capabilities = spec.drop_capabilities;
   p.keep_capabilities = spec.keep_capabilities;
+  for (int fd : spec.keep_fds) {
+    if (fd < 3 || ::fcntl(fd, F_GETFD) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("jail: descriptor ", fd, " to pass on is not open (or 0-2)"));
+    }
+  }
+  p.keep_fds = spec.keep_fds;
 
   ScopedFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!null_fd) return ErrnoToStatus("open /dev/null");

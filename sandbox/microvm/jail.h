@@ -73,6 +73,10 @@ struct JailSpec {
   int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
+  // Further descriptors of the caller (3 or more) that cross the execve at
+  // their own numbers, e.g. a tap the monitor takes over (devices/net's
+  // tap_fd). The caller keeps them open until Start returns.
+  std::vector<int> keep_fds;
   // Empties the capability bounding, inheritable and ambient sets, so the
   // program runs without capabilities even as uid 0.
   bool drop_capabilities = true;

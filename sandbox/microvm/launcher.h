@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,18 @@
 #include "base/scoped_fd.h"
 
 namespace dsec::microvm {
+
+// A sandbox's network as the host process gets it: the host's tap (made
+// and kept by the caller, sandbox/network), which the monitor inherits as
+// its virtio-net backend, and what the guest's PID 1 configures on eth0
+// (dsec.net).
+struct LaunchNetwork {
+  std::string tap_name;  // the host's interface ("ds<address>")
+  int tap_fd = -1;
+  std::string mac;           // the guest NIC's
+  std::string address_cidr;  // "10.201.0.2/16"
+  std::string gateway;       // "10.201.0.1": default route and resolver
+};
 
 struct LaunchSpec {
   std::string id;
@@ -36,6 +49,7 @@ struct LaunchSpec {
   std::function<absl::Status(pid_t)> join;
   // Records a cgroup directory in the state dir before it is made.
   std::function<absl::Status(const std::string&)> record_cgroup;
+  std::optional<LaunchNetwork> network;
 };
 
 // One running agent host (a microVM or the stand-in). Destruction kills

@@ -11,7 +11,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/clock.h"
+#include "base/file_io.h"
 #include "devices/pmem/pmem_image_check.h"
 #include "sandbox/microvm/jail.h"
 #include "base/logging.h"
@@ -21,6 +23,8 @@
 namespace dsec::microvm {
 
 namespace {
+
+constexpr char kTapRecord[] = "tap";
 
 absl::Status ValidateId(const std::string& id) {
   if (id.empty() || id.size() > 64 || id == "." || id == "..") {
@@ -70,6 +74,13 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   ls.agent_port = options.agent_port;
   ls.join = spec.join;
   for (const std::string& cg : spec.placement_cgroups) DSEC_RETURN_IF_ERROR(sb->state_.RecordCgroup(cg));
+  if (spec.network) {
+    // Before a monitor holds the tap: a daemon killed until then takes the
+    // tap with it (its descriptor was the only one).
+    DSEC_RETURN_IF_ERROR(
+        dsec::WriteFile(absl::StrCat(sb->state_.path(), "/", kTapRecord), spec.network->tap_name + "\n", 0600));
+    ls.network = spec.network;
+  }
   const container::StateDir* st = &sb->state_;
   ls.record_cgroup = [st](const std::string& dir) { return st->RecordCgroup(dir); };
   const int64_t start = MonotonicNowNs();
@@ -236,12 +247,28 @@ void MicrovmSandbox::AbandonForTesting(std::unique_ptr<MicrovmSandbox> sandbox) 
   (void)sandbox.release();  // deliberately leaked, as by a killed daemon
 }
 
-absl::StatusOr<int> CleanupOrphans(const std::string& root) {
+absl::StatusOr<int> CleanupOrphans(const std::string& root,
+                                   const std::function<absl::Status(const std::string& tap)>& remove_tap) {
   container::OrphanCleanupOptions o;
   o.tier = "microvm";
   o.init_cmdline_names_dir = true;
   // sched/ may have made vCPU cgroups below the monitor's.
   o.remove_cgroup = RemoveCgroupTree;
+  // Its monitor is dead, so its copy of the tap closed; the daemon's went
+  // with the daemon. A tap left all the same is the caller's to remove:
+  // only a name of the "ds<8 hex digits>" scheme is handed on.
+  if (remove_tap) {
+    o.after_kill = [&remove_tap](const std::string&, const std::string& dir) -> absl::Status {
+      absl::StatusOr<std::string> tap = ReadSmallFile(absl::StrCat(dir, "/", kTapRecord));
+      if (!tap.ok()) return absl::OkStatus();
+      const std::string name(absl::StripAsciiWhitespace(*tap));
+      if (name.size() != 10 || name.rfind("ds", 0) != 0 ||
+          name.find_first_not_of("0123456789abcdef", 2) != std::string::npos) {
+        return absl::InternalError(absl::StrCat("microvm: ", dir, "/", kTapRecord, " names no sandbox tap: ", name));
+      }
+      return remove_tap(name);
+    };
+  }
   return container::CleanupOrphans(root, o);
 }
 

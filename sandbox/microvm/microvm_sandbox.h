@@ -5,15 +5,22 @@
 // deadline, waiting on the host process's pidfd between attempts, so a VM
 // that dies fails the create at once with its log and console.
 //
+// With a network: a tap the caller made (the tier, with sandbox/network)
+// in the host's namespace and keeps until the sandbox is destroyed, which
+// the monitor inherits as its NIC's backend; the guest configures eth0
+// from the kernel command line (dsec.net).
+//
 // State directory <root>/<id>/ (container::StateDir): "owner" (the daemon),
-// "init" (the VM process, "<pid> <starttime>"), "cgroups", the monitor's
+// "init" (the VM process, "<pid> <starttime>"), "cgroups", "tap" (the host
+// interface of its network, written before a monitor holds it), the monitor's
 // files (vm_process.h) and "diff-<n>" (the last pack_diff). CleanupOrphans
-// removes sandboxes whose owner is dead.
+// removes sandboxes whose owner is dead, and their taps.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +55,9 @@ struct MicrovmSpec {
   // recorded in the state dir so that orphan cleanup removes them too.
   std::function<absl::Status(pid_t)> join;
   std::vector<std::string> placement_cgroups;
+  // Its network: the caller's tap, kept open by the caller until Destroy
+  // returned.
+  std::optional<LaunchNetwork> network;
 };
 
 // InvalidArgument for a layer the guest cannot map with DAX (compressed
@@ -97,6 +107,7 @@ class MicrovmSandbox {
   MicrovmSandbox(std::string id, container::StateDir state, MicrovmSandboxOptions options)
       : id_(std::move(id)), state_(std::move(state)), options_(std::move(options)) {}
   absl::Status ConnectUntilBooted();
+
   // The client, reconnected once if the last call broke it.
   absl::StatusOr<agent::Client*> Agent();
   absl::Status Usable() const;
@@ -116,7 +127,11 @@ class MicrovmSandbox {
 // Removes every sandbox under `state_root` whose owner process is gone:
 // container::CleanupOrphans, killing the recorded VM process only if that
 // pid is still that process and its command line names the state dir, and
-// removing its cgroups with any below them. Returns how many were removed.
-absl::StatusOr<int> CleanupOrphans(const std::string& state_root = kDefaultStateRoot);
+// removing its cgroups with any below them; then `remove_tap` with the
+// name of the tap it recorded, if any (its monitor is dead, so normally
+// the tap went with its last descriptor). Returns how many were removed.
+absl::StatusOr<int> CleanupOrphans(
+    const std::string& state_root = kDefaultStateRoot,
+    const std::function<absl::Status(const std::string& tap)>& remove_tap = {});
 
 }  // namespace dsec::microvm

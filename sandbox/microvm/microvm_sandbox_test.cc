@@ -3,7 +3,9 @@
 // host mode (host_agent_launcher.h): a busybox EROFS layer stacked under an
 // overlay, exec, files, pack_diff into a real layer that a second sandbox
 // stacks, pause/resume, destroy, orphan cleanup, refusal of compressed
-// layers, fail-fast of a host process that dies, the boot deadline.
+// layers, fail-fast of a host process that dies, the boot deadline; a
+// networked sandbox's tap (held by the host process, gone on destroy and
+// after orphan cleanup).
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -20,6 +22,10 @@
 #include "sandbox/layers/pack_diff.h"
 #include "sandbox/microvm/host_agent_launcher.h"
 #include "sandbox/microvm/microvm_sandbox.h"
+#include "sandbox/microvm/microvm_tier.h"
+#include "sandbox/network/sandbox_network.h"
+#include "sandbox/network/netlink.h"
+#include "sandbox/network/node_network.h"
 
 namespace dsec::microvm {
 namespace {
@@ -353,6 +359,103 @@ TEST_F(MicrovmSandboxTest, OrphanCleanupRemovesSandboxesOfADeadDaemon) {
   auto done = live->Exec(req, nullptr);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_TRUE(live->Destroy().ok());
+}
+
+// A node network of the test's own (nftables; no uplink: nothing leaves).
+std::unique_ptr<network::NodeNetwork> TestNodeNetwork(std::string* skip) {
+  network::NodeNetworkOptions o;
+  o.subnet = absl::StrCat("10.250.", ::getpid() % 250, ".0/24");
+  auto node = network::NodeNetwork::Create(o);
+  if (!node.ok()) {
+    *skip = node.status().ToString();
+    return nullptr;
+  }
+  return std::move(*node);
+}
+
+// The descriptors of `pid` that are /dev/net/tun.
+int TunFds(pid_t pid) {
+  int n = 0;
+  const std::string dir = absl::StrCat("/proc/", pid, "/fd");
+  if (auto d = std::unique_ptr<DIR, int (*)(DIR*)>(::opendir(dir.c_str()), ::closedir); d) {
+    while (dirent* e = ::readdir(d.get())) {
+      char target[64] = {};
+      if (::readlink(absl::StrCat(dir, "/", e->d_name).c_str(), target, sizeof(target) - 1) > 0 &&
+          std::string(target) == "/dev/net/tun") {
+        ++n;
+      }
+    }
+  }
+  return n;
+}
+
+// The tier with the host-mode launcher: the network part of a create.
+std::unique_ptr<MicrovmTier> HostModeTier(const std::string& root) {
+  MicrovmTierOptions o;
+  o.state_root = root;
+  o.launcher = std::make_shared<HostAgentLauncher>(HostAgentLauncherOptions{DSEC_AGENT_BINARY_PATH});
+  return std::make_unique<MicrovmTier>(std::move(o));
+}
+
+tier::CreateSpec NetworkedCreate(const std::string& id, const std::string& image, network::NodeNetwork* node) {
+  tier::CreateSpec c;
+  c.id = id;
+  c.images = {image};
+  c.memory_mib = 256;
+  c.pids = 128;
+  c.network = std::make_shared<const network::NetworkSpec>();
+  c.node_network = node;
+  return c;
+}
+
+TEST_F(MicrovmSandboxTest, ANetworkedSandboxsHostHoldsItsTapWhichGoesOnDestroy) {
+  std::string skip;
+  auto node = TestNodeNetwork(&skip);
+  if (!node) GTEST_SKIP() << skip;
+  ASSERT_TRUE(MicrovmTierTraits().network);
+  auto tier = HostModeTier(root_);
+  auto sb = tier->Create(NetworkedCreate("networked", *base_image_, node.get()));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  std::shared_ptr<network::SandboxNetwork> net = (*sb)->network();
+  ASSERT_NE(net, nullptr);
+  const std::string tap = net->host_interface();
+  EXPECT_EQ(ReadAll(absl::StrCat(root_, "/networked/tap")), tap + "\n");
+  auto host = network::NlSocket::Open();
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_TRUE(host->LinkIndex(tap).ok());
+  const pid_t pid = std::stoi(ReadAll(absl::StrCat(root_, "/networked/init")));
+  EXPECT_EQ(TunFds(pid), 1) << "the host process did not inherit the tap";
+  EXPECT_EQ(node->leased(), 1u);
+  auto counters = net->Counters();
+  ASSERT_TRUE(counters.ok()) << counters.status();
+  ASSERT_TRUE((*sb)->Destroy().ok());
+  EXPECT_EQ(host->LinkIndex(tap).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(node->leased(), 0u);
+  EXPECT_EQ(net->Counters().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MicrovmSandboxTest, OrphanCleanupRemovesATapLeftBehind) {
+  std::string skip;
+  auto node = TestNodeNetwork(&skip);
+  if (!node) GTEST_SKIP() << skip;
+  auto tier = HostModeTier(root_);
+  auto sb = tier->Create(NetworkedCreate("orphan-net", *base_image_, node.get()));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  const std::string tap = (*sb)->network()->host_interface();
+  {
+    std::ofstream owner(absl::StrCat(root_, "/orphan-net/owner"), std::ios::trunc);
+    owner << "2147483646 1";
+  }
+  // Leaked with the daemon's descriptor still open (a real kill -9 closes
+  // it): only the cleanup can remove the tap now.
+  (void)sb->release();
+  auto host = network::NlSocket::Open();
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_TRUE(host->LinkIndex(tap).ok());
+  auto removed = tier->CleanupOrphans();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 1);
+  EXPECT_EQ(host->LinkIndex(tap).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(MicrovmSandboxTest, RefusesACompressedLayer) {

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "sandbox/network/netlink.h"
+#include "sandbox/network/sandbox_network.h"
 #include "sched/isolation.h"
 
 namespace dsec::microvm {
@@ -28,7 +30,8 @@ const char* EntryTypeString(agent::EntryType t) {
 
 class MicrovmTierSandbox : public tier::TierSandbox {
  public:
-  explicit MicrovmTierSandbox(std::unique_ptr<MicrovmSandbox> sb) : sb_(std::move(sb)) {}
+  MicrovmTierSandbox(std::unique_ptr<MicrovmSandbox> sb, std::shared_ptr<network::SandboxNetwork> net)
+      : network_(std::move(net)), sb_(std::move(sb)) {}
   ~MicrovmTierSandbox() override { (void)Destroy(); }
 
   absl::StatusOr<tier::ExecOutcome> Exec(const tier::ExecSpec& spec) override {
@@ -82,9 +85,16 @@ class MicrovmTierSandbox : public tier::TierSandbox {
   // directory that layers::PackDiff turns into a layer. The copy is made
   // here, while the VM runs; the Service's pause that follows is harmless.
   absl::StatusOr<std::string> UpperDir() override { return sb_->PackDiffDir(); }
-  absl::Status Destroy() override { return sb_->Destroy(); }
+  std::shared_ptr<network::SandboxNetwork> network() const override { return network_; }
+  absl::Status Destroy() override {
+    absl::Status s = sb_->Destroy();
+    // The monitor is gone: the filter detaches, the tap and the lease go.
+    if (network_ != nullptr) network_->Close();
+    return s;
+  }
 
  private:
+  std::shared_ptr<network::SandboxNetwork> network_;  // outlives sb_ (member order)
   std::unique_ptr<MicrovmSandbox> sb_;
 };
 
@@ -94,6 +104,8 @@ const tier::TierTraits& MicrovmTierTraits() {
   static const tier::TierTraits kTraits = [] {
     tier::TierTraits t;
     t.name = "microvm";
+    // A tap per sandbox with the tap filter (sandbox/network CreateTap).
+    t.network = true;
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;
@@ -125,13 +137,38 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MicrovmTier::Create(const tie
       if (cg->cpu_dir() != nullptr) m.placement_cgroups.push_back(cg->cpu_dir()->path());
     }
   }
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<MicrovmSandbox> sb,
-                        MicrovmSandbox::Create(*launcher_, m, options_.sandbox));
-  DSEC_LOG(info, "microvm: sandbox={} booted in {:.1f} ms", spec.id, sb->boot_ms());
-  return std::unique_ptr<tier::TierSandbox>(new MicrovmTierSandbox(std::move(sb)));
+  std::shared_ptr<network::SandboxNetwork> net;
+  if (spec.network != nullptr) {
+    if (spec.node_network == nullptr) {
+      return absl::InternalError("a network was asked for without the node's network");
+    }
+    // A host that cannot boot the guest says so before a tap is made.
+    DSEC_RETURN_IF_ERROR(launcher_->CheckHost());
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<network::SandboxNetwork> n,
+                          network::SandboxNetwork::CreateTap(spec.node_network, *spec.network));
+    net = std::move(n);
+    m.network = LaunchNetwork{net->host_interface(), net->tap_fd(), net->GuestMac(), net->address_cidr(),
+                              net->gateway_text()};
+  }
+  absl::StatusOr<std::unique_ptr<MicrovmSandbox>> sb = MicrovmSandbox::Create(*launcher_, m, options_.sandbox);
+  if (!sb.ok()) {
+    if (net != nullptr) net->Close();
+    return sb.status();
+  }
+  DSEC_LOG(info, "microvm: sandbox={} booted in {:.1f} ms", spec.id, (*sb)->boot_ms());
+  return std::unique_ptr<tier::TierSandbox>(new MicrovmTierSandbox(std::move(*sb), std::move(net)));
 }
 
-absl::StatusOr<int> MicrovmTier::CleanupOrphans() { return microvm::CleanupOrphans(options_.state_root); }
+absl::Status RemoveOrphanTap(const std::string& tap) {
+  DSEC_ASSIGN_OR_RETURN(network::NlSocket host, network::NlSocket::Open());
+  absl::Status s = host.DeleteLink(tap);
+  if (s.ok()) DSEC_LOG(info, "microvm: removed the orphaned tap {}", tap);
+  return s.code() == absl::StatusCode::kNotFound ? absl::OkStatus() : s;
+}
+
+absl::StatusOr<int> MicrovmTier::CleanupOrphans() {
+  return microvm::CleanupOrphans(options_.state_root, RemoveOrphanTap);
+}
 
 void MicrovmTierSetup::AddFlags(CLI::App& app) {
   app.add_option("--microvm-state-dir", state_root_, "microVM sandboxes' state (default /run/dsec-vmm/microvm)");

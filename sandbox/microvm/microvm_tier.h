@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The microvm tier behind the daemon's Tier interface (sandbox/tier): one
 // MicrovmSandbox per sandbox (a jailed dsec-vmm booting the guest
-// kernel, dsec-agent as PID 1, reached over vsock). Exec, files and
+// kernel, dsec-agent as PID 1, reached over vsock), with a network when
+// asked (sandbox/network: a tap with the tap filter, made here and handed
+// to the monitor; closed once the monitor is gone). Exec, files and
 // pack_diff go through the agent; pause/resume stop the vCPUs through the
 // monitor's control socket. On a host where the guest kernel cannot run
 // (CPL0 emulated, HOST.md; no kernel or root image) every create fails at
@@ -30,6 +32,10 @@ struct MicrovmTierOptions {
   // `vm`.
   std::shared_ptr<Launcher> launcher;
 };
+
+// Orphan cleanup's tap removal (CleanupOrphans' remove_tap): deletes the
+// interface; OK if it is gone already.
+absl::Status RemoveOrphanTap(const std::string& tap);
 
 // What the microvm tier accepts and defaults.
 const tier::TierTraits& MicrovmTierTraits();

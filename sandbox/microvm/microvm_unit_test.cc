@@ -63,6 +63,20 @@ TEST(VmArgv, ConfigFileCarriesEveryDeviceAndFile) {
   EXPECT_EQ(o->log_level, "warn");
 }
 
+TEST(VmArgv, ANetworkIsANicOnTheInheritedTapAndDsecNet) {
+  VmPlan plan;
+  plan.kernel = "/k/vmlinux";
+  plan.tap_fd = 17;
+  plan.mac = "02:00:0a:c9:00:02";
+  nlohmann::json j = monitor::MonitorOptionsToJson(VmMonitorOptions(plan, VmFilesIn("/run/x/sb-2")));
+  ASSERT_TRUE(monitor::MonitorOptionsFromJson(j).ok());
+  ASSERT_FALSE(j["devices"].empty());
+  EXPECT_EQ(j["devices"].back(),
+            (nlohmann::json{{"type", "net"}, {"tap_fd", 17}, {"mac", "02:00:0a:c9:00:02"}}));
+  LaunchNetwork net{"ds0ac90002", 17, "02:00:0a:c9:00:02", "10.201.0.2/16", "10.201.0.1"};
+  EXPECT_EQ(NetCmdlineParameter(net), "dsec.net=10.201.0.2/16,10.201.0.1");
+}
+
 TEST(VmJailSteps, BindsOnlyWhatTheMonitorNeedsThenPivots) {
   VmPlan plan;
   plan.monitor_binary = "/b/dsec-monitor";

@@ -84,6 +84,10 @@ size_t UidPool::leased() const {
   return leased_;
 }
 
+std::string NetCmdlineParameter(const LaunchNetwork& net) {
+  return absl::StrCat("dsec.net=", net.address_cidr, ",", net.gateway);
+}
+
 std::string DefaultCacheDir() {
   if (const char* d = std::getenv("DSEC_CACHE_DIR"); d != nullptr && *d != '\0') return d;
   const char* home = std::getenv("HOME");
@@ -141,8 +145,13 @@ absl::StatusOr<std::unique_ptr<AgentHost>> VmLauncher::Launch(const LaunchSpec& 
   VmPlan plan;
   plan.monitor_binary = options_.monitor_binary;
   plan.kernel = options_.kernel;
-  plan.cmdline = LinuxCmdline(spec.layers.size(), options_.upper_mib, spec.agent_port,
-                              options_.extra_cmdline);
+  std::string extra = options_.extra_cmdline;
+  if (spec.network) {
+    plan.tap_fd = spec.network->tap_fd;
+    plan.mac = spec.network->mac;
+    absl::StrAppend(&extra, extra.empty() ? "" : " ", NetCmdlineParameter(*spec.network));
+  }
+  plan.cmdline = LinuxCmdline(spec.layers.size(), options_.upper_mib, spec.agent_port, extra);
   plan.pmems.push_back(options_.rootfs);
   plan.pmems.insert(plan.pmems.end(), spec.layers.begin(), spec.layers.end());
   plan.mem_mib = spec.memory_mib;

@@ -20,6 +20,10 @@
 
 namespace dsec::microvm {
 
+// The guest's network on the kernel command line, for its PID 1
+// (guest-kernel/agent: "dsec.net=<address>/<prefix>,<gateway>").
+std::string NetCmdlineParameter(const LaunchNetwork& net);
+
 // ${DSEC_CACHE_DIR:-$HOME/.cache/dsec-vmm}
 std::string DefaultCacheDir();
 // <cache>/guest-kernel/current/vmlinux (tools/build-guest-kernel.sh)

@@ -28,6 +28,7 @@
 #include "base/scoped_fd.h"
 #include "base/status.h"
 #include "devices/balloon/balloon_spec.h"
+#include "devices/net/net_spec.h"
 #include "devices/vsock/vsock_spec.h"
 #include "pmem-dax/pmem_spec.h"
 #include "sched/placement.h"
@@ -125,6 +126,7 @@ monitor::MonitorOptions VmMonitorOptions(const VmPlan& plan, const VmFiles& file
   for (const std::string& p : plan.pmems) c.devices.push_back(pmem::PmemSpec::Make(p, true));
   if (plan.vsock) c.devices.push_back(devices::VsockSpec::Make(plan.vsock_cid, files.vsock_socket));
   if (plan.balloon) c.devices.push_back(devices::BalloonSpec::Make());
+  if (plan.tap_fd >= 0) c.devices.push_back(devices::NetSpec::FromFd(plan.tap_fd, plan.mac));
   c.timeout_ms = plan.timeout_ms;
   o.control = files.control_socket;
   o.stats_json = files.stats_json;
@@ -282,6 +284,7 @@ absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_i
   }
   spec.stdout_fd = log.get();
   spec.stderr_fd = log.get();
+  if (plan.tap_fd >= 0) spec.keep_fds.push_back(plan.tap_fd);
   spec.drop_capabilities = true;
   // What the monitor needs to change to its own uid (vmm/jail), no more.
   if (plan.uid) {

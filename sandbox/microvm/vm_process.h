@@ -45,6 +45,10 @@ struct VmPlan {
   // built (vmm/jail); none: it stays uid 0 without capabilities. Not with
   // qos (cgroup placement is root's work).
   std::optional<uint32_t> uid;
+  // A virtio-net device on this tap descriptor of the caller's, which the
+  // monitor inherits at the same number (devices/net tap_fd); -1: none.
+  int tap_fd = -1;
+  std::string mac;  // the guest's; "" = derived from the tap's name
 };
 
 // The kernel command line of a Linux guest with the dsec-agent as PID 1:

@@ -9,8 +9,14 @@
 #include <netlink/route/link.h>
 #include <netlink/route/link/veth.h>
 #include <netlink/route/route.h>
+#include <fcntl.h>
+#include <linux/if_tun.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <thread>
 
@@ -192,6 +198,28 @@ absl::Status NlSocket::DeleteLink(const std::string& name) {
     return NlError(absl::StrCat("delete link ", name), err);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ScopedFd> MakeTap(const std::string& name) {
+  if (name.empty() || name.size() >= IFNAMSIZ) {
+    return absl::InvalidArgumentError(absl::StrCat("tap name \"", name, "\" must be 1-", IFNAMSIZ - 1, " bytes"));
+  }
+  if (::if_nametoindex(name.c_str()) != 0) {
+    // TUNSETIFF would attach to an existing tap rather than fail.
+    return absl::AlreadyExistsError(absl::StrCat("network interface ", name, " exists"));
+  }
+  ScopedFd fd(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoToStatus("open /dev/net/tun");
+  struct ifreq ifr = {};
+  std::memcpy(ifr.ifr_name, name.data(), name.size());
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+  if (::ioctl(fd.get(), TUNSETIFF, &ifr) != 0) {
+    if (errno == EBUSY || errno == EINVAL) {
+      return absl::AlreadyExistsError(absl::StrCat("TUNSETIFF ", name, ": ", std::strerror(errno)));
+    }
+    return ErrnoToStatus(absl::StrCat("TUNSETIFF ", name));
+  }
+  return fd;
 }
 
 absl::Status EnableForwarding(const std::string& name) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/scoped_fd.h"
 
 struct nl_sock;
 
@@ -56,6 +57,14 @@ class NlSocket {
 // (/proc/sys/net/ipv4/conf/<name>/forwarding): a router on those
 // interfaces only, not the node-wide net.ipv4.ip_forward.
 absl::Status EnableForwarding(const std::string& name);
+
+// A tap named `name` in the calling thread's network namespace, as a
+// microVM monitor takes it over (devices/net's TapBackend::Adopt): single
+// queue, IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, owned by root (no TUNSETOWNER:
+// attaching takes CAP_NET_ADMIN), not persistent, so it goes when its last
+// descriptor closes (the daemon's and the monitor's). AlreadyExists when
+// the name is taken.
+absl::StatusOr<ScopedFd> MakeTap(const std::string& name);
 
 // Bytes the interface received and sent (its statistics in sysfs).
 struct LinkBytes {

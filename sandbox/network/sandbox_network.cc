@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/logging.h"
 #include "base/status.h"
 #include "sandbox/network/netlink.h"
@@ -21,16 +22,98 @@ bpf::EgressRule Rule(const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::CreateShared(NodeNetwork* node,
-                                                                             const NetworkSpec& spec) {
-  // The policy first: a node that cannot enforce it offers no network.
+// The rule API both BPF loaders offer, and what each counts.
+class RuleTarget {
+ public:
+  virtual ~RuleTarget() = default;
+  virtual absl::Status Allow(const bpf::EgressRule& rule) = 0;
+  virtual absl::Status Deny(const bpf::EgressRule& rule) = 0;
+  virtual absl::Status RemoveAllow(const bpf::EgressRule& rule) = 0;
+  virtual absl::Status RemoveDeny(const bpf::EgressRule& rule) = 0;
+  // The connects and packets of NetworkCounters.
+  virtual absl::StatusOr<NetworkCounters> Counters() const = 0;
+  // Implicit rules besides the node resolver: the sandbox's loopback,
+  // where its own sockets' traffic to it passes the policy.
+  virtual bool needs_loopback() const = 0;
+  // The programs on one more namespace's cgroup v2 directory (Join).
+  virtual absl::StatusOr<std::unique_ptr<bpf::CgroupLinks>> AttachToCgroup(const std::string& cgroup_dir) = 0;
+};
+
+namespace {
+
+template <typename Loader>
+class LoaderRules : public RuleTarget {
+ public:
+  explicit LoaderRules(std::unique_ptr<Loader> loader) : loader_(std::move(loader)) {}
+  absl::Status Allow(const bpf::EgressRule& rule) override { return loader_->Allow(rule); }
+  absl::Status Deny(const bpf::EgressRule& rule) override { return loader_->Deny(rule); }
+  absl::Status RemoveAllow(const bpf::EgressRule& rule) override { return loader_->RemoveAllow(rule); }
+  absl::Status RemoveDeny(const bpf::EgressRule& rule) override { return loader_->RemoveDeny(rule); }
+  Loader* loader() const { return loader_.get(); }
+
+ private:
+  std::unique_ptr<Loader> loader_;
+};
+
+// A container's cgroup programs: connect()/sendmsg() calls, and the
+// cgroup_skb wall's drops.
+class CgroupRules : public LoaderRules<bpf::EgressPolicy> {
+ public:
+  using LoaderRules::LoaderRules;
+  absl::StatusOr<NetworkCounters> Counters() const override {
+    DSEC_ASSIGN_OR_RETURN(bpf::EgressCounters c, loader()->Counters());
+    NetworkCounters out;
+    out.connects_allowed = c.allowed;
+    out.connects_denied = c.denied;
+    out.packets_dropped = c.packets_dropped;
+    return out;
+  }
+  bool needs_loopback() const override { return true; }
+  absl::StatusOr<std::unique_ptr<bpf::CgroupLinks>> AttachToCgroup(const std::string& cgroup_dir) override {
+    return loader()->Attach(cgroup_dir);
+  }
+};
+
+// A microVM tap's filter: the packets that start connections, and every
+// frame it dropped.
+class TapRules : public LoaderRules<bpf::TapFilter> {
+ public:
+  using LoaderRules::LoaderRules;
+  absl::StatusOr<NetworkCounters> Counters() const override {
+    DSEC_ASSIGN_OR_RETURN(bpf::TapCounters c, loader()->Counters());
+    NetworkCounters out;
+    out.connects_allowed = c.attempts_allowed;
+    out.connects_denied = c.attempts_refused;
+    out.packets_dropped = c.packets_dropped;
+    return out;
+  }
+  bool needs_loopback() const override { return false; }
+  absl::StatusOr<std::unique_ptr<bpf::CgroupLinks>> AttachToCgroup(const std::string&) override {
+    return absl::FailedPreconditionError("a microVM's network has no namespaces to join");
+  }
+};
+
+}  // namespace
+
+SandboxNetwork::SandboxNetwork(NodeNetwork* node, std::unique_ptr<RuleTarget> rules)
+    : node_(node), policy_(std::move(rules)) {}
+
+absl::Status SandboxNetwork::CheckResolver(NodeNetwork* node, const NetworkSpec& spec) {
+  // A node that cannot enforce domain rules offers no network with them.
   if ((!spec.egress.allow_domains.empty() || !spec.egress.deny_domains.empty()) &&
       !node->resolver_status().ok()) {
     return node->resolver_status();
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::CreateShared(NodeNetwork* node,
+                                                                             const NetworkSpec& spec) {
+  // The policy first: a node that cannot enforce it offers no network.
+  DSEC_RETURN_IF_ERROR(CheckResolver(node, spec));
   absl::StatusOr<std::unique_ptr<bpf::EgressPolicy>> policy = node->TakePolicy();
   if (!policy.ok()) return Annotate(policy.status(), "egress policy");
-  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(node, std::move(*policy)));
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(node, std::make_unique<CgroupRules>(std::move(*policy))));
   std::lock_guard<std::mutex> lock(n->mu_);
   DSEC_RETURN_IF_ERROR(n->Sync(spec));
   n->spec_ = spec;
@@ -48,13 +131,14 @@ absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(NodeNetwo
 absl::StatusOr<std::unique_ptr<NetworkMember>> SandboxNetwork::Join(int netns_fd, const std::string& cgroup_dir) {
   std::lock_guard<std::mutex> links_lock(links_mu_);
   if (closed_) return absl::FailedPreconditionError("the sandbox's network is gone");
+  if (tap_.valid()) return absl::FailedPreconditionError("a microVM's network has no namespaces to join");
   DSEC_ASSIGN_OR_RETURN(uint32_t address, node_->Lease());
   Link& link = links_[address];
   link.host_if = NodeNetwork::HostInterface(address);
   absl::Status s;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    absl::StatusOr<std::unique_ptr<bpf::CgroupLinks>> programs = policy_->Attach(cgroup_dir);
+    absl::StatusOr<std::unique_ptr<bpf::CgroupLinks>> programs = policy_->AttachToCgroup(cgroup_dir);
     if (programs.ok()) {
       link.programs = std::move(*programs);
     } else {
@@ -86,15 +170,77 @@ absl::Status SandboxNetwork::Plumb(uint32_t address, int netns_fd) {
   link.plumbed = true;
   const std::string gw = Ipv4Text(node_->gateway());
   const std::string me = Ipv4Text(address);
-  DSEC_RETURN_IF_ERROR(host.AddAddress(link.host_if, absl::StrCat(gw, "/32")));
-  DSEC_RETURN_IF_ERROR(EnableForwarding(link.host_if));
-  DSEC_RETURN_IF_ERROR(host.SetUp(link.host_if));
-  DSEC_RETURN_IF_ERROR(host.AddRoute(absl::StrCat(me, "/32"), link.host_if, ""));
+  DSEC_RETURN_IF_ERROR(ConfigureHostEnd(host, link.host_if, address));
   DSEC_ASSIGN_OR_RETURN(NlSocket inside, NlSocket::OpenIn(netns_fd));
   DSEC_RETURN_IF_ERROR(inside.AddAddress(kSandboxInterface, absl::StrCat(me, "/", node_->prefix_len())));
   DSEC_RETURN_IF_ERROR(inside.SetUp(kSandboxInterface));
   DSEC_RETURN_IF_ERROR(inside.AddRoute("0.0.0.0/0", kSandboxInterface, gw));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::CreateTap(NodeNetwork* node,
+                                                                          const NetworkSpec& spec) {
+  DSEC_RETURN_IF_ERROR(CheckResolver(node, spec));
+  absl::StatusOr<std::unique_ptr<bpf::TapFilter>> filter = bpf::TapFilter::Load();
+  if (!filter.ok()) return Annotate(filter.status(), "tap filter");
+  bpf::TapFilter* raw = filter->get();
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(node, std::make_unique<TapRules>(std::move(*filter))));
+  {
+    std::lock_guard<std::mutex> lock(n->mu_);
+    DSEC_RETURN_IF_ERROR(n->Sync(spec));
+    n->spec_ = spec;
+  }
+  std::lock_guard<std::mutex> links_lock(n->links_mu_);
+  DSEC_ASSIGN_OR_RETURN(uint32_t address, node->Lease());
+  raw->RequireSource(address);
+  n->links_[address].host_if = NodeNetwork::HostInterface(address);
+  // Registered before the guest can send (it gets the tap only later).
+  node->Register(address, n.get());
+  if (absl::Status s = n->PlumbTap(address, raw); !s.ok()) {
+    n->LeaveLocked(address);
+    return s;
+  }
+  return n;
+}
+
+absl::Status SandboxNetwork::PlumbTap(uint32_t address, bpf::TapFilter* filter) {
+  Link& link = links_.at(address);
+  DSEC_ASSIGN_OR_RETURN(NlSocket host, NlSocket::Open());
+  absl::StatusOr<ScopedFd> tap = MakeTap(link.host_if);
+  if (tap.status().code() == absl::StatusCode::kAlreadyExists) {
+    // A predecessor's (a daemon killed while its monitor still held the
+    // tap): the name encodes an address of our subnet, so it is ours.
+    (void)host.DeleteLink(link.host_if);
+    tap = MakeTap(link.host_if);
+  }
+  if (!tap.ok()) return Annotate(tap.status(), "the sandbox's tap");
+  tap_ = std::move(*tap);
+  link.plumbed = true;
+  DSEC_ASSIGN_OR_RETURN(int ifindex, host.LinkIndex(link.host_if));
+  {
+    // Before the tap is up: no frame passes unfiltered.
+    std::lock_guard<std::mutex> lock(mu_);
+    DSEC_RETURN_IF_ERROR(Annotate(filter->AttachToInterface(ifindex), "tap filter"));
+  }
+  return ConfigureHostEnd(host, link.host_if, address);
+}
+
+absl::Status SandboxNetwork::ConfigureHostEnd(NlSocket& host, const std::string& host_if, uint32_t address) {
+  DSEC_RETURN_IF_ERROR(host.AddAddress(host_if, absl::StrCat(Ipv4Text(node_->gateway()), "/32")));
+  DSEC_RETURN_IF_ERROR(EnableForwarding(host_if));
+  DSEC_RETURN_IF_ERROR(host.SetUp(host_if));
+  return host.AddRoute(absl::StrCat(Ipv4Text(address), "/32"), host_if, "");
+}
+
+std::string SandboxNetwork::address_cidr() const {
+  const uint32_t a = address();
+  return a == 0 ? "" : absl::StrCat(Ipv4Text(a), "/", node_->prefix_len());
+}
+
+std::string SandboxNetwork::GuestMac() const {
+  const uint32_t a = address();
+  return absl::StrFormat("02:00:%02x:%02x:%02x:%02x", (a >> 24) & 0xff, (a >> 16) & 0xff, (a >> 8) & 0xff,
+                         a & 0xff);
 }
 
 NetworkMember::~NetworkMember() { network_->Leave(address_); }
@@ -118,9 +264,13 @@ void SandboxNetwork::LeaveLocked(uint32_t address) {
       gone_bytes_out_ += bytes->rx;
       gone_bytes_in_ += bytes->tx;
     }
+    // A tap goes with its last descriptor; deleted all the same, in case a
+    // monitor still holds one.
+    tap_.Reset();
     absl::StatusOr<NlSocket> host = NlSocket::Open();
     absl::Status s = host.ok() ? host->DeleteLink(link.host_if) : host.status();
-    // NotFound: it went with the namespace already.
+    // NotFound: it went with the namespace (veth) or with its last
+    // descriptor (tap) already.
     if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
       DSEC_LOG(warn, "interface={} delete_failed={}", link.host_if, s.ToString());
     }
@@ -138,8 +288,12 @@ void SandboxNetwork::Close() {
   std::lock_guard<std::mutex> links_lock(links_mu_);
   if (closed_.exchange(true)) return;
   while (!links_.empty()) LeaveLocked(links_.begin()->first);
+  // The programs and maps. A tap's filter went with the tap just now
+  // (interface indices are not reused at once, so its detach cannot reach
+  // another interface): deleting the tap first leaves no moment in which
+  // the guest's frames pass unfiltered.
   std::lock_guard<std::mutex> lock(mu_);
-  policy_.reset();  // the programs and maps
+  policy_.reset();
 }
 
 std::vector<uint32_t> SandboxNetwork::addresses() const {
@@ -166,9 +320,11 @@ std::string SandboxNetwork::host_interface() const {
 
 absl::Status SandboxNetwork::Sync(const NetworkSpec& spec) {
   std::map<std::string, bpf::EgressRule> allow, deny;
-  for (const char* implicit : {"127.0.0.0/8", "::1/128"}) {
-    bpf::EgressRule r = Rule(implicit);
-    allow.emplace(bpf::FormatEgressRule(r), r);
+  if (policy_->needs_loopback()) {
+    for (const char* implicit : {"127.0.0.0/8", "::1/128"}) {
+      bpf::EgressRule r = Rule(implicit);
+      allow.emplace(bpf::FormatEgressRule(r), r);
+    }
   }
   bpf::EgressRule dns = Rule(absl::StrCat(Ipv4Text(node_->gateway()), ":53"));
   allow.emplace(bpf::FormatEgressRule(dns), dns);
@@ -209,10 +365,7 @@ absl::Status SandboxNetwork::Sync(const NetworkSpec& spec) {
 }
 
 absl::Status SandboxNetwork::SetSpec(const NetworkSpec& spec) {
-  if ((!spec.egress.allow_domains.empty() || !spec.egress.deny_domains.empty()) &&
-      !node_->resolver_status().ok()) {
-    return node_->resolver_status();
-  }
+  DSEC_RETURN_IF_ERROR(CheckResolver(node_, spec));
   std::lock_guard<std::mutex> lock(mu_);
   if (!policy_) return absl::FailedPreconditionError("the sandbox's network is gone");
   // Addresses resolved for a domain rule the new policy drops go at once.
@@ -239,10 +392,7 @@ absl::StatusOr<NetworkCounters> SandboxNetwork::Counters() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!policy_) return absl::FailedPreconditionError("the sandbox's network is gone");
-    DSEC_ASSIGN_OR_RETURN(bpf::EgressCounters c, policy_->Counters());
-    out.connects_allowed = c.allowed;
-    out.connects_denied = c.denied;
-    out.packets_dropped = c.packets_dropped;
+    DSEC_ASSIGN_OR_RETURN(out, policy_->Counters());
   }
   // The host ends receive what the sandbox sends.
   std::lock_guard<std::mutex> links_lock(links_mu_);

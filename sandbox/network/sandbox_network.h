@@ -1,21 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
-// One sandbox's network: its egress policy (bpf/egress_policy.h), and for
-// each network namespace its processes live in (one for a container; one
-// per worker for the fncall tier, see Join) an address leased from the
-// node's subnet, a veth pair (host end "ds<address>" with the gateway
-// address and a /32 route to it; the namespace's end "eth0" with the
-// address and a default route through the gateway), and the policy's
-// programs attached to that namespace's cgroup v2 directory. Besides the
-// client's rules the policy always lets the sandbox reach its own loopback
-// (127.0.0.0/8, ::1) and the node resolver (the gateway, port 53); the
-// client's deny rules still win over those.
+// One sandbox's network: its rules (the client's egress policy, and the
+// addresses the node resolver returned for its domain rules) and a BPF
+// program set that enforces them, and for each place the sandbox's
+// traffic leaves from an address leased from the node's subnet and a
+// point-to-point link to the host whose host end "ds<address>" carries the
+// gateway address and a /32 route to that address. Two forms:
+// - Create / CreateShared + Join (container and fncall tiers): the egress
+//   policy's cgroup programs (bpf/egress_policy.h) on each network
+//   namespace's cgroup v2 directory, and a veth pair whose end "eth0" is in
+//   that namespace with the address and a default route through the
+//   gateway. One namespace for a container; one per worker for the fncall
+//   tier, which come and go (Join). Besides the client's rules the policy
+//   lets the sandbox reach its own loopback (127.0.0.0/8, ::1).
+// - CreateTap (microvm tier): a tap whose descriptor the VM's monitor takes
+//   over (the guest configures its eth0 itself), with the tap filter
+//   (bpf/tap_filter.h) on its ingress: the same rules but loopback (the
+//   guest's never reaches the tap), and only the guest's own source
+//   address.
+// Both always allow the node resolver (the gateway, port 53); the client's
+// deny rules win over the implicit ones.
 //
-// One policy, however many namespaces: a change (SetSpec) and the
+// One rule set, however many namespaces: a change (SetSpec) and the
 // addresses the resolver allows reach them all at once, and the counters
 // cover them all (bytes of namespaces that left included).
 //
-// Everything goes with the object: the programs detach, the veths are
-// deleted (they would also go with their namespaces), the leases return.
+// Everything goes with the object: the programs detach, the veths and the
+// tap are deleted (a veth would also go with its namespace, a tap with its
+// last descriptor), the leases return.
 //
 // Threads: the owning tier's threads for Create/Join/SetSpec/Counters/the
 // destructor (Join and a member's destruction may come from a thread of
@@ -34,17 +45,23 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/scoped_fd.h"
 #include "bpf/egress_policy.h"
+#include "bpf/tap_filter.h"
 #include "sandbox/network/node_network.h"
 #include "sandbox/network/policy.h"
 
 namespace dsec::network {
 
+// For a tap (a microVM, whose calls the host does not see) the connects
+// are the packets such calls start with (TCP SYNs, UDP datagrams), and
+// packets_dropped every frame the tap filter dropped (the refused attempts
+// among them).
 struct NetworkCounters {
-  uint64_t bytes_out = 0;  // sent by the sandbox through its veth
+  uint64_t bytes_out = 0;  // sent by the sandbox through its veth or tap
   uint64_t bytes_in = 0;
   uint64_t connects_allowed = 0;  // connect()/sendmsg() calls let through
-  uint64_t connects_denied = 0;   // refused with EPERM
+  uint64_t connects_denied = 0;   // refused with EPERM (a tap: with a RST, or dropped)
   uint64_t packets_dropped = 0;   // the cgroup_skb wall (raw sockets, ICMP)
 };
 
@@ -67,6 +84,11 @@ class NetworkMember {
   const uint32_t address_;
 };
 
+// Where a sandbox's rules take effect (sandbox_network.cc): the cgroup
+// programs of an EgressPolicy or a microVM's TapFilter.
+class RuleTarget;
+class NlSocket;
+
 class SandboxNetwork {
  public:
   // A sandbox in one network namespace (a container). `netns_fd`: the
@@ -85,8 +107,13 @@ class SandboxNetwork {
                                                                       const NetworkSpec& spec);
   // Gives one more namespace of the sandbox an address and a veth, and
   // puts the policy (as it is now, and as it changes) on `cgroup_dir`;
-  // all or nothing. FailedPrecondition after Close.
+  // all or nothing. FailedPrecondition after Close, and for a tap's.
   absl::StatusOr<std::unique_ptr<NetworkMember>> Join(int netns_fd, const std::string& cgroup_dir);
+  // A microVM's: a tap "ds<address>" in the calling thread's network
+  // namespace (tap_fd(), for the monitor), the tap filter on its ingress.
+  // Unavailable with the kernel's reason where the filter cannot load or
+  // attach, as for Create.
+  static absl::StatusOr<std::unique_ptr<SandboxNetwork>> CreateTap(NodeNetwork* node, const NetworkSpec& spec);
   ~SandboxNetwork();  // Close()
   SandboxNetwork(const SandboxNetwork&) = delete;
   SandboxNetwork& operator=(const SandboxNetwork&) = delete;
@@ -109,8 +136,16 @@ class SandboxNetwork {
   uint32_t address() const;
   std::string address_text() const;
   std::string gateway_text() const { return Ipv4Text(node_->gateway()); }
-  // The host end of the first namespace's veth, "" without any.
+  // The host end of the first namespace's veth or the tap, "" without any.
   std::string host_interface() const;
+  // "address/prefix" of the first address, as the sandbox's eth0 has it.
+  std::string address_cidr() const;
+  // A tap's descriptor (-1 for veths, and after Close): the monitor
+  // inherits a copy; this one keeps the tap until Close.
+  int tap_fd() const { return tap_.get(); }
+  // The MAC address the guest's NIC gets on a tap: locally administered
+  // unicast, 02:00 and the IPv4 address.
+  std::string GuestMac() const;
   // The sandbox's /etc/resolv.conf: the node resolver.
   std::string ResolvConf() const;
 
@@ -127,10 +162,16 @@ class SandboxNetwork {
 
  private:
   friend class NetworkMember;
-  SandboxNetwork(NodeNetwork* node, std::unique_ptr<bpf::EgressPolicy> policy)
-      : node_(node), policy_(std::move(policy)) {}
+  SandboxNetwork(NodeNetwork* node, std::unique_ptr<RuleTarget> rules);
+  // Rules of a fresh network to `spec`; the resolver check first.
+  static absl::Status CheckResolver(NodeNetwork* node, const NetworkSpec& spec);
   // A namespace's veth and routes (`address` leased, its link recorded).
   absl::Status Plumb(uint32_t address, int netns_fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(links_mu_);
+  // The tap for `address`, the filter attached to it (`filter`: the one
+  // inside policy_), then the host end.
+  absl::Status PlumbTap(uint32_t address, bpf::TapFilter* filter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(links_mu_);
+  // The gateway address and route on a host end, forwarding on, up.
+  absl::Status ConfigureHostEnd(NlSocket& host, const std::string& host_if, uint32_t address);
   // Undoes Join for `address` (NetworkMember's destruction); nothing
   // if it went already (Close).
   void Leave(uint32_t address);
@@ -146,7 +187,7 @@ class SandboxNetwork {
   // One namespace's plumbing, by its address.
   struct Link {
     std::string host_if;
-    bool plumbed = false;  // the veth exists
+    bool plumbed = false;  // the veth or tap exists
     std::unique_ptr<bpf::CgroupLinks> programs;  // the policy on its cgroup
   };
   // Serialises Join, Leave and Close. Lock order: links_mu_, then the
@@ -159,9 +200,11 @@ class SandboxNetwork {
   uint64_t gone_bytes_in_ ABSL_GUARDED_BY(links_mu_) = 0;
   // Create's one namespace.
   std::unique_ptr<NetworkMember> own_member_;
+  // CreateTap's tap (its one link), closed by Close.
+  ScopedFd tap_;
 
   mutable std::mutex mu_;
-  std::unique_ptr<bpf::EgressPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RuleTarget> policy_ ABSL_GUARDED_BY(mu_);
   NetworkSpec spec_ ABSL_GUARDED_BY(mu_);
   // What the maps hold, by the rule's text (FormatEgressRule).
   std::map<std::string, bpf::EgressRule> allowed_ ABSL_GUARDED_BY(mu_);
