@@ -50,7 +50,9 @@ absl::StatusOr<int> KillCgroupProcesses(const std::vector<std::string>& dirs, pi
 // The process group of `pid` (from /proc), or 0 if it is gone.
 pid_t ProcessGroupOf(pid_t pid);
 
-// The sandbox's cgroup in each controller hierarchy, named "dsec-ctr-<id>".
+// The sandbox's cgroup in each controller hierarchy, named "dsec-ctr-<id>",
+// and on a hybrid host one in the v2 tree too (no controllers there; the
+// sandbox's BPF programs attach to it: Cgroup2DirFor).
 // Destruction kills every process left inside and removes the directories
 // (unlike sched::CgroupDir, nothing is moved back to the parent: a sandbox's
 // processes never outlive it).
@@ -114,9 +116,9 @@ class ContainerCgroups {
 absl::Status KillAndRemoveCgroup(const std::string& dir);
 
 // The cgroup v2 directory holding every process of a sandbox, where its
-// BPF programs (bpf/) attach: one of `cgroups` where the host is pure v2;
-// elsewhere (a hybrid host, whose v2 tree holds no controllers but takes
-// BPF programs) one made for it, "dsec-ctr-<id>" in the v2 tree, announced
+// BPF programs (bpf/) attach: one of `cgroups` where it has one (a pure v2
+// host, or a hybrid one's v2 tree, which holds no controllers but takes
+// BPF programs: ContainerCgroups makes it); else one made for it, "dsec-ctr-<id>" in the v2 tree, announced
 // to `record` before it exists (so that a killed daemon's successor
 // removes it), with `pid` moved in (what it starts follows it); its path
 // also in *made for the caller to remove (KillAndRemoveCgroup) after the

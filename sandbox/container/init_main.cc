@@ -42,15 +42,19 @@ void EnterUserNamespace() {
   }
 }
 
-// The detached overlay, the one descriptor of the first control message.
-int ReceiveOverlay() {
+// The first control message: the detached overlay, and with
+// netns_on_control the network namespace to join (exactly as many
+// descriptors as the configuration says).
+void ReceiveRoot(bool with_netns, int* overlay_fd, int* netns_fd) {
   char byte;
-  int fd = -1;
+  int fds[2] = {-1, -1};
+  const size_t want = with_netns ? 2 : 1;
   size_t nfds = 0;
   bool dropped = false;
-  const ssize_t n = dsec::ReceiveWithFds(kInitControlFd, &byte, 1, &fd, 1, &nfds, 0, &dropped);
-  if (n != 1 || nfds != 1 || dropped) FailChild(kInitReportFd, kMountOverlay, EPROTO);
-  return fd;
+  const ssize_t n = dsec::ReceiveWithFds(kInitControlFd, &byte, 1, fds, want, &nfds, 0, &dropped);
+  if (n != 1 || nfds != want || dropped) FailChild(kInitReportFd, kMountOverlay, EPROTO);
+  *overlay_fd = fds[0];
+  *netns_fd = with_netns ? fds[1] : -1;
 }
 
 }  // namespace
@@ -61,7 +65,13 @@ int main() {
   ::close(kInitConfigFd);
   if (!config.cwd.empty() && ::chdir(config.cwd.c_str()) != 0) FailChild(kInitReportFd, kChdir, errno);
   if (config.join_userns) EnterUserNamespace();
-  const int overlay_fd = config.overlay_on_control ? ReceiveOverlay() : -1;
+  int overlay_fd = -1;
+  int netns_fd = config.join_netns ? kInitNetnsFd : -1;
+  if (config.overlay_on_control) {
+    int received_netns = -1;
+    ReceiveRoot(config.netns_on_control, &overlay_fd, &received_netns);
+    if (config.netns_on_control) netns_fd = received_netns;
+  }
   SeccompProgram seccomp{config.seccomp};
   InitPlan plan;
   plan.root.merged = config.merged;
@@ -76,6 +86,6 @@ int main() {
   plan.go_fd = kInitGoFd;
   plan.report_fd = kInitReportFd;
   plan.control_fd = kInitControlFd;
-  plan.net_fd = config.join_netns ? kInitNetnsFd : -1;
+  plan.net_fd = netns_fd;
   RunInit(plan);
 }

@@ -153,6 +153,11 @@ void InitPool::Run() {
       wake_.wait(lock, [this] { return stop_ || ready_.size() < target_ || !retired_.empty(); });
       continue;
     }
+    if (creating_ > 0) {
+      // Behind the creates in flight (CreateInFlight), or 100 ms.
+      wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_ || creating_ == 0; });
+      if (stop_) break;
+    }
     lock.unlock();
     auto slot = MakeSlot(NextSlotSeq());
     lock.lock();
@@ -180,6 +185,21 @@ void InitPool::Run() {
 uint64_t InitPool::NextSlotSeq() {
   static std::atomic<uint64_t> next{0};
   return next.fetch_add(1);
+}
+
+InitPool::CreateInFlight::CreateInFlight(InitPool* pool) : pool_(pool) {
+  if (pool_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(pool_->mu_);
+  ++pool_->creating_;
+}
+
+InitPool::CreateInFlight::~CreateInFlight() {
+  if (pool_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu_);
+    --pool_->creating_;
+  }
+  pool_->wake_.notify_all();
 }
 
 absl::StatusOr<InitSlot> InitPool::MakeSlot(uint64_t seq) {

@@ -113,6 +113,22 @@ class InitPool {
   InitPoolStats stats() const;
   absl::Status last_error() const;
 
+  // A create in flight (RAII): the refill waits until none is, up to
+  // 100 ms. A slot's migration holds cgroup_mutex through an RCU grace
+  // period (see "When"), and a create's own cgroup steps after it took its
+  // slot (its BPF programs' attachment) would wait behind the refill its
+  // Take() started: 0.1 ms became 5-15 ms here.
+  class CreateInFlight {
+   public:
+    explicit CreateInFlight(InitPool* pool);
+    ~CreateInFlight();
+    CreateInFlight(const CreateInFlight&) = delete;
+    CreateInFlight& operator=(const CreateInFlight&) = delete;
+
+   private:
+    InitPool* pool_;
+  };
+
  private:
   InitPool(std::string state_root, size_t target, std::string init_binary)
       : state_root_(std::move(state_root)), target_(target), init_binary_(std::move(init_binary)) {}
@@ -135,6 +151,7 @@ class InitPool {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Retired> retired_ ABSL_GUARDED_BY(mu_);
   int removing_ ABSL_GUARDED_BY(mu_) = 0;  // retired entries being removed now
+  int creating_ ABSL_GUARDED_BY(mu_) = 0;  // CreateInFlight guards alive
   std::condition_variable flushed_;
   std::condition_variable made_;  // a slot became ready
   std::thread thread_;

@@ -42,6 +42,7 @@ inline constexpr uint32_t kInitConfigMagic = 0x32494344;  // "DCI2"
 inline constexpr uint32_t kInitJoinNetns = 1;             // InitConfig flags
 inline constexpr uint32_t kInitJoinUserns = 2;
 inline constexpr uint32_t kInitOverlayOnControl = 4;
+inline constexpr uint32_t kInitNetnsOnControl = 8;
 inline constexpr size_t kMaxInitPathBytes = 4096;
 inline constexpr size_t kMaxInitOverlayBytes = 16384;
 inline constexpr size_t kMaxInitHostnameBytes = 64;
@@ -66,6 +67,11 @@ struct InitConfig {
   // socket (any bytes, SCM_RIGHTS: the mount) before the init builds the
   // root, which it attaches at `merged` in its own mount namespace.
   bool overlay_on_control = false;
+  // With overlay_on_control: the same message carries a second descriptor,
+  // a network namespace the init joins first (a made-ahead init claimed by
+  // a sandbox whose network namespace was made, and wired, before it:
+  // sandbox/network). Not with join_netns or join_userns.
+  bool netns_on_control = false;
   // Directory to chdir into first, as host root; `merged` and the paths
   // in `overlay` may be relative to it. (Root in a user namespace cannot
   // search the 0700 state directories above it; a working directory

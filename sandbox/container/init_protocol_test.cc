@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/container/init_protocol.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "base/scoped_fd.h"
 #include "gtest/gtest.h"
 
 namespace dsec::container {
@@ -39,6 +42,44 @@ ExecSpec Spec() {
   s.uid = 1000;
   s.gid = 100;
   return s;
+}
+
+// The configuration as the init reads it, through a pipe.
+bool ReadBack(const InitConfig& config, InitConfig* out) {
+  int p[2];
+  if (::pipe(p) != 0) return false;
+  ScopedFd r(p[0]), w(p[1]);
+  const std::string encoded = EncodeInitConfig(config);
+  if (::write(w.get(), encoded.data(), encoded.size()) != static_cast<ssize_t>(encoded.size())) return false;
+  w.Reset();
+  return ReadInitConfig(r.get(), out);
+}
+
+// A configuration with these flags, read back: whether the init takes it.
+bool TakesFlags(bool overlay_on_control, bool netns_on_control, bool join_netns, bool join_userns,
+                InitConfig* got) {
+  InitConfig c;
+  c.merged = std::string(6, 'm');
+  c.hostname = std::string(1, 'h');
+  c.overlay_on_control = overlay_on_control;
+  c.netns_on_control = netns_on_control;
+  c.join_netns = join_netns;
+  c.join_userns = join_userns;
+  return ReadBack(c, got);
+}
+
+TEST(InitProtocolTest, ANamespaceOnTheControlSocketComesOnlyWithTheOverlayAlone) {
+  InitConfig got;
+  ASSERT_TRUE(TakesFlags(true, true, false, false, &got));
+  EXPECT_TRUE(got.overlay_on_control);
+  EXPECT_TRUE(got.netns_on_control);
+  EXPECT_FALSE(got.join_netns);
+  ASSERT_TRUE(TakesFlags(true, false, false, false, &got));
+  EXPECT_FALSE(got.netns_on_control);
+  // Two sources of one namespace, or one the init makes itself: refused.
+  EXPECT_FALSE(TakesFlags(false, true, false, false, &got));
+  EXPECT_FALSE(TakesFlags(true, true, true, false, &got));
+  EXPECT_FALSE(TakesFlags(true, true, false, true, &got));
 }
 
 TEST(InitProtocolTest, RequestRoundTrips) {

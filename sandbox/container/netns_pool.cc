@@ -2,10 +2,6 @@
 #include "sandbox/container/netns_pool.h"
 
 #include <fcntl.h>
-#include <net/if.h>
-#include <sched.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
@@ -15,40 +11,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
+#include "base/netns.h"
 #include "base/status.h"
 
 namespace dsec::container {
-
-namespace {
-
-absl::Status LoopbackUp() {
-  ScopedFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!s) return ErrnoToStatus("netns pool: socket");
-  ifreq req{};
-  std::memcpy(req.ifr_name, "lo", 3);
-  if (::ioctl(s.get(), SIOCGIFFLAGS, &req) != 0) return ErrnoToStatus("netns pool: SIOCGIFFLAGS lo");
-  req.ifr_flags = static_cast<short>(req.ifr_flags | IFF_UP);
-  if (::ioctl(s.get(), SIOCSIFFLAGS, &req) != 0) return ErrnoToStatus("netns pool: SIOCSIFFLAGS lo");
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::StatusOr<ScopedFd> MakeNetns() {
-  ScopedFd home(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  if (!home) return ErrnoToStatus("netns pool: open own netns");
-  if (::unshare(CLONE_NEWNET) != 0) return ErrnoToStatus("netns pool: unshare(CLONE_NEWNET)");
-  ScopedFd fresh(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  absl::Status s = fresh ? LoopbackUp() : ErrnoToStatus("netns pool: open new netns");
-  // Back home whatever happened: this thread must not stay in it.
-  if (::setns(home.get(), CLONE_NEWNET) != 0) {
-    // The thread is stranded in a namespace nobody else uses; nothing it
-    // does later depends on the network namespace (it only makes more).
-    return ErrnoToStatus("netns pool: setns back");
-  }
-  if (!s.ok()) return s;
-  return fresh;
-}
 
 NetnsPool::NetnsPool(size_t target) : target_(target) {
   if (target_ > 0) thread_ = std::thread([this] { Refill(); });

@@ -70,9 +70,4 @@ class NetnsPool {
   std::thread thread_;
 };
 
-// Makes one network namespace on the calling thread, brings its loopback
-// up, and returns the calling thread to the namespace it was in. Returns
-// the new namespace's fd. Internal with the failing step on error.
-absl::StatusOr<ScopedFd> MakeNetns();
-
 }  // namespace dsec::container

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/netns.h"
 #include "gtest/gtest.h"
 
 namespace dsec::container {
@@ -57,7 +58,7 @@ class NetnsPoolTest : public ::testing::Test {
 TEST_F(NetnsPoolTest, MakeNetnsGivesAFreshNamespaceWithLoUpAndLeavesTheCallerHome) {
   const ino_t home = OwnNetnsInode();
   ASSERT_NE(home, 0u);
-  absl::StatusOr<ScopedFd> fd = MakeNetns();
+  absl::StatusOr<ScopedFd> fd = dsec::MakeNetns();
   ASSERT_TRUE(fd.ok()) << fd.status();
   EXPECT_NE(NsInode(fd->get()), home);
   EXPECT_EQ(OwnNetnsInode(), home) << "the calling thread did not return to its namespace";

@@ -57,6 +57,10 @@ absl::Status ValidateConfig(const SandboxConfig& c) {
     return absl::InvalidArgumentError("upper_size_bytes must be at least 1 MiB");
   }
   if (c.user_namespace) DSEC_RETURN_IF_ERROR(ValidateUserNamespaceMap(*c.user_namespace));
+  if (c.netns_fd >= 0 && c.user_namespace) {
+    // Its init makes its namespaces inside the user namespace.
+    return absl::InvalidArgumentError("a given network namespace and a user namespace do not go together");
+  }
   return absl::OkStatus();
 }
 
@@ -239,12 +243,16 @@ InitConfig Sandbox::BaseInitConfig() const {
 absl::StatusOr<bool> Sandbox::StartSlotInit(InitSlot& slot) {
   InitConfig config = BaseInitConfig();
   config.overlay_on_control = true;
+  // The slot's init is in a namespace of its own; a wired one replaces it.
+  config.netns_on_control = config_.netns_fd >= 0;
   DSEC_RETURN_IF_ERROR(ValidateInitConfig(config));
   const std::string encoded = EncodeInitConfig(config);
   // Fits the pipe's buffer (ValidateInitConfig's bounds): never blocks.
+  const int fds[2] = {root_mount_.fd(), config_.netns_fd};
+  const size_t nfds = config.netns_on_control ? 2 : 1;
   bool taken = WriteNoSigpipe(slot.config_write.get(), encoded.data(), encoded.size()) ==
                    static_cast<ssize_t>(encoded.size()) &&
-               SendFd(slot.control.get(), root_mount_.fd());
+               SendWithFds(slot.control.get(), "r", 1, fds, nfds) == 1;
   if (!taken) {
     // The slot's init is gone (killed, or out of pids): start a new one.
     DSEC_LOG(warn, "container: sandbox={} made-ahead init did not answer; starting one", config_.id);
@@ -291,12 +299,18 @@ absl::Status Sandbox::StartInit() {
     fds.userns = userns_.get();
   } else {
     config.overlay_on_control = true;
-    // A namespace made ahead of time if one is ready (netns_pool.h).
-    netns = NetnsPool::Default().Take();
-    config.join_netns = netns.valid();
-    fds.netns = netns.get();
+    if (config_.netns_fd >= 0) {
+      // The caller's (already wired: sandbox/network).
+      config.join_netns = true;
+      fds.netns = config_.netns_fd;
+    } else {
+      // A namespace made ahead of time if one is ready (netns_pool.h).
+      netns = NetnsPool::Default().Take();
+      config.join_netns = netns.valid();
+      fds.netns = netns.get();
+    }
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
-    if (!netns) flags |= CLONE_NEWNET;
+    if (!config.join_netns) flags |= CLONE_NEWNET;
   }
   DSEC_ASSIGN_OR_RETURN(LaunchedInit init, LaunchInit(init_binary_, &config, fds, flags));
   netns.Reset();

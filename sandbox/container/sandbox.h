@@ -60,6 +60,11 @@ struct SandboxConfig {
   // processes then hold their capabilities only over what the namespace
   // owns. Always a fresh network namespace (the pool's belong to the host).
   std::optional<UserNamespaceMap> user_namespace;
+  // Optional: a network namespace for the sandbox's init to join instead
+  // of a fresh one (a networked sandbox's, made and wired before it:
+  // sandbox/network's SandboxNetwork::CreateAhead). The caller keeps it
+  // open until Create returns. Not with user_namespace.
+  int netns_fd = -1;
 };
 
 // One container sandbox. Network: its own empty net namespace (lo only).
