@@ -138,8 +138,12 @@ class ContainerTierSandbox : public tier::TierSandbox {
 
   // The sandbox's cgroup v2 directory (its own, or one made for it) and
   // the tier's device policy on it; then its network, if asked for.
+  // `ahead`: the network made before the sandbox (CreateAhead), whose
+  // namespace its init joined; else one is made now for the namespace the
+  // init has.
   absl::Status AddPrograms(const std::shared_ptr<const bpf::DevicePolicy>& devices,
-                           network::NodeNetwork* node, const network::NetworkSpec* spec) {
+                           network::NodeNetwork* node, const network::NetworkSpec* spec,
+                           std::shared_ptr<network::SandboxNetwork> ahead) {
     if (devices == nullptr && spec == nullptr) return absl::OkStatus();
     absl::StatusOr<std::string> dir = SandboxCgroup2Dir(*sandbox_, &made_v2_);
     if (!dir.ok()) {
@@ -153,7 +157,11 @@ class ContainerTierSandbox : public tier::TierSandbox {
       DSEC_ASSIGN_OR_RETURN(device_attachment_, devices->Attach(v2_dir_));
       devices_ = devices;
     }
-    if (spec != nullptr) {
+    if (ahead) {
+      network_ = std::move(ahead);
+      DSEC_RETURN_IF_ERROR(network_->AttachTo(v2_dir_));
+      DSEC_RETURN_IF_ERROR(WriteResolvConf(*sandbox_, *network_));
+    } else if (spec != nullptr) {
       DSEC_ASSIGN_OR_RETURN(network_, AddSandboxNetwork(*sandbox_, v2_dir_, node, *spec));
     }
     return absl::OkStatus();
@@ -333,13 +341,17 @@ absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandb
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<network::SandboxNetwork> n,
                         network::SandboxNetwork::Create(node, netns.get(), cgroup2_dir, spec));
   std::shared_ptr<network::SandboxNetwork> net = std::move(n);
-  ScopedFsIds ids(sandbox.user_namespace());
-  absl::Status s = WriteRootFile(sandbox.rootfs_dir(), "/etc/resolv.conf", net->ResolvConf(), 0644);
-  if (!s.ok()) {
+  if (absl::Status s = WriteResolvConf(sandbox, *net); !s.ok()) {
     net->Close();
-    return Annotate(s, "writing /etc/resolv.conf");
+    return s;
   }
   return net;
+}
+
+absl::Status WriteResolvConf(Sandbox& sandbox, const network::SandboxNetwork& network) {
+  ScopedFsIds ids(sandbox.user_namespace());
+  return Annotate(WriteRootFile(sandbox.rootfs_dir(), "/etc/resolv.conf", network.ResolvConf(), 0644),
+                  "writing /etc/resolv.conf");
 }
 
 std::string FreezerCgroupName(const std::string& sandbox_id) {
@@ -409,6 +421,9 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> ContainerTier::Create(const t
   c.state_root = options_.state_root;
   c.isolation = spec.isolation;
   c.init_pool = pool_.get();
+  // The pool's refill waits until this create is done (its cgroup steps
+  // would wait behind the refill's migration).
+  InitPool::CreateInFlight in_flight(pool_.get());
   std::shared_ptr<uint32_t> range;
   if (tier::OptionBool(spec.options, "user_namespace")) {
     DSEC_ASSIGN_OR_RETURN(range, TakeRange());
@@ -417,14 +432,30 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> ContainerTier::Create(const t
   if (spec.network && spec.node_network == nullptr) {
     return absl::InternalError("a network was asked for without the node's network");
   }
+  std::shared_ptr<network::SandboxNetwork> ahead;
+  if (spec.network && !c.user_namespace) {
+    // The network first, in a namespace wired ahead that the init joins:
+    // the create then waits for no netlink call (sandbox_network.h).
+    absl::StatusOr<std::unique_ptr<network::SandboxNetwork>> n =
+        network::SandboxNetwork::CreateAhead(spec.node_network, *spec.network);
+    if (!n.ok()) return Annotate(n.status(), "network");
+    ahead = std::move(*n);
+    c.netns_fd = ahead->netns_fd();
+  }
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb, Sandbox::Create(std::move(c)));
   auto out = std::make_unique<ContainerTierSandbox>(std::move(sb), std::move(range), pool_);
   // All or nothing: a sandbox whose policy cannot be enforced is not
   // handed out (its destructor removes what was made).
-  DSEC_RETURN_IF_ERROR(Annotate(out->AddPrograms(devices_, spec.node_network, spec.network.get()),
+  DSEC_RETURN_IF_ERROR(Annotate(out->AddPrograms(devices_, spec.node_network, spec.network.get(), std::move(ahead)),
                                 spec.network ? "network" : "device policy"));
   return std::unique_ptr<tier::TierSandbox>(std::move(out));
 }
+
+bool ContainerTier::WaitInitsReady(size_t n, int64_t timeout_ms) const {
+  return pool_ != nullptr && pool_->WaitReady(n, timeout_ms);
+}
+
+uint64_t ContainerTier::inits_taken() const { return pool_ == nullptr ? 0 : pool_->stats().taken; }
 
 absl::StatusOr<std::shared_ptr<uint32_t>> ContainerTier::TakeRange() {
   std::lock_guard<std::mutex> lock(*ranges_mu_);

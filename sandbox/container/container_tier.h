@@ -35,14 +35,18 @@ class Sandbox;
 // the sandbox). Unavailable without a v2 hierarchy.
 absl::StatusOr<std::string> SandboxCgroup2Dir(Sandbox& sandbox, std::string* made_cgroup);
 
-// Gives a container sandbox its network (sandbox/network): the egress
-// programs on `cgroup2_dir`, the veth into its namespace, and the node
-// resolver in its /etc/resolv.conf. Unavailable where the policy cannot be
-// enforced.
+// Gives a container sandbox its network after the fact (sandbox/network):
+// the egress programs on `cgroup2_dir`, the veth into its namespace, and
+// the node resolver in its /etc/resolv.conf. Unavailable where the policy
+// cannot be enforced. (The tier makes its sandboxes' networks before them
+// instead, where it can: SandboxNetwork::CreateAhead.)
 absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandbox& sandbox,
                                                                            const std::string& cgroup2_dir,
                                                                            network::NodeNetwork* node,
                                                                            const network::NetworkSpec& spec);
+// The node resolver in the sandbox's /etc/resolv.conf (written with the
+// sandbox's own ids).
+absl::Status WriteResolvConf(Sandbox& sandbox, const network::SandboxNetwork& network);
 
 struct ContainerTierOptions {
   std::string state_root;           // SandboxConfig::state_root
@@ -69,6 +73,10 @@ class ContainerTier : public tier::Tier {
   void LayerRemoved(const std::string& image) override;
   // dsec_container_user_namespace_ranges: id ranges in use.
   std::string MetricsText() const override;
+  // Made-ahead inits (tests, benchmarks): waits until `n` are ready (false
+  // without a pool, or after `timeout_ms`), and how many creates took one.
+  bool WaitInitsReady(size_t n, int64_t timeout_ms) const;
+  uint64_t inits_taken() const;
 
   // Host id ranges of user-namespace sandboxes: 65536 ids each, from
   // kFirstHostId, one per live sandbox, so that no two sandboxes share an

@@ -60,6 +60,11 @@ int main(int argc, char** argv) {
                  "sandboxes reach only this node)");
   app.add_option("--net-dns-upstream", net.dns_upstream,
                  "The node resolver's upstream server (default: /etc/resolv.conf's first)");
+  net.netns_ahead = 4;
+  app.add_option("--net-netns-ahead", net.netns_ahead,
+                 "Network namespaces wired ahead for container creates (each holds an address; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   for (const auto& t : tiers) t->AddFlags(app);
   try {

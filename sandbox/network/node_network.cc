@@ -193,7 +193,10 @@ absl::StatusOr<std::unique_ptr<NodeNetwork>> NodeNetwork::Create(const NodeNetwo
     n->forwarding_enabled_.push_back(up);
   }
   n->policies_ahead_ = options.policies_ahead;
-  if (n->policies_ahead_ > 0) n->policy_thread_ = std::thread([raw = n.get()] { raw->PolicyLoop(); });
+  n->netns_ahead_ = options.netns_ahead;
+  if (n->policies_ahead_ > 0 || n->netns_ahead_ > 0) {
+    n->policy_thread_ = std::thread([raw = n.get()] { raw->AheadLoop(); });
+  }
   // The resolver listens on the gateway address, port 53. Without it the
   // node still offers CIDR rules; a sandbox with domain rules is refused.
   dns::Resolver::Options ro;
@@ -237,6 +240,8 @@ NodeNetwork::~NodeNetwork() {
   }
   policy_cv_.notify_all();
   if (policy_thread_.joinable()) policy_thread_.join();
+  for (WiredNetns& w : wired_) DropWired(w);
+  wired_.clear();
   resolver_.reset();  // its thread calls into this object
   {
     std::lock_guard<std::mutex> lock(expiry_mu_);
@@ -322,26 +327,6 @@ uint64_t NodeNetwork::policies_loaded_inline() const {
   return loaded_inline_;
 }
 
-void NodeNetwork::PolicyLoop() {
-  std::unique_lock<std::mutex> lock(policy_mu_);
-  while (!policy_stop_) {
-    if (ready_.size() >= policies_ahead_) {
-      policy_cv_.wait(lock);
-      continue;
-    }
-    lock.unlock();
-    absl::StatusOr<std::unique_ptr<bpf::EgressPolicy>> p = bpf::EgressPolicy::Load();
-    lock.lock();
-    if (!p.ok()) {
-      // The kernel refuses it: creates load their own and report why.
-      DSEC_LOG(warn, "network: no egress policies made ahead: {}", p.status().ToString());
-      return;
-    }
-    ready_.push_back(std::move(*p));
-    policy_cv_.notify_all();  // WaitPoliciesReady
-  }
-}
-
 bool NodeNetwork::WaitPoliciesReady(size_t n, int64_t deadline_ns) {
   std::unique_lock<std::mutex> lock(policy_mu_);
   while (ready_.size() < n) {
@@ -417,9 +402,11 @@ nlohmann::json NodeNetworkProvider::Health() const {
   h["available"] = last_error_.empty();
   if (!last_error_.empty()) h["reason"] = last_error_;
   h["active"] = node_ != nullptr;
-  h["sandboxes"] = node_ ? node_->leased() : 0;
+  h["sandboxes"] = node_ ? node_->sandboxes() : 0;
   h["policies_made_ahead_taken"] = node_ ? node_->policies_taken_ahead() : 0;
   h["policies_loaded_on_create"] = node_ ? node_->policies_loaded_inline() : 0;
+  h["netns_wired_ahead_taken"] = node_ ? node_->wired_taken_ahead() : 0;
+  h["netns_wired_on_create"] = node_ ? node_->wired_made_inline() : 0;
   if (node_) {
     h["resolver"] = node_->resolver_status().ok() ? nlohmann::json("running")
                                                    : nlohmann::json(std::string(node_->resolver_status().message()));

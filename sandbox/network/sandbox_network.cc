@@ -12,8 +12,6 @@
 namespace dsec::network {
 namespace {
 
-constexpr char kSandboxInterface[] = "eth0";
-
 bpf::EgressRule Rule(const std::string& text) {
   absl::StatusOr<bpf::EgressRule> r = bpf::ParseEgressRule(text);
   DSEC_CHECK(r.ok());
@@ -157,24 +155,40 @@ absl::StatusOr<std::unique_ptr<NetworkMember>> SandboxNetwork::Join(int netns_fd
 }
 
 absl::Status SandboxNetwork::Plumb(uint32_t address, int netns_fd) {
-  Link& link = links_.at(address);
-  DSEC_ASSIGN_OR_RETURN(NlSocket host, NlSocket::Open());
-  absl::Status s = host.AddVeth(link.host_if, kSandboxInterface, netns_fd);
-  if (s.code() == absl::StatusCode::kAlreadyExists) {
-    // A predecessor's (a daemon killed with its sandboxes still dying):
-    // the name encodes an address of our subnet, so it is ours to replace.
-    (void)host.DeleteLink(link.host_if);
-    s = host.AddVeth(link.host_if, kSandboxInterface, netns_fd);
+  DSEC_RETURN_IF_ERROR(node_->WireVeth(address, netns_fd));
+  links_.at(address).plumbed = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::CreateAhead(NodeNetwork* node,
+                                                                            const NetworkSpec& spec) {
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<SandboxNetwork> n, CreateShared(node, spec));
+  DSEC_ASSIGN_OR_RETURN(WiredNetns wired, node->TakeWired());
+  std::lock_guard<std::mutex> links_lock(n->links_mu_);
+  Link& link = n->links_[wired.address];
+  link.host_if = NodeNetwork::HostInterface(wired.address);
+  link.plumbed = true;  // from here on the lease and the veth are ours
+  node->Register(wired.address, n.get());
+  n->ahead_netns_ = std::move(wired.netns);
+  n->own_member_ = std::make_unique<NetworkMember>(n.get(), wired.address);
+  return n;
+}
+
+absl::Status SandboxNetwork::AttachTo(const std::string& cgroup_dir) {
+  std::lock_guard<std::mutex> links_lock(links_mu_);
+  if (closed_) return absl::FailedPreconditionError("the sandbox's network is gone");
+  if (!own_member_ || !ahead_netns_.valid()) {
+    return absl::FailedPreconditionError("only a network made by CreateAhead is attached later, once");
   }
-  DSEC_RETURN_IF_ERROR(s);
-  link.plumbed = true;
-  const std::string gw = Ipv4Text(node_->gateway());
-  const std::string me = Ipv4Text(address);
-  DSEC_RETURN_IF_ERROR(ConfigureHostEnd(host, link.host_if, address));
-  DSEC_ASSIGN_OR_RETURN(NlSocket inside, NlSocket::OpenIn(netns_fd));
-  DSEC_RETURN_IF_ERROR(inside.AddAddress(kSandboxInterface, absl::StrCat(me, "/", node_->prefix_len())));
-  DSEC_RETURN_IF_ERROR(inside.SetUp(kSandboxInterface));
-  DSEC_RETURN_IF_ERROR(inside.AddRoute("0.0.0.0/0", kSandboxInterface, gw));
+  Link& link = links_.at(own_member_->address());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<std::unique_ptr<bpf::CgroupLinks>> programs = policy_->AttachToCgroup(cgroup_dir);
+    if (!programs.ok()) return Annotate(programs.status(), "egress policy");
+    link.programs = std::move(*programs);
+  }
+  // The sandbox's init holds its namespace now.
+  ahead_netns_.Reset();
   return absl::OkStatus();
 }
 
@@ -222,14 +236,7 @@ absl::Status SandboxNetwork::PlumbTap(uint32_t address, bpf::TapFilter* filter) 
     std::lock_guard<std::mutex> lock(mu_);
     DSEC_RETURN_IF_ERROR(Annotate(filter->AttachToInterface(ifindex), "tap filter"));
   }
-  return ConfigureHostEnd(host, link.host_if, address);
-}
-
-absl::Status SandboxNetwork::ConfigureHostEnd(NlSocket& host, const std::string& host_if, uint32_t address) {
-  DSEC_RETURN_IF_ERROR(host.AddAddress(host_if, absl::StrCat(Ipv4Text(node_->gateway()), "/32")));
-  DSEC_RETURN_IF_ERROR(EnableForwarding(host_if));
-  DSEC_RETURN_IF_ERROR(host.SetUp(host_if));
-  return host.AddRoute(absl::StrCat(Ipv4Text(address), "/32"), host_if, "");
+  return node_->ConfigureHostEnd(link.host_if, address);
 }
 
 std::string SandboxNetwork::address_cidr() const {
@@ -288,6 +295,7 @@ void SandboxNetwork::Close() {
   std::lock_guard<std::mutex> links_lock(links_mu_);
   if (closed_.exchange(true)) return;
   while (!links_.empty()) LeaveLocked(links_.begin()->first);
+  ahead_netns_.Reset();
   // The programs and maps. A tap's filter went with the tap just now
   // (interface indices are not reused at once, so its detach cannot reach
   // another interface): deleting the tap first leaves no moment in which

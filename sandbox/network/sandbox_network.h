@@ -87,7 +87,6 @@ class NetworkMember {
 // Where a sandbox's rules take effect (sandbox_network.cc): the cgroup
 // programs of an EgressPolicy or a microVM's TapFilter.
 class RuleTarget;
-class NlSocket;
 
 class SandboxNetwork {
  public:
@@ -109,6 +108,18 @@ class SandboxNetwork {
   // puts the policy (as it is now, and as it changes) on `cgroup_dir`;
   // all or nothing. FailedPrecondition after Close, and for a tap's.
   absl::StatusOr<std::unique_ptr<NetworkMember>> Join(int netns_fd, const std::string& cgroup_dir);
+  // A container's network made before its processes (the container tier
+  // without a user namespace): a namespace already wired (made ahead by
+  // the node when one is ready: NodeNetworkOptions::netns_ahead) for the
+  // sandbox's init to join, netns_fd(); the policy goes on the sandbox's
+  // cgroup v2 directory with AttachTo once the init is in it, before
+  // anything else of the sandbox runs. Errors as Create's.
+  static absl::StatusOr<std::unique_ptr<SandboxNetwork>> CreateAhead(NodeNetwork* node, const NetworkSpec& spec);
+  // CreateAhead's namespace until AttachTo; -1 otherwise.
+  int netns_fd() const { return ahead_netns_.get(); }
+  // CreateAhead's second step; FailedPrecondition for any other network,
+  // or a second time.
+  absl::Status AttachTo(const std::string& cgroup_dir);
   // A microVM's: a tap "ds<address>" in the calling thread's network
   // namespace (tap_fd(), for the monitor), the tap filter on its ingress.
   // Unavailable with the kernel's reason where the filter cannot load or
@@ -170,8 +181,6 @@ class SandboxNetwork {
   // The tap for `address`, the filter attached to it (`filter`: the one
   // inside policy_), then the host end.
   absl::Status PlumbTap(uint32_t address, bpf::TapFilter* filter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(links_mu_);
-  // The gateway address and route on a host end, forwarding on, up.
-  absl::Status ConfigureHostEnd(NlSocket& host, const std::string& host_if, uint32_t address);
   // Undoes Join for `address` (NetworkMember's destruction); nothing
   // if it went already (Close).
   void Leave(uint32_t address);
@@ -202,6 +211,8 @@ class SandboxNetwork {
   std::unique_ptr<NetworkMember> own_member_;
   // CreateTap's tap (its one link), closed by Close.
   ScopedFd tap_;
+  // CreateAhead's namespace, until AttachTo.
+  ScopedFd ahead_netns_;
 
   mutable std::mutex mu_;
   std::unique_ptr<RuleTarget> policy_ ABSL_GUARDED_BY(mu_);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/file_io.h"
 #include "sandbox/network/test_network.h"
 
 namespace dsec::network {
@@ -244,6 +245,55 @@ TEST(NodeNetworkLeaseTest, LeasesRunOutWithAClearErrorAndComeBack) {
   EXPECT_NE(std::string(full.status().message()).find("no free address"), std::string::npos);
   (*node)->Release(*got.begin());
   EXPECT_EQ(*(*node)->Lease(), *got.begin());
+}
+
+TEST(NodeNetworkWiringTest, NamespacesWiredAheadAreTakenOnceAndGoWithTheNode) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables, netlink)";
+  NodeNetworkOptions o;
+  o.subnet = absl::StrCat("10.250.", getpid() % 250, ".0/24");
+  o.policies_ahead = 0;
+  o.netns_ahead = 2;
+  auto node = NodeNetwork::Create(o);
+  if (node.status().code() == absl::StatusCode::kUnavailable) GTEST_SKIP() << node.status();
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->WaitWiredReady(2, MonotonicNowNs() + 20'000'000'000));
+  EXPECT_EQ((*node)->leased(), 2u);
+  EXPECT_EQ((*node)->sandboxes(), 0u);
+  auto net = SandboxNetwork::CreateAhead(node->get(), NetworkSpec{});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*node)->wired_taken_ahead(), 1u);
+  EXPECT_GE((*net)->netns_fd(), 0);
+  // Its eth0 is there, with the address, before anyone joins it.
+  auto in = NlSocket::OpenIn((*net)->netns_fd());
+  ASSERT_TRUE(in.ok());
+  EXPECT_TRUE(in->LinkIndex("eth0").ok());
+  const std::string host_if = (*net)->host_interface();
+  EXPECT_TRUE(PathExists(absl::StrCat("/sys/class/net/", host_if)));
+  // AttachTo once, to a real cgroup; not again, not for another kind.
+  const std::string root = testing::Cgroup2Root();
+  if (root.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy";
+  const std::string cg = absl::StrCat(root, "/dsec-net-ahead-", getpid());
+  ASSERT_EQ(mkdir(cg.c_str(), 0755), 0) << strerror(errno);
+  EXPECT_TRUE((*net)->AttachTo(cg).ok());
+  EXPECT_EQ((*net)->netns_fd(), -1);
+  EXPECT_EQ((*net)->AttachTo(cg).code(), absl::StatusCode::kFailedPrecondition);
+  auto shared = SandboxNetwork::CreateShared(node->get(), NetworkSpec{});
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ((*shared)->AttachTo(cg).code(), absl::StatusCode::kFailedPrecondition);
+  net->reset();
+  EXPECT_FALSE(PathExists(absl::StrCat("/sys/class/net/", host_if)));
+  rmdir(cg.c_str());
+  // The pool refills; the node's end takes what it holds.
+  ASSERT_TRUE((*node)->WaitWiredReady(2, MonotonicNowNs() + 20'000'000'000));
+  std::vector<std::string> pooled;
+  for (uint32_t a = (*node)->gateway() + 1; a < (*node)->gateway() + 254; ++a) {
+    if (PathExists(absl::StrCat("/sys/class/net/", NodeNetwork::HostInterface(a)))) {
+      pooled.push_back(NodeNetwork::HostInterface(a));
+    }
+  }
+  EXPECT_EQ(pooled.size(), 2u);
+  node->reset();
+  for (const std::string& p : pooled) EXPECT_FALSE(PathExists(absl::StrCat("/sys/class/net/", p))) << p;
 }
 
 bool NftTableExists(const std::string& name) {
