@@ -44,6 +44,15 @@ int main(int argc, char** argv) {
   app.add_option("--task-quota-mib", task_quota_mib, "Trajectory bytes per task")->capture_default_str();
   app.add_option("--node-quota-mib", node_quota_mib, "Trajectory bytes per node")->capture_default_str();
   app.add_option("--store", store, "Layer store (env DSEC_LAYER_STORE)")->capture_default_str();
+  uint64_t max_layer_mib = o.service.max_layer_bytes >> 20;
+  uint64_t layer_reserve_mib = o.service.layer_store_reserve_bytes >> 20;
+  app.add_option("--max-layer-mib", max_layer_mib, "Largest layer pack_diff makes (sparse files count whole)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  app.add_option("--layer-store-reserve-mib", layer_reserve_mib,
+                 "Disk space pack_diff leaves free on the layer store's file system")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   app.add_option("--max-sandboxes", o.service.max_sandboxes, "Sandboxes per node")->capture_default_str();
   app.add_option("--max-concurrent-execs", o.service.max_concurrent_execs, "Execs running at once")
       ->capture_default_str();
@@ -69,6 +78,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   dsec::log::SetLevel(log_level);
+  o.service.max_layer_bytes = max_layer_mib << 20;
+  o.service.layer_store_reserve_bytes = layer_reserve_mib << 20;
   o.max_task_bytes = task_quota_mib << 20;
   o.max_node_bytes = node_quota_mib << 20;
   o.qos_placement = !no_qos_placement;
