@@ -104,31 +104,6 @@ absl::Status WaitFrozen(const FreezerPlace& place) {
   }
 }
 
-// File access as the sandbox's root: in a user namespace a file the daemon
-// creates must get an owner that exists there (host root has none, and the
-// idmapped writable layer refuses it: EOVERFLOW). fsuid/fsgid are
-// per-thread; the thread's file capabilities return with fsuid 0.
-class ScopedFsIds {
- public:
-  explicit ScopedFsIds(const std::optional<UserNamespaceMap>& map) {
-    if (!map) return;
-    active_ = true;
-    old_gid_ = static_cast<int>(::syscall(SYS_setfsgid, map->host_gid));
-    old_uid_ = static_cast<int>(::syscall(SYS_setfsuid, map->host_uid));
-  }
-  ~ScopedFsIds() {
-    if (!active_) return;
-    ::syscall(SYS_setfsuid, old_uid_);
-    ::syscall(SYS_setfsgid, old_gid_);
-  }
-  ScopedFsIds(const ScopedFsIds&) = delete;
-  ScopedFsIds& operator=(const ScopedFsIds&) = delete;
-
- private:
-  bool active_ = false;
-  int old_uid_ = 0, old_gid_ = 0;
-};
-
 class ContainerTierSandbox : public tier::TierSandbox {
  public:
   ContainerTierSandbox(std::unique_ptr<Sandbox> sandbox, std::shared_ptr<uint32_t> range,
@@ -261,17 +236,17 @@ class ContainerTierSandbox : public tier::TierSandbox {
     return absl::OkStatus();
   }
 
+  // With the sandbox root's rights (root_files.h): in a user namespace
+  // that also gives the files the daemon creates an owner that exists
+  // there (host root has none, and the idmapped writable layer refuses it).
   absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) override {
-    ScopedFsIds ids(sandbox_->user_namespace());
-    return ReadRootFile(sandbox_->rootfs_dir(), path, max_bytes);
+    return ReadRootFile(sandbox_->rootfs_dir(), path, max_bytes, Credentials());
   }
   absl::Status WriteFile(const std::string& path, const std::string& data, uint32_t mode) override {
-    ScopedFsIds ids(sandbox_->user_namespace());
-    return WriteRootFile(sandbox_->rootfs_dir(), path, data, mode);
+    return WriteRootFile(sandbox_->rootfs_dir(), path, data, mode, Credentials());
   }
   absl::StatusOr<std::vector<tier::FileEntry>> ListDir(const std::string& path) override {
-    ScopedFsIds ids(sandbox_->user_namespace());
-    return ListRootDir(sandbox_->rootfs_dir(), path);
+    return ListRootDir(sandbox_->rootfs_dir(), path, Credentials());
   }
   absl::StatusOr<std::string> UpperDir() override { return sandbox_->upper_dir(); }
   std::shared_ptr<network::SandboxNetwork> network() const override { return network_; }
@@ -302,6 +277,8 @@ class ContainerTierSandbox : public tier::TierSandbox {
   }
 
  private:
+  FileCredentials Credentials() const { return SandboxFileCredentials(sandbox_->user_namespace()); }
+
   std::shared_ptr<InitPool> pool_;  // outlives sandbox_ (member order)
   std::unique_ptr<Sandbox> sandbox_;
   std::shared_ptr<uint32_t> range_;  // its host id range (user namespace), given back with it
@@ -349,8 +326,8 @@ absl::StatusOr<std::shared_ptr<network::SandboxNetwork>> AddSandboxNetwork(Sandb
 }
 
 absl::Status WriteResolvConf(Sandbox& sandbox, const network::SandboxNetwork& network) {
-  ScopedFsIds ids(sandbox.user_namespace());
-  return Annotate(WriteRootFile(sandbox.rootfs_dir(), "/etc/resolv.conf", network.ResolvConf(), 0644),
+  return Annotate(WriteRootFile(sandbox.rootfs_dir(), "/etc/resolv.conf", network.ResolvConf(), 0644,
+                                SandboxFileCredentials(sandbox.user_namespace())),
                   "writing /etc/resolv.conf");
 }
 

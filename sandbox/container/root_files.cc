@@ -3,8 +3,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,6 +23,8 @@ namespace dsec::container {
 namespace {
 
 constexpr uint64_t kResolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+// As the kernel's own limit on links followed in one lookup.
+constexpr int kMaxLinkHops = 40;
 
 absl::Status CheckPath(const std::string& path) {
   if (path.empty() || path[0] != '/') {
@@ -43,12 +47,6 @@ int OpenAt2(int dirfd, const std::string& path, uint64_t flags, uint64_t mode) {
   return fd;
 }
 
-absl::StatusOr<ScopedFd> OpenRoot(const std::string& root) {
-  int fd = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(absl::StrCat("open sandbox root ", root));
-  return ScopedFd(fd);
-}
-
 absl::Status PathError(const std::string& what, const std::string& path, int err) {
   if (err == ENOENT) return absl::NotFoundError(absl::StrCat("no such file: ", path));
   if (err == ENOTDIR) return absl::NotFoundError(absl::StrCat("not a directory on the way: ", path));
@@ -56,24 +54,136 @@ absl::Status PathError(const std::string& what, const std::string& path, int err
   if (err == ELOOP || err == EXDEV) {
     return absl::InvalidArgumentError(absl::StrCat("path leaves the sandbox root: ", path));
   }
+  if (err == EACCES || err == EPERM) {
+    return absl::FailedPreconditionError(absl::StrCat("the sandbox's root may not ", what, " ", path));
+  }
+  if (err == ENOSPC || err == EDQUOT) {
+    return absl::ResourceExhaustedError(absl::StrCat("the sandbox's writable layer is full (", path, ")"));
+  }
   return ErrnoToStatus(absl::StrCat(what, " ", path), err);
+}
+
+// The root is opened with the daemon's rights (following /proc/<init>/root
+// needs them: the init is not dumpable), everything after it with the
+// sandbox's. Members in that order: the credentials go back first.
+struct Session {
+  ScopedFd root;
+  std::unique_ptr<ScopedFileCredentials> creds;
+};
+
+absl::StatusOr<Session> Begin(const std::string& root, const std::string& path,
+                              const FileCredentials& creds) {
+  DSEC_RETURN_IF_ERROR(CheckPath(path));
+  Session s;
+  s.root = ScopedFd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!s.root.valid()) return ErrnoToStatus("open the sandbox's root");
+  DSEC_ASSIGN_OR_RETURN(s.creds, ScopedFileCredentials::Create(creds));
+  return s;
+}
+
+enum class Want { kFile, kDir };
+
+const char* KindOf(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFIFO: return "FIFO";
+    case S_IFSOCK: return "socket";
+    case S_IFCHR: return "character device";
+    case S_IFBLK: return "block device";
+    default: return "special file";
+  }
+}
+
+// What the API serves: a regular file or directory on the sandbox's own
+// file systems. Its overlay root and tmpfs mounts (/dev, /dev/shm, /tmp,
+// and what a sandbox in a user namespace mounts itself) hold only what the
+// sandbox wrote; procfs, sysfs and the other kernel file systems a sandbox
+// sees are the host kernel's interfaces, whoever opens them.
+absl::Status CheckServed(int fd, const std::string& path, Want want) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoToStatus(absl::StrCat("fstat ", path));
+  if (S_ISDIR(st.st_mode)) {
+    if (want == Want::kFile) return absl::FailedPreconditionError(absl::StrCat("is a directory: ", path));
+  } else if (S_ISREG(st.st_mode)) {
+    if (want == Want::kDir) return absl::NotFoundError(absl::StrCat("not a directory: ", path));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a ", KindOf(st.st_mode), ", which the files API does not open"));
+  }
+  struct statfs sf;
+  if (::fstatfs(fd, &sf) != 0) return ErrnoToStatus(absl::StrCat("fstatfs ", path));
+  if (sf.f_type != OVERLAYFS_SUPER_MAGIC && sf.f_type != TMPFS_MAGIC) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is not on the sandbox's own file systems (/proc, /sys and other kernel file systems "
+        "are not served)"));
+  }
+  return absl::OkStatus();
+}
+
+// `path` (links followed inside the root) as an O_PATH descriptor: opening
+// it has no effect of its own.
+absl::StatusOr<ScopedFd> Find(int rootfd, const std::string& path, Want want) {
+  int raw = OpenAt2(rootfd, path, O_PATH | (want == Want::kDir ? O_DIRECTORY : 0), 0);
+  if (raw < 0) return PathError("open", path, errno);
+  ScopedFd fd(raw);
+  DSEC_RETURN_IF_ERROR(CheckServed(fd.get(), path, want));
+  return fd;
+}
+
+// Opens the inode an O_PATH descriptor names (not whatever its path names
+// by now), with the thread's (the sandbox's) credentials checked.
+absl::StatusOr<ScopedFd> Reopen(const ScopedFd& found, int flags, const std::string& path) {
+  const std::string self = absl::StrCat("/proc/self/fd/", found.get());
+  int raw = ::open(self.c_str(), flags | O_CLOEXEC | O_NOCTTY);
+  if (raw < 0) return PathError("open", path, errno);
+  return ScopedFd(raw);
+}
+
+// The directory `dir` (links followed inside the root), made with its
+// missing parents; each directory made in is checked first.
+absl::StatusOr<ScopedFd> MakeParents(int rootfd, const std::string& dir) {
+  std::vector<std::string> parts = absl::StrSplit(dir, '/', absl::SkipEmpty());
+  DSEC_ASSIGN_OR_RETURN(ScopedFd cur, Find(rootfd, "/", Want::kDir));
+  std::string prefix;
+  for (const std::string& part : parts) {
+    const std::string parent = prefix.empty() ? "/" : prefix;
+    prefix = absl::StrCat(prefix, "/", part);
+    int raw = OpenAt2(rootfd, prefix, O_PATH | O_DIRECTORY, 0);
+    if (raw < 0) {
+      if (errno != ENOENT) return PathError("open", prefix, errno);
+      DSEC_RETURN_IF_ERROR(CheckServed(cur.get(), parent, Want::kDir));
+      if (::mkdirat(cur.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
+        return PathError("mkdir", prefix, errno);
+      }
+      raw = OpenAt2(rootfd, prefix, O_PATH | O_DIRECTORY, 0);
+      if (raw < 0) return PathError("open", prefix, errno);
+    }
+    cur = ScopedFd(raw);
+  }
+  DSEC_RETURN_IF_ERROR(CheckServed(cur.get(), dir.empty() ? "/" : dir, Want::kDir));
+  return cur;
+}
+
+absl::Status WriteData(int fd, const std::string& data, uint32_t mode, const std::string& path) {
+  if (::fchmod(fd, mode) != 0) return PathError("chmod", path, errno);
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return PathError("write", path, errno);
+    off += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> ReadRootFile(const std::string& root, const std::string& path,
-                                         uint64_t max_bytes) {
-  DSEC_RETURN_IF_ERROR(CheckPath(path));
-  DSEC_ASSIGN_OR_RETURN(ScopedFd rootfd, OpenRoot(root));
-  int raw = OpenAt2(rootfd.get(), path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0);
-  if (raw < 0) return PathError("open", path, errno);
-  ScopedFd fd(raw);
+                                         uint64_t max_bytes, const FileCredentials& creds) {
+  DSEC_ASSIGN_OR_RETURN(Session s, Begin(root, path, creds));
+  DSEC_ASSIGN_OR_RETURN(ScopedFd found, Find(s.root.get(), path, Want::kFile));
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, Reopen(found, O_RDONLY | O_NONBLOCK, path));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus("fstat");
-  if (S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(absl::StrCat("is a directory: ", path));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("not a regular file: ", path));
-  }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, " is ", st.st_size, " bytes, more than the limit of ", max_bytes));
@@ -83,7 +193,7 @@ absl::StatusOr<std::string> ReadRootFile(const std::string& root, const std::str
   for (;;) {
     ssize_t n = ::read(fd.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(absl::StrCat("read ", path));
+    if (n < 0) return PathError("read", path, errno);
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > max_bytes) {
@@ -94,66 +204,56 @@ absl::StatusOr<std::string> ReadRootFile(const std::string& root, const std::str
 }
 
 absl::Status WriteRootFile(const std::string& root, const std::string& path,
-                           const std::string& data, uint32_t mode) {
-  DSEC_RETURN_IF_ERROR(CheckPath(path));
+                           const std::string& data, uint32_t mode, const FileCredentials& creds) {
   if (mode > 07777) return absl::InvalidArgumentError("mode must be at most 07777");
-  DSEC_ASSIGN_OR_RETURN(ScopedFd rootfd, OpenRoot(root));
-  // Parents, one component at a time, each resolved inside the root.
-  std::vector<std::string> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
-  if (parts.empty()) return absl::InvalidArgumentError("path names the root directory");
-  std::string prefix;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    std::string parent = prefix.empty() ? "/" : prefix;
-    prefix = absl::StrCat(prefix, "/", parts[i]);
-    int probe = OpenAt2(rootfd.get(), prefix, O_PATH | O_DIRECTORY, 0);
-    if (probe >= 0) {
-      ScopedFd close_it(probe);
+  DSEC_ASSIGN_OR_RETURN(Session s, Begin(root, path, creds));
+  std::string target = path;
+  for (int hop = 0; hop <= kMaxLinkHops; ++hop) {
+    int raw = OpenAt2(s.root.get(), target, O_PATH, 0);
+    if (raw >= 0) {
+      ScopedFd found(raw);
+      DSEC_RETURN_IF_ERROR(CheckServed(found.get(), path, Want::kFile));
+      DSEC_ASSIGN_OR_RETURN(ScopedFd fd, Reopen(found, O_WRONLY | O_TRUNC | O_NONBLOCK, path));
+      return WriteData(fd.get(), data, mode, path);
+    }
+    if (errno != ENOENT) return PathError("open", path, errno);
+    // Missing: its parents are made, then the file itself, exclusively,
+    // in the checked parent. A dangling link is followed by hand.
+    const size_t slash = target.rfind('/');
+    const std::string dir = target.substr(0, slash);
+    const std::string name = target.substr(slash + 1);
+    if (name.empty() || name == "." || name == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("path does not name a file: ", path));
+    }
+    DSEC_ASSIGN_OR_RETURN(ScopedFd parent, MakeParents(s.root.get(), dir));
+    struct stat st;
+    if (::fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+      std::string link(4096, '\0');
+      ssize_t n = ::readlinkat(parent.get(), name.c_str(), link.data(), link.size());
+      if (n < 0) return PathError("readlink", path, errno);
+      link.resize(static_cast<size_t>(n));
+      target = link.rfind('/', 0) == 0 ? link : absl::StrCat(dir, "/", link);
       continue;
     }
-    if (errno != ENOENT) return PathError("open", prefix, errno);
-    int praw = OpenAt2(rootfd.get(), parent, O_PATH | O_DIRECTORY, 0);
-    if (praw < 0) return PathError("open", parent, errno);
-    ScopedFd pfd(praw);
-    if (::mkdirat(pfd.get(), parts[i].c_str(), 0755) != 0 && errno != EEXIST) {
-      return PathError("mkdir", prefix, errno);
-    }
+    raw = ::openat(parent.get(), name.c_str(),
+                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+    if (raw < 0 && errno == EEXIST) continue;  // made meanwhile: look again
+    if (raw < 0) return PathError("create", path, errno);
+    ScopedFd fd(raw);
+    return WriteData(fd.get(), data, mode, path);
   }
-  int raw = OpenAt2(rootfd.get(), path, O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_NONBLOCK, mode);
-  if (raw < 0) return PathError("create", path, errno);
-  ScopedFd fd(raw);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus("fstat");
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("not a regular file: ", path));
-  }
-  if (::fchmod(fd.get(), mode) != 0) return ErrnoToStatus(absl::StrCat("fchmod ", path));
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      if (errno == ENOSPC) {
-        return absl::ResourceExhaustedError(absl::StrCat("the sandbox's writable layer is full (", path, ")"));
-      }
-      return ErrnoToStatus(absl::StrCat("write ", path));
-    }
-    off += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("too many symbolic links on the way: ", path));
 }
 
 absl::StatusOr<std::vector<tier::FileEntry>> ListRootDir(const std::string& root,
-                                                   const std::string& path) {
-  DSEC_RETURN_IF_ERROR(CheckPath(path));
-  DSEC_ASSIGN_OR_RETURN(ScopedFd rootfd, OpenRoot(root));
-  int raw = OpenAt2(rootfd.get(), path, O_RDONLY | O_DIRECTORY, 0);
-  if (raw < 0) return PathError("open", path, errno);
-  DIR* dir = ::fdopendir(raw);
-  if (dir == nullptr) {
-    int err = errno;
-    ScopedFd not_taken(raw);  // fdopendir did not take it
-    return ErrnoToStatus("fdopendir", err);
-  }
+                                                   const std::string& path,
+                                                   const FileCredentials& creds) {
+  DSEC_ASSIGN_OR_RETURN(Session s, Begin(root, path, creds));
+  DSEC_ASSIGN_OR_RETURN(ScopedFd found, Find(s.root.get(), path, Want::kDir));
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, Reopen(found, O_RDONLY | O_DIRECTORY, path));
+  DIR* dir = ::fdopendir(fd.get());
+  if (dir == nullptr) return ErrnoToStatus("fdopendir");
+  (void)fd.Release();  // the DIR owns it now
   std::vector<tier::FileEntry> entries;
   while (struct dirent* de = ::readdir(dir)) {
     std::string name = de->d_name;

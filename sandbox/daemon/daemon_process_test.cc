@@ -4,6 +4,7 @@
 // processes), keeps every acknowledged trajectory record, and replays them
 // on resume without running the commands again.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -11,10 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/exec_pump.h"
+#include "base/file_io.h"
 #include "base/subprocess.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/daemon_testing.h"
+#include "sandbox/layers/layer_store.h"
 
 namespace dsec::daemon {
 namespace {
@@ -271,6 +274,62 @@ TEST(DaemonProcessTest, KillNineLeavesNoNetworkBehindARestart) {
   ASSERT_EQ(r->status, 201) << r->body;
   EXPECT_TRUE(NftTableExists(table));
   c->Delete(absl::StrCat("/v1/sandboxes/", testing::JsonOf(r)["id"].get<std::string>()));
+}
+
+// Issue 23, layers on create: a create's `layers` named any host file,
+// relative paths too, and the kernel parsed it as EROFS. Now only store
+// references and absolute paths under the store's images or a
+// --layer-image-dir are taken, with the path checked as given and with its
+// links resolved; errors name no host path but the client's own argument.
+// Both container modes.
+TEST(DaemonProcessTest, CreateTakesLayerImagesOnlyFromTheStoreOrConfiguredDirs) {
+  auto dir = TempDir::Create("dsec-daemon-layers-");
+  ASSERT_TRUE(dir.ok());
+  const std::string store = dir->path() + "/store";
+  if (absl::Status s = testing::BuildBusyboxLayer(store, dir->path()); !s.ok()) GTEST_SKIP() << s;
+  auto opened = layers::LayerStore::Create(store);
+  ASSERT_TRUE(opened.ok());
+  auto bb = opened->Inspect("bb:1");
+  ASSERT_TRUE(bb.ok()) << bb.status();
+  const std::string images = dir->path() + "/images";
+  ASSERT_EQ(::mkdir(images.c_str(), 0755), 0);
+  ASSERT_TRUE(WriteFile(images + "/bb.erofs", ReadAll(bb->image_path), 0444).ok());
+  ASSERT_TRUE(WriteFile(images + "/fake.erofs", "not an image", 0444).ok());
+  ASSERT_EQ(::symlink("/etc/hostname", (images + "/escape.erofs").c_str()), 0);
+  ASSERT_EQ(::symlink(bb->image_path.c_str(), (dir->path() + "/outside.erofs").c_str()), 0);
+  Daemon d(dir->path(), store, {"--layer-image-dir", images});
+  ASSERT_TRUE(d.Start());
+  auto c = testing::UnixClient(d.Socket());
+  for (bool userns : {false, true}) {
+    SCOPED_TRACE(userns ? "user namespace" : "default");
+    auto create = [&](const std::string& layer) {
+      return c->Post("/v1/sandboxes",
+                     json{{"tier", "container"}, {"user_namespace", userns}, {"layers", {layer}}}.dump(), kJson);
+    };
+    for (const std::string& refused :
+         {std::string("/etc/hostname"), std::string("etc/hostname"), store + "/refs.json",
+          store + "/layers/../refs.json", images + "/escape.erofs", images + "/fake.erofs",
+          images + "/./bb.erofs", dir->path() + "/outside.erofs", std::string("nosuch:1")}) {
+      auto r = create(refused);
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 400) << refused << ": " << r->body;
+      json e = testing::JsonOf(r)["error"];
+      EXPECT_EQ(e["code"], "INVALID_ARGUMENT") << refused;
+      EXPECT_EQ(e.value("field", "").rfind("layers", 0), 0u) << refused << ": " << r->body;
+      // Only the client's own argument may appear.
+      std::string message = e.value("message", "");
+      const size_t own = message.find(refused);
+      if (own != std::string::npos) message.erase(own, refused.size());
+      EXPECT_EQ(message.find(dir->path()), std::string::npos) << "a host path: " << r->body;
+      if (r->status == 201) c->Delete(absl::StrCat("/v1/sandboxes/", testing::JsonOf(r)["id"].get<std::string>()));
+    }
+    for (const std::string& taken : {bb->image_path, images + "/bb.erofs", std::string("bb:1")}) {
+      auto r = create(taken);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 201) << taken << ": " << r->body;
+      c->Delete(absl::StrCat("/v1/sandboxes/", testing::JsonOf(r)["id"].get<std::string>()));
+    }
+  }
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ LayerResolver StoreResolver(const std::string& store_root, const std::string& fn
 // The daemon in this process, over a container tier (16 MiB uppers) and a
 // fncall tier (2 workers per pool), their state under `run_dir` (made
 // here, like its ctr/, fn/ and trj/), layers resolved by StoreResolver over
-// `store` (with the fncall test image when there is one), the API on
+// `store` (with the fncall test image when there is one; pack_diff and
+// /v1/layers use `store` too unless `service.layer_store` names another), the API on
 // <run_dir>/api/api.sock. The server stops before the service goes.
 // Threads: the test's; the server's own threads serve requests.
 class LocalDaemon {

@@ -44,6 +44,19 @@ int main(int argc, char** argv) {
   app.add_option("--task-quota-mib", task_quota_mib, "Trajectory bytes per task")->capture_default_str();
   app.add_option("--node-quota-mib", node_quota_mib, "Trajectory bytes per node")->capture_default_str();
   app.add_option("--store", store, "Layer store (env DSEC_LAYER_STORE)")->capture_default_str();
+  std::vector<std::string> image_dirs;
+  app.add_option("--layer-image-dir", image_dirs,
+                 "A directory whose EROFS images creates may name by absolute path (repeatable; the "
+                 "store's own images always can; anything else must be a store reference)");
+  uint64_t max_layer_mib = o.service.max_layer_bytes >> 20;
+  uint64_t layer_reserve_mib = o.service.layer_store_reserve_bytes >> 20;
+  app.add_option("--max-layer-mib", max_layer_mib, "Largest layer pack_diff makes (sparse files count whole)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  app.add_option("--layer-store-reserve-mib", layer_reserve_mib,
+                 "Disk space pack_diff leaves free on the layer store's file system")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   app.add_option("--max-sandboxes", o.service.max_sandboxes, "Sandboxes per node")->capture_default_str();
   app.add_option("--max-concurrent-execs", o.service.max_concurrent_execs, "Execs running at once")
       ->capture_default_str();
@@ -74,6 +87,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   dsec::log::SetLevel(log_level);
+  o.service.max_layer_bytes = max_layer_mib << 20;
+  o.service.layer_store_reserve_bytes = layer_reserve_mib << 20;
   o.max_task_bytes = task_quota_mib << 20;
   o.max_node_bytes = node_quota_mib << 20;
   o.qos_placement = !no_qos_placement;
@@ -126,6 +141,21 @@ int main(int argc, char** argv) {
   lo.store_root = store;
   lo.dsec_vmm = dir + "/dsec-vmm";
   lo.build_script = dsec::layers::FindBaseLayerScript(lo.dsec_vmm);
+  // Clients name layers: store references, or images under the store or a
+  // --layer-image-dir (the kernel parses whatever file it is given as
+  // EROFS).
+  lo.untrusted_args = true;
+  {
+    auto made = dsec::layers::LayerStore::Create(store);  // its layers/ must exist to be resolved
+    if (!made.ok()) DSEC_LOG(warn, "layer store {}: {}", store, made.status().ToString());
+    image_dirs.insert(image_dirs.begin(), store + "/layers");
+    auto dirs = dsec::layers::CanonicalImageDirs(image_dirs);
+    if (!dirs.ok()) {
+      fprintf(stderr, "dsec-vmmd: --layer-image-dir: %s\n", std::string(dirs.status().message()).c_str());
+      return 2;
+    }
+    lo.image_dirs = *dirs;
+  }
   o.service.resolve_layers = [lo](const std::string&, const std::vector<std::string>& refs)
       -> absl::StatusOr<std::vector<std::string>> {
     auto images = dsec::layers::ResolveLayerRefs(refs, lo);

@@ -55,6 +55,10 @@ struct ServiceOptions {
   uint64_t output_cap_bytes = 4u << 20;  // per exec, stdout + stderr
   uint64_t max_file_bytes = 64u << 20;   // files read/write
   std::string layer_store;               // for pack_diff and /v1/layers ("" = none)
+  // pack_diff: a layer's size at most, and what the store's disk keeps
+  // free (sandbox/layers/pack_diff.h); 429 RESOURCE_EXHAUSTED beyond.
+  uint64_t max_layer_bytes = 4ull << 30;
+  uint64_t layer_store_reserve_bytes = 512ull << 20;
   LayerResolver resolve_layers;
   bool start_reaper = true;
   // Places sandboxes created with a qos (null: none is placed, each says

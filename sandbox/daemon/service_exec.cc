@@ -294,11 +294,23 @@ absl::StatusOr<json> Service::PackDiff(const std::string& id, const json& body) 
   req.source = absl::StrCat("pack_diff:", e->id);
   layers::PackDiffOptions pack_options;
   pack_options.upper_xattr_prefix = e->sandbox->UpperXattrPrefix();
+  pack_options.max_layer_bytes = options_.max_layer_bytes;
+  pack_options.reserve_free_bytes = options_.layer_store_reserve_bytes;
   auto built = layers::PackDiff(store, upper, req, pack_options);
   if (!was_paused) {
     if (absl::Status s = e->sandbox->Resume(); !s.ok()) DSEC_LOG(warn, "daemon: resume after pack_diff: {}", s.ToString());
   }
-  if (!built.ok()) return built.status();
+  if (!built.ok()) {
+    // Limits and refusals say what the client can change; anything else
+    // names host paths (the upper, the store), which stay in the log.
+    const absl::StatusCode code = built.status().code();
+    if (code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kResourceExhausted ||
+        code == absl::StatusCode::kNotFound) {
+      return built.status();
+    }
+    DSEC_LOG(warn, "daemon: pack_diff of {}: {}", e->id, built.status().ToString());
+    return absl::Status(code, "pack_diff failed (the daemon's log says why)");
+  }
   const std::string tag = absl::StrCat(name, ":", version);
   if (e->task_id && trajectories_) {
     DSEC_ASSIGN_OR_RETURN(trajectory::TrajectoryLog * log, trajectories_->Get(*e->task_id));

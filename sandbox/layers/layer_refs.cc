@@ -5,10 +5,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "sandbox/layers/erofs_image.h"
 #include "sandbox/layers/layer_store.h"
 #include "base/status.h"
 #include "base/subprocess.h"
@@ -35,6 +40,37 @@ bool OnPath(const std::string& tool) {
   }
   // debootstrap lives in /usr/sbin, which a user's PATH may lack.
   return ::access(absl::StrCat("/usr/sbin/", tool).c_str(), X_OK) == 0;
+}
+
+// A client's image path (LayerRefOptions::untrusted_args): the path as
+// given must lie under an allowed directory before anything about the file
+// is looked up (so that a refusal says nothing of what exists elsewhere),
+// and again once links are resolved.
+absl::StatusOr<std::string> AllowedImagePath(const std::string& arg, const std::vector<std::string>& dirs) {
+  auto refused = [&arg](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("layer image ", arg, " ", why));
+  };
+  if (arg[0] != '/') return refused("is not an absolute path (or a store reference)");
+  for (absl::string_view part : absl::StrSplit(arg, '/')) {
+    if (part == "." || part == "..") return refused("has a '.' or '..' component");
+  }
+  auto under = [&dirs](const std::string& path) {
+    return std::any_of(dirs.begin(), dirs.end(), [&path](const std::string& d) {
+      return path.size() > d.size() + 1 && path.compare(0, d.size(), d) == 0 &&
+             (d == "/" || path[d.size()] == '/');
+    });
+  };
+  const char* kNotAllowed = "is not in a directory this node takes layer images from (use a layer store reference)";
+  if (!under(arg)) return refused(kNotAllowed);
+  char real[PATH_MAX];
+  if (::realpath(arg.c_str(), real) == nullptr) {
+    if (errno == ENOENT || errno == ENOTDIR) return absl::NotFoundError(absl::StrCat("layer image ", arg, " does not exist"));
+    return refused(absl::StrCat("cannot be resolved (", strerror(errno), ")"));
+  }
+  if (!under(real)) return refused(kNotAllowed);
+  if (!IsRegularFile(real)) return refused("is not a regular file");
+  if (!CheckErofsImage(real).ok()) return refused("is not an EROFS image");
+  return std::string(real);
 }
 
 absl::Status BuildDefaultLayer(const LayerRefOptions& o) {
@@ -122,6 +158,20 @@ absl::StatusOr<int> RunBuildScript(const LayerRefOptions& o, const std::vector<s
   return r->signal != 0 ? 128 + r->signal : r->exit_code;
 }
 
+absl::StatusOr<std::vector<std::string>> CanonicalImageDirs(const std::vector<std::string>& dirs) {
+  std::vector<std::string> out;
+  for (const std::string& d : dirs) {
+    char real[PATH_MAX];
+    struct stat st;
+    if (d.empty() || d[0] != '/' || ::realpath(d.c_str(), real) == nullptr || ::stat(real, &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat("layer image directory ", d, " is not an existing absolute directory"));
+    }
+    out.push_back(real);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
     const std::vector<std::string>& args, const LayerRefOptions& o) {
   std::vector<std::string> images;
@@ -133,16 +183,22 @@ absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
   std::optional<layers::LayerStore> store;
   for (const std::string& ref : refs) {
     if (ref.empty()) return absl::InvalidArgumentError("empty layer argument");
-    if (IsRegularFile(ref)) {
+    if (o.untrusted_args && ref.find('/') != std::string::npos) {
+      DSEC_ASSIGN_OR_RETURN(std::string image, AllowedImagePath(ref, o.image_dirs));
+      add(image);
+      continue;
+    }
+    if (!o.untrusted_args && IsRegularFile(ref)) {
       add(ref);
       continue;
     }
     if (ref.find('/') != std::string::npos) {
       return absl::NotFoundError(absl::StrCat("layer image ", ref, " does not exist"));
     }
+    const std::string in_store = o.untrusted_args ? "" : absl::StrCat(" (store ", o.store_root, ")");
     if (!store) {
       auto s = layers::LayerStore::Create(o.store_root);
-      if (!s.ok()) return Annotate(s.status(), absl::StrCat("layer store ", o.store_root));
+      if (!s.ok()) return Annotate(s.status(), absl::StrCat("layer store", in_store));
       store.emplace(std::move(*s));
     }
     auto chain = store->Chain(ref);
@@ -152,7 +208,7 @@ absl::StatusOr<std::vector<std::string>> ResolveLayerRefs(
       chain = store->Chain(ref);
     }
     if (!chain.ok()) {
-      return Annotate(chain.status(), absl::StrCat("layer ", ref, " (store ", o.store_root, ")"));
+      return Annotate(chain.status(), absl::StrCat("layer ", ref, in_store));
     }
     for (const layers::LayerInfo& info : *chain) add(info.image_path);
   }

@@ -27,14 +27,28 @@ struct LayerRefOptions {
   std::string build_script;
   std::string dsec_vmm;      // this binary, for the script's `layer build`
   FILE* progress = stderr;
+  // Who names the layers. The CLI's user (false): any image file, relative
+  // paths too, and errors name the store. A daemon's clients (true): an
+  // argument with a '/' is an image path, which must be absolute, hold no
+  // "." or ".." component, lie under one of `image_dirs` (after links are
+  // resolved too) and start with an EROFS superblock; any other argument is
+  // a store reference (never a file of the daemon's working directory);
+  // errors name no host path but the argument itself.
+  bool untrusted_args = false;
+  std::vector<std::string> image_dirs;  // absolute, links resolved (CanonicalImageDirs)
 };
+
+// `dirs` made absolute and free of links (realpath), each an existing
+// directory. InvalidArgument naming the one that is not.
+absl::StatusOr<std::vector<std::string>> CanonicalImageDirs(const std::vector<std::string>& dirs);
 
 // Options for the dsec-vmm binary at `dsec_vmm` (this process's, or the
 // one beside the daemon): the store, and the build script found for it.
 LayerRefOptions LayerRefOptionsFor(const std::string& store_root, const std::string& dsec_vmm);
 
 // Turns `--layers` arguments into EROFS image paths, lowest first. An
-// argument naming an existing file is an image path; anything else is a
+// argument naming an existing file is an image path (for untrusted_args:
+// see above); anything else is a
 // store reference (name:version, name, sha256:<hex>, hex prefix) expanded to
 // its chain, bottom first (a toolkit brings its base). An image already in
 // the list is not repeated (the first place wins). No arguments: the chain

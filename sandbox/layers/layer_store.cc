@@ -246,6 +246,19 @@ absl::StatusOr<BuildResult> LayerStore::Build(const std::string& src_dir, const 
       RemoveTree(build_dir).IgnoreError();
       return written.status();
     }
+    if (request.max_image_bytes != 0) {
+      absl::Status fits = [&]() -> absl::Status {
+        struct stat image;
+        if (stat(JoinPath(build_dir, hex + ".erofs").c_str(), &image) != 0) return ErrnoStatus("stat the image");
+        if (static_cast<uint64_t>(image.st_size) <= request.max_image_bytes) return absl::OkStatus();
+        return absl::ResourceExhaustedError(absl::StrCat("the layer's image is ", image.st_size,
+                                                         " bytes, over the limit of ", request.max_image_bytes));
+      }();
+      if (!fits.ok()) {
+        RemoveTree(build_dir).IgnoreError();
+        return fits;
+      }
+    }
     result.write_bytes = *written;
   }
 

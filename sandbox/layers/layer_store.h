@@ -45,6 +45,9 @@ struct BuildRequest {
   // same tree built both ways gives two layers; uncompressed digests are
   // those of the tree alone, as before.
   std::string compression = kNoCompression;
+  // The image's size at most (0: no limit): a larger one is removed before
+  // it is committed (ResourceExhausted).
+  uint64_t max_image_bytes = 0;
 };
 
 struct BuildResult {

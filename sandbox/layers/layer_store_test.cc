@@ -54,6 +54,23 @@ class LayerStoreTest : public ::testing::Test {
   std::string last_uuid_;
 };
 
+// An image over BuildRequest::max_image_bytes is dropped before commit.
+TEST_F(LayerStoreTest, RefusesAnImageOverTheSizeLimit) {
+  const std::string tree = MakeTree("big", "b");
+  BuildRequest req{"big", "1", {}, ""};
+  req.max_image_bytes = 8;  // the fake image is longer
+  auto r = store_->Build(tree, req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  auto all = store_->List();
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->empty());
+  auto tmp = ListDirectory(dir_.Sub("store/tmp"));
+  ASSERT_TRUE(tmp.ok());
+  EXPECT_TRUE(tmp->empty());
+  req.max_image_bytes = 1 << 20;
+  EXPECT_TRUE(store_->Build(tree, req).ok());
+}
+
 TEST_F(LayerStoreTest, BuildsAndInspectsALayer) {
   BuildResult r = Build(MakeTree("base", "b"), "base", "1");
   EXPECT_FALSE(r.reused);

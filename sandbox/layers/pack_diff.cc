@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -21,36 +24,62 @@
 namespace dsec::layers {
 namespace {
 
+uint64_t MiB(uint64_t bytes) { return (bytes + (1u << 20) - 1) >> 20; }
+
 bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
-absl::Status CopyData(int in, int out, const std::string& what) {
-  bool use_copy_file_range = true;
-  std::vector<char> buf;
-  for (;;) {
-    if (use_copy_file_range) {
-      ssize_t n = copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
-      if (n > 0) continue;
-      if (n == 0) return absl::OkStatus();
-      if (errno == EINTR) continue;
-      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
-        return ErrnoToStatus(absl::StrCat("copy_file_range ", what));
-      }
-      use_copy_file_range = false;  // nothing copied yet on these errors
-      buf.resize(1 << 20);
-    }
-    ssize_t n = read(in, buf.data(), buf.size());
+// Copies [off, off + len) of `in` to the same place in `out`.
+absl::Status CopyRange(int in, int out, off_t off, off_t len, const std::string& what) {
+  off_t in_off = off, out_off = off;
+  while (len > 0) {
+    ssize_t n = copy_file_range(in, &in_off, out, &out_off, static_cast<size_t>(len), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) break;
+    if (n < 0) return ErrnoToStatus(absl::StrCat("copy_file_range ", what));
+    if (n == 0) return absl::OkStatus();  // the file shrank: the frozen sandbox did not do it
+    len -= n;
+  }
+  std::vector<char> buf(len > 0 ? 1 << 20 : 0);
+  while (len > 0) {
+    ssize_t n = pread(in, buf.data(), static_cast<size_t>(std::min<off_t>(len, 1 << 20)), in_off);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoToStatus(absl::StrCat("read ", what));
     if (n == 0) return absl::OkStatus();
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(out, buf.data() + off, static_cast<size_t>(n - off));
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = pwrite(out, buf.data() + done, static_cast<size_t>(n - done), out_off);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) return ErrnoToStatus(absl::StrCat("write ", what));
-      off += w;
+      done += w;
+      out_off += w;
     }
+    in_off += n;
+    len -= n;
   }
+  return absl::OkStatus();
+}
+
+// Copies the data extents of `in` (SEEK_DATA/SEEK_HOLE) and sets the size:
+// holes stay holes, so a sparse file costs the staging copy only its data.
+absl::Status CopyData(int in, int out, off_t size, const std::string& what) {
+  off_t off = 0;
+  while (off < size) {
+    off_t data = lseek(in, off, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // only a hole is left
+    if (data < 0) {
+      // No SEEK_DATA here: the whole file is data.
+      if (errno != EINVAL && errno != EOPNOTSUPP) return ErrnoToStatus(absl::StrCat("lseek ", what));
+      data = off;
+    }
+    off_t hole = data < size ? lseek(in, data, SEEK_HOLE) : size;
+    if (hole < 0) hole = size;
+    hole = std::min(hole, size);
+    DSEC_RETURN_IF_ERROR(CopyRange(in, out, data, hole - data, what));
+    off = hole;
+  }
+  if (ftruncate(out, size) != 0) return ErrnoToStatus(absl::StrCat("ftruncate ", what));
+  return absl::OkStatus();
 }
 
 class DiffStager {
@@ -93,7 +122,7 @@ class DiffStager {
         if (!in.valid()) return ErrnoToStatus(absl::StrCat("open ", src));
         ScopedFd out(open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
         if (!out.valid()) return ErrnoToStatus(absl::StrCat("create ", dst));
-        DSEC_RETURN_IF_ERROR(CopyData(in.get(), out.get(), src));
+        DSEC_RETURN_IF_ERROR(CopyData(in.get(), out.get(), st.st_size, src));
         break;
       }
       case S_IFLNK: {
@@ -187,8 +216,33 @@ absl::Status StageDiff(const std::string& upper, const std::string& staging,
 
 absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper, BuildRequest request,
                                      const PackDiffOptions& options) {
-  // Before the copy: a bad spec should not cost a staging pass.
+  // Before the copy: a bad spec or an oversized tree should not cost a
+  // staging pass, nor leave one behind.
   DSEC_RETURN_IF_ERROR(ValidateCompressionSpec(request.compression));
+  DiffLimits limits = options.limits;
+  // Every full path made below (the upper's, the staged copy's, mkfs's)
+  // stays within PATH_MAX: <root>/tmp/diff-XXXXXX/tree + path.
+  const size_t prefix = std::max(upper.size(), store.root().size() + sizeof("/tmp/diff-XXXXXX/tree"));
+  limits.max_path_bytes = std::min(limits.max_path_bytes, PATH_MAX - 1 > prefix ? PATH_MAX - 1 - prefix : 0);
+  DSEC_ASSIGN_OR_RETURN(DiffSize size, ScanDiff(upper, limits));
+  if (options.max_layer_bytes != 0 && size.image_bytes_estimate > options.max_layer_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the sandbox's changes make a layer of about ", MiB(size.image_bytes_estimate), " MiB (",
+        MiB(size.content_bytes), " MiB in files, sparse ones counted whole), over this node's limit of ",
+        MiB(options.max_layer_bytes), " MiB"));
+  }
+  struct statvfs fs;
+  if (statvfs(store.root().c_str(), &fs) != 0) return ErrnoStatus("statvfs of the layer store");
+  const uint64_t available = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  const uint64_t staged = size.allocated_bytes + size.directories * 4096;
+  const uint64_t needed = staged + size.image_bytes_estimate + options.reserve_free_bytes;
+  if (needed > available) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the layer store's disk has ", MiB(available), " MiB free; packing these changes needs about ",
+        MiB(staged + size.image_bytes_estimate), " MiB and ", MiB(options.reserve_free_bytes),
+        " MiB are kept free"));
+  }
+  request.max_image_bytes = options.max_layer_bytes;
   DSEC_ASSIGN_OR_RETURN(std::string dir, MakeTempDir(JoinPath(store.root(), "tmp"), "diff-"));
   absl::StatusOr<BuildResult> result = [&]() -> absl::StatusOr<BuildResult> {
     // Held while staging so that LayerStore::Gc leaves this directory alone.

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sandbox/layers/diff_scan.h"
 #include "sandbox/layers/layer_store.h"
 
 namespace dsec::layers {
@@ -31,6 +32,18 @@ struct PackDiffOptions {
   std::string upper_xattr_prefix = "trusted.overlay.";
   // Namespace the layer is written with, for the overlay that will stack it.
   std::string lower_xattr_prefix = "trusted.overlay.";
+  // PackDiff only. Depth, path length and entries of the upper, checked
+  // before anything is copied (diff_scan.h); the path limit is lowered
+  // further so that no full path PackDiff or mkfs.erofs makes exceeds
+  // PATH_MAX.
+  DiffLimits limits;
+  // The layer's size at most (0: no limit): the scan's estimate before the
+  // copy, the image itself before it is committed. ResourceExhausted.
+  uint64_t max_layer_bytes = 0;
+  // Bytes the store's file system keeps free: the pack is refused
+  // (ResourceExhausted) unless the staged copy and the image fit beside
+  // them.
+  uint64_t reserve_free_bytes = 0;
 };
 
 // Copies `upper` to `staging` (which must not exist; its parent must) in
@@ -41,9 +54,16 @@ struct PackDiffOptions {
 absl::Status StageDiff(const std::string& upper, const std::string& staging,
                        const PackDiffOptions& options = {});
 
-// StageDiff into the store's tmp directory, then LayerStore::Build of the
-// staged tree with `request` (whose parents should be the sandbox's lower
-// layers, bottom first), then removal of the staged copy.
+// Files keep their holes: a sparse file's copy holds only its data blocks.
+//
+// ScanDiff of `upper` against the options' limits and the store's free
+// space, then StageDiff into the store's tmp directory, then
+// LayerStore::Build of the staged tree with `request` (whose parents should
+// be the sandbox's lower layers, bottom first), then removal of the staged
+// copy. A refused or failed pack leaves nothing in the store. Errors:
+// InvalidArgument (limits of shape, bad compression), ResourceExhausted
+// (size, free space), those of Build; messages about the tree name paths
+// inside it, never the upper's host path.
 absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper,
                                      BuildRequest request, const PackDiffOptions& options = {});
 
