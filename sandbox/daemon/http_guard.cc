@@ -95,8 +95,11 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     return false;
   }
   c->slot = std::move(*slot);
-  c->state = Connection::State::kHead;
-  c->deadline_ns = MonotonicNowNs() + MsToNs(options_.header_timeout_ms);
+  // Idle until its first byte, like a kept-alive connection: clients open
+  // connections ahead of their requests, and an idle connection is closed
+  // without an answer (a 408 there would be read as the answer to the
+  // request the client sends next).
+  c->state = Connection::State::kIdle;
   ToGuard(std::move(c), /*drain=*/false);
   return true;
 }
@@ -105,7 +108,7 @@ void GuardedServer::ToGuard(std::shared_ptr<Connection> c, bool drain) {
   if (stopping_) return;  // closed with `c`
   if (drain) {
     Drain(*c);
-  } else if (c->state != Connection::State::kHead) {
+  } else {
     c->state = Connection::State::kIdle;
     c->deadline_ns = MonotonicNowNs() + MsToNs(options_.keep_alive_timeout_ms);
   }

@@ -194,6 +194,28 @@ TEST_F(HttpLimitsTest, ConnectionsPerClientAreCapped) {
   EXPECT_EQ(ReadResponse(held[0].get(), 2000).status, 200);
 }
 
+// A connection opened ahead of its request (client pools do) is closed
+// without an answer when it stays idle: a 408 there would be read as the
+// answer to the next request sent on it.
+TEST_F(HttpLimitsTest, IdleConnectionsCloseWithoutAnAnswer) {
+  HttpOptions ho;
+  ho.keep_alive_timeout_ms = 500;
+  ho.header_timeout_ms = 500;
+  Start(ho);
+  ScopedFd fd = Unix();
+  pollfd p{fd.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 3000), 1) << "not closed";
+  char c;
+  EXPECT_EQ(::recv(fd.get(), &c, 1, 0), 0) << "an answer on an idle connection";
+  // The same after a request, kept alive.
+  ScopedFd kept = Unix();
+  ASSERT_TRUE(SendAll(kept.get(), "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(ReadResponse(kept.get(), 2000).status, 200);
+  pollfd q{kept.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&q, 1, 3000), 1) << "not closed";
+  EXPECT_EQ(::recv(kept.get(), &c, 1, 0), 0);
+}
+
 // Case 2: a body trickling in is cut at its deadline, whatever the pace.
 TEST_F(HttpLimitsTest, SlowBodyMeetsItsDeadline) {
   HttpOptions ho;

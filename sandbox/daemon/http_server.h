@@ -32,8 +32,9 @@ struct HttpOptions {
   int read_timeout_s = 30;   // one recv of a body
   int write_timeout_s = 120;  // one send of a response
   // Deadlines per request (http_guard.h): its head must arrive within
-  // header_timeout_ms of its first byte (of the connection, for a new one),
-  // its body within body_timeout_ms of the head.
+  // header_timeout_ms of its first byte, its body within body_timeout_ms of
+  // the head; a connection with no request begun is closed after
+  // keep_alive_timeout_ms.
   int header_timeout_ms = 10'000;
   int body_timeout_ms = 120'000;
   int keep_alive_timeout_ms = 5'000;
