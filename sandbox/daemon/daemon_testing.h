@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/scoped_fd.h"
 #include "nlohmann/json.hpp"
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/daemon/service.h"
@@ -54,5 +55,28 @@ class LocalDaemon {
 std::unique_ptr<httplib::Client> UnixClient(const std::string& socket_path);
 // Body as JSON (null on parse failure).
 nlohmann::json JsonOf(const httplib::Result& r);
+
+// Raw connections, for requests an HTTP client library will not send
+// (malformed heads, slow bytes, bodies that never end).
+absl::StatusOr<ScopedFd> ConnectUnix(const std::string& socket_path);
+// TCP to 127.0.0.1:`port` from `source_ip` (any 127/8 address: a client of
+// its own as far as the daemon's per-client limits go).
+absl::StatusOr<ScopedFd> ConnectTcp(int port, const std::string& source_ip = "127.0.0.1");
+// Writes all of `data` (false when the peer is gone).
+bool SendAll(int fd, std::string_view data);
+
+struct RawResponse {
+  bool complete = false;  // status line, head and the whole body came
+  int status = 0;
+  std::string head;       // status line and header fields
+  std::string body;       // up to `max_body` bytes of it
+  uint64_t content_length = 0;
+  int64_t elapsed_ms = 0;  // from the call to the end of the head
+};
+// Reads one response within `timeout_ms`: the head, then up to `max_body`
+// bytes of a Content-Length body (the rest is left unread).
+RawResponse ReadResponse(int fd, int timeout_ms, size_t max_body = 1 << 20);
+// VmRSS (or another /proc/<pid>/status field in kB) of `pid`, in KiB; -1 if unreadable.
+int64_t StatusKib(pid_t pid, const std::string& field = "VmRSS");
 
 }  // namespace dsec::daemon::testing

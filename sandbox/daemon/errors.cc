@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sandbox/daemon/errors.h"
 
+#include <cstring>
 
 namespace dsec::daemon {
 
@@ -30,6 +31,42 @@ int HttpStatusFor(absl::StatusCode code) {
     case absl::StatusCode::kDeadlineExceeded: return 504;
     default: return 500;
   }
+}
+
+absl::Status WithoutHostPaths(const absl::Status& status) {
+  if (status.ok()) return status;
+  const absl::string_view msg = status.message();
+  std::string out;
+  bool changed = false;
+  for (size_t i = 0; i < msg.size();) {
+    // A path starts at '/' after a separator and runs to whitespace, a quote,
+    // a bracket, ',' or ':'.
+    const bool starts = msg[i] == '/' && (i == 0 || std::strchr(" \t\"'(=[<", msg[i - 1]) != nullptr);
+    if (!starts) {
+      out += msg[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < msg.size() && std::strchr(" \t\"'),:;]>", msg[end]) == nullptr) ++end;
+    const absl::string_view path = msg.substr(i, end - i);
+    if (path.find('/', 1) != absl::string_view::npos && path.find_first_not_of('/', 1) != absl::string_view::npos) {
+      out += "<host path>";
+      changed = true;
+    } else {
+      out.append(path.data(), path.size());
+    }
+    i = end;
+  }
+  if (!changed) return status;
+  absl::Status s(status.code(), out);
+  status.ForEachPayload([&s](absl::string_view url, const absl::Cord& payload) { s.SetPayload(url, payload); });
+  return s;
+}
+
+nlohmann::json ErrorJson(const absl::Status& status) {
+  nlohmann::json err = {{"code", ErrorCodeName(status.code())}, {"message", std::string(status.message())}};
+  if (auto f = FieldOf(status)) err["field"] = *f;
+  return nlohmann::json{{"error", err}};
 }
 
 }  // namespace dsec::daemon

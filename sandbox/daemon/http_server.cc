@@ -9,12 +9,15 @@
 
 #include <cerrno>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/exec_stream.h"
+#include "sandbox/daemon/http_guard.h"
+#include "sandbox/daemon/http_parse.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
@@ -28,10 +31,8 @@ namespace {
 constexpr char kJson[] = "application/json";
 
 void SendError(httplib::Response& res, const absl::Status& s, int http_status = 0) {
-  json err = {{"code", ErrorCodeName(s.code())}, {"message", std::string(s.message())}};
-  if (auto f = FieldOf(s)) err["field"] = *f;
   res.status = http_status != 0 ? http_status : HttpStatusFor(s.code());
-  res.set_content(json{{"error", err}}.dump(), kJson);
+  res.set_content(ErrorJson(s).dump(-1, ' ', false, json::error_handler_t::replace), kJson);
 }
 
 void SendJson(httplib::Response& res, const json& j, int status = 200) {
@@ -39,19 +40,35 @@ void SendJson(httplib::Response& res, const json& j, int status = 200) {
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
 }
 
-// Parses a JSON body within the size limit; an empty body is {}.
+// Parses a JSON body within the size and depth limits (http_parse.h); an
+// empty body is {}. The guard refused a longer declared body already; a
+// chunked one can still be up to its framing allowance over.
 absl::StatusOr<json> ParseBody(const httplib::Request& req, size_t limit, httplib::Response& res) {
-  if (req.body.size() > limit) {
-    SendError(res, absl::ResourceExhaustedError(absl::StrCat("request body over the ", limit, "-byte limit")), 413);
-    return absl::ResourceExhaustedError("sent");
-  }
-  if (req.body.empty()) return json::object();
-  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    SendError(res, absl::InvalidArgumentError("the request body is not valid JSON"));
-    return absl::InvalidArgumentError("sent");
-  }
+  absl::StatusOr<json> j = ParseJsonBody(req.body, limit);
+  if (!j.ok()) SendError(res, j.status(), absl::IsResourceExhausted(j.status()) ? 413 : 0);
   return j;
+}
+
+std::string RandomBoundary() {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  return absl::StrCat("dsec-", absl::Hex(gen(), absl::kZeroPad16), absl::Hex(gen(), absl::kZeroPad16));
+}
+
+// A file read with a Range header: at most kMaxRanges ranges, merged where
+// they overlap, so an answer is never larger than the file (plus multipart
+// framing); 416 otherwise.
+void SendFile(const httplib::Request& req, httplib::Response& res, const std::string& data) {
+  constexpr char kOctets[] = "application/octet-stream";
+  if (!req.has_header("Range")) return res.set_content(data, kOctets);
+  auto ranges = ResolveRanges(req.get_header_value("Range"), data.size());
+  if (!ranges.ok()) {
+    res.set_header("Content-Range", absl::StrCat("bytes */", data.size()));
+    return SendError(res, absl::InvalidArgumentError(ranges.status().message()), 416);
+  }
+  RangedBody r = MakeRangedBody(data, *ranges, kOctets, RandomBoundary());
+  res.status = 206;
+  if (!r.content_range.empty()) res.set_header("Content-Range", r.content_range);
+  res.set_content(std::move(r.body), r.content_type);
 }
 
 template <typename F>
@@ -74,10 +91,11 @@ void ReplyEmpty(httplib::Response& res, const absl::Status& s) {
   res.status = 204;
 }
 
-void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o) {
+void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o,
+               std::shared_ptr<const GuardMetrics> guard_metrics) {
   srv.Get("/v1/health", [svc](const httplib::Request&, httplib::Response& res) { SendJson(res, svc->Health()); });
-  srv.Get("/metrics", [svc](const httplib::Request&, httplib::Response& res) {
-    res.set_content(svc->MetricsText(), "text/plain; version=0.0.4");
+  srv.Get("/metrics", [svc, guard_metrics](const httplib::Request&, httplib::Response& res) {
+    res.set_content(svc->MetricsText() + guard_metrics->Text(), "text/plain; version=0.0.4");
   });
   srv.Post("/v1/sandboxes", WithJsonBody(svc, o, [svc](const httplib::Request&, httplib::Response& res, const json& b) {
              Reply(res, svc->Create(b), 201);
@@ -124,7 +142,7 @@ void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o) {
     if (!req.has_param("path")) return SendError(res, InvalidField("path", "path is required"));
     auto r = svc->ReadFile(req.matches[1], req.get_param_value("path"));
     if (!r.ok()) return SendError(res, r.status());
-    res.set_content(*r, "application/octet-stream");
+    SendFile(req, res, *r);
   });
   srv.Put(R"(/v1/sandboxes/([^/]+)/files)", [svc, o](const httplib::Request& req, httplib::Response& res) {
     if (!req.has_param("path")) return SendError(res, InvalidField("path", "path is required"));
@@ -170,13 +188,26 @@ void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o) {
   });
 }
 
-void Configure(httplib::Server& srv, const HttpOptions& o) {
-  const int threads = o.threads;
-  srv.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+GuardOptions GuardOptionsOf(const HttpOptions& o) {
+  GuardOptions g;
+  g.body = BodyLimits{o.max_json_bytes, o.max_file_bytes};
+  g.header_timeout_ms = o.header_timeout_ms;
+  g.body_timeout_ms = o.body_timeout_ms;
+  g.keep_alive_timeout_ms = o.keep_alive_timeout_ms;
+  g.read_timeout_ms = o.read_timeout_s * 1000;
+  g.write_timeout_ms = o.write_timeout_s * 1000;
+  g.max_connections_per_client = o.max_connections_per_client;
+  g.max_connections = o.max_connections;
+  g.threads = o.threads;
+  return g;
+}
+
+// The thread pool, deadlines and connection caps are the guard's
+// (http_guard.h); httplib's own settings here only shape its answers.
+void Configure(GuardedServer& srv, const HttpOptions& o) {
   srv.set_payload_max_length(o.max_file_bytes + (1u << 20));
-  srv.set_read_timeout(o.read_timeout_s, 0);
-  srv.set_write_timeout(o.write_timeout_s, 0);
-  srv.set_keep_alive_timeout(5);
+  srv.set_keep_alive_timeout((o.keep_alive_timeout_ms + 999) / 1000);
+  srv.set_keep_alive_max_count(static_cast<size_t>(GuardOptions{}.max_requests_per_connection));
   srv.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
@@ -243,27 +274,30 @@ bool TokenMatches(const std::string& header_value, const std::string& token) {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, HttpOptions options) {
   std::unique_ptr<HttpServer> hs(new HttpServer());
+  hs->guard_metrics_ = std::make_shared<GuardMetrics>();
   if (options.socket_path.empty() && options.tcp_host.empty()) {
     return absl::InvalidArgumentError("no socket and no TCP address to listen on");
   }
   if (!options.socket_path.empty()) {
     DSEC_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
-    auto srv = std::make_unique<httplib::Server>();
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<GuardedServer> srv,
+                          GuardedServer::Create(GuardOptionsOf(options), hs->guard_metrics_));
     Configure(*srv, options);
-    AddRoutes(*srv, service, options);
+    AddRoutes(*srv, service, options, hs->guard_metrics_);
     srv->set_address_family(AF_UNIX);
     if (!srv->bind_to_port(options.socket_path, 80)) {
       return absl::InternalError(absl::StrCat("cannot listen on ", options.socket_path));
     }
     if (::chmod(options.socket_path.c_str(), 0600) != 0) return ErrnoToStatus("chmod socket");
     hs->socket_path_ = options.socket_path;
-    httplib::Server* raw = srv.get();
+    GuardedServer* raw = srv.get();
     hs->servers_.push_back(std::move(srv));
     hs->threads_.emplace_back([raw] { raw->listen_after_bind(); });
   }
   if (!options.tcp_host.empty()) {
     if (options.token.empty()) return absl::InvalidArgumentError("TCP needs a token (--token-file)");
-    auto srv = std::make_unique<httplib::Server>();
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<GuardedServer> srv,
+                          GuardedServer::Create(GuardOptionsOf(options), hs->guard_metrics_));
     Configure(*srv, options);
     const std::string token = options.token;
     srv->set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
@@ -274,7 +308,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
       SendError(res, absl::UnauthenticatedError("missing or wrong bearer token"));
       return httplib::Server::HandlerResponse::Handled;
     });
-    AddRoutes(*srv, service, options);
+    AddRoutes(*srv, service, options, hs->guard_metrics_);
     if (options.tcp_port == 0) {
       int port = srv->bind_to_any_port(options.tcp_host);
       if (port <= 0) return absl::InternalError(absl::StrCat("cannot listen on ", options.tcp_host));
@@ -285,7 +319,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
       }
       hs->tcp_port_ = options.tcp_port;
     }
-    httplib::Server* raw = srv.get();
+    GuardedServer* raw = srv.get();
     hs->servers_.push_back(std::move(srv));
     hs->threads_.emplace_back([raw] { raw->listen_after_bind(); });
   }
@@ -306,6 +340,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
 }
 
 void HttpServer::Stop() {
+  // The guards first: their threads hand connections to the servers' pools,
+  // which stop() ends.
+  for (auto& s : servers_) s->Shutdown();
   for (auto& s : servers_) s->stop();
   for (auto& t : threads_) {
     if (t.joinable()) t.join();

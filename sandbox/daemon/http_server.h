@@ -14,11 +14,10 @@
 #include "absl/status/statusor.h"
 #include "sandbox/daemon/service.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace dsec::daemon {
+
+class GuardedServer;
+struct GuardMetrics;
 
 inline constexpr char kDefaultSocket[] = "/run/dsec-vmm/api.sock";
 
@@ -30,8 +29,19 @@ struct HttpOptions {
   int threads = 64;
   size_t max_json_bytes = 1u << 20;
   size_t max_file_bytes = 64u << 20;
-  int read_timeout_s = 30;
-  int write_timeout_s = 120;
+  int read_timeout_s = 30;   // one recv of a body
+  int write_timeout_s = 120;  // one send of a response
+  // Deadlines per request (http_guard.h): its head must arrive within
+  // header_timeout_ms of its first byte, its body within body_timeout_ms of
+  // the head; a connection with no request begun is closed after
+  // keep_alive_timeout_ms.
+  int header_timeout_ms = 10'000;
+  int body_timeout_ms = 120'000;
+  int keep_alive_timeout_ms = 5'000;
+  // Open connections per client (TCP: its address; unix socket: its
+  // process) and in all, per listener.
+  int max_connections_per_client = 32;
+  int max_connections = 1024;
 };
 
 // Threads: Start binds and starts one listener thread per transport; the
@@ -45,7 +55,8 @@ class HttpServer {
 
  private:
   HttpServer() = default;
-  std::vector<std::unique_ptr<httplib::Server>> servers_;
+  std::shared_ptr<GuardMetrics> guard_metrics_;
+  std::vector<std::unique_ptr<GuardedServer>> servers_;
   std::vector<std::thread> threads_;
   int tcp_port_ = 0;
   std::string socket_path_;

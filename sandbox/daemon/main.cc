@@ -61,6 +61,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-concurrent-execs", o.service.max_concurrent_execs, "Execs running at once")
       ->capture_default_str();
   app.add_option("--threads", o.http.threads, "HTTP worker threads per listener")->capture_default_str();
+  app.add_option("--max-connections-per-client", o.http.max_connections_per_client,
+                 "Open API connections per client (TCP: address; unix socket: process), per listener")
+      ->capture_default_str();
+  app.add_option("--max-connections", o.http.max_connections, "Open API connections per listener")
+      ->capture_default_str();
+  app.add_option("--header-timeout-ms", o.http.header_timeout_ms,
+                 "A request head must arrive within this of its first byte (408 after)")
+      ->capture_default_str();
+  app.add_option("--body-timeout-ms", o.http.body_timeout_ms,
+                 "A request body must arrive within this of its head (408 after)")
+      ->capture_default_str();
   bool no_qos_placement = false;
   app.add_flag("--no-qos-placement", no_qos_placement,
                "Do not place sandboxes by their qos through sched/ (they report qos_applied=false)");
@@ -94,6 +105,13 @@ int main(int argc, char** argv) {
   o.qos_placement = !no_qos_placement;
   if (o.http.threads < 2 || o.http.threads > 1024) {
     fprintf(stderr, "dsec-vmmd: --threads must be in [2, 1024]\n");
+    return 2;
+  }
+  if (o.http.max_connections_per_client < 1 || o.http.max_connections < o.http.max_connections_per_client ||
+      o.http.header_timeout_ms < 100 || o.http.body_timeout_ms < 100) {
+    fprintf(stderr,
+            "dsec-vmmd: --max-connections-per-client must be >= 1 and <= --max-connections; "
+            "timeouts at least 100 ms\n");
     return 2;
   }
   if (!listen.empty()) {

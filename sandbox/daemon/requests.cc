@@ -24,6 +24,13 @@ constexpr size_t kMaxPath = 4096;
 // A JSON body is at most 1 MiB (the HTTP layer's limit); strings inside it
 // are bounded by that, the trajectory's own limits are tighter.
 constexpr size_t kMaxStdinText = 1u << 20;
+// execve(2) refuses a single argument or "NAME=value" of MAX_ARG_STRLEN
+// (32 pages) bytes or more with its NUL (E2BIG); the environment as a whole
+// gets a budget of its own so that argv and env stay well under the
+// kernel's total (a quarter of the stack limit, at least 128 KiB more).
+constexpr size_t kMaxArgStrlen = 32 * 4096;
+constexpr size_t kMaxEnvBytes = 256 * 1024;
+constexpr size_t kMaxEnvVars = 4096;
 
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
@@ -51,7 +58,8 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, const Request
   DSEC_ASSIGN_OR_RETURN(auto layers, f.OptStringList("layers", kMaxLayers, kMaxLayerRef));
   if (layers) r.layers = std::move(*layers);
   DSEC_ASSIGN_OR_RETURN(r.cpus, f.OptNumber("cpus", 0, 1024));
-  if (r.cpus && *r.cpus <= 0) return InvalidField("cpus", "cpus must be a number in (0, 1024]");
+  // The kernel refuses a CFS quota under 1 ms of each 100 ms period.
+  if (r.cpus && *r.cpus < 0.01) return InvalidField("cpus", "cpus must be a number in [0.01, 1024]");
   DSEC_ASSIGN_OR_RETURN(r.memory_mib, f.OptUint("memory_mib", 16, uint64_t{1} << 20));
   DSEC_ASSIGN_OR_RETURN(r.pids, f.OptUint("pids", 8, uint64_t{1} << 20));
   DSEC_ASSIGN_OR_RETURN(r.qos, f.OptEnum("qos", {"ls", "be"}));
@@ -87,6 +95,10 @@ absl::StatusOr<ExecRequestBody> ParseExecRequest(const json& body, const Request
       if (!a.is_string()) return InvalidField("argv", "argv must be a list of strings");
       std::string s = a.get<std::string>();
       if (HasNul(s)) return InvalidField("argv", "argv holds a NUL byte");
+      if (s.size() + 1 > kMaxArgStrlen) {
+        return InvalidField(absl::StrCat("argv[", r.argv.size(), "]"),
+                            absl::StrCat("an argument may be at most ", kMaxArgStrlen - 1, " bytes"));
+      }
       total += s.size();
       r.argv.push_back(std::move(s));
     }
@@ -105,6 +117,10 @@ absl::StatusOr<ExecRequestBody> ParseExecRequest(const json& body, const Request
   }
   if (const json* env = f.Raw("env")) {
     if (!env->is_object()) return InvalidField("env", "env must be an object of strings");
+    if (env->size() > kMaxEnvVars) {
+      return InvalidField("env", absl::StrCat("env may hold at most ", kMaxEnvVars, " variables"));
+    }
+    size_t total = 0;
     for (auto kv = env->begin(); kv != env->end(); ++kv) {
       const std::string& k = kv.key();
       if (k.empty() || k.find('=') != std::string::npos || HasNul(k)) {
@@ -112,6 +128,16 @@ absl::StatusOr<ExecRequestBody> ParseExecRequest(const json& body, const Request
       }
       if (!kv->is_string() || HasNul(kv->get<std::string>())) {
         return InvalidField("env", absl::StrCat("env.", k, " must be a string without NUL"));
+      }
+      const size_t entry = k.size() + 1 + kv->get_ref<const std::string&>().size() + 1;  // NAME=value NUL
+      if (entry > kMaxArgStrlen) {
+        return InvalidField(absl::StrCat("env.", k), absl::StrCat("env.", k, " is ", entry,
+                                                                 " bytes as NAME=value: over the limit of ",
+                                                                 kMaxArgStrlen, " bytes per variable"));
+      }
+      total += entry;
+      if (total > kMaxEnvBytes) {
+        return InvalidField("env", absl::StrCat("env is over the limit of ", kMaxEnvBytes, " bytes in all"));
       }
       r.env[k] = kv->get<std::string>();
     }

@@ -38,6 +38,7 @@ TEST(CreateRequestTest, ErrorsNameTheField) {
       {{{"tier", ""}}, "tier"},
       {{{"tier", 3}}, "tier"},
       {{{"tier", "container"}, {"cpus", 0}}, "cpus"},
+      {{{"tier", "container"}, {"cpus", 0.001}}, "cpus"},
       {{{"tier", "container"}, {"cpus", "1"}}, "cpus"},
       {{{"tier", "container"}, {"memory_mib", 1}}, "memory_mib"},
       {{{"tier", "container"}, {"pids", -1}}, "pids"},
@@ -83,6 +84,9 @@ TEST(ExecRequestTest, ReadsArgvCodeStdinEnv) {
   EXPECT_EQ(r->cwd, "/work");
   EXPECT_EQ(*r->timeout_s, 5);
   EXPECT_TRUE(r->idempotent);
+  // The largest variable execve takes: NAME=value and its NUL in 32 pages.
+  auto largest = ParseExecRequest({{"env", {{"A", std::string(131069, 'x')}}}}, {});
+  EXPECT_TRUE(largest.ok()) << largest.status();
   auto code = ParseExecRequest({{"code", "print(1)"}, {"stdin", "x"}}, {});
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code->code, "print(1)");
@@ -107,6 +111,12 @@ TEST(ExecRequestTest, ErrorsNameTheField) {
       {{{"timeout_s", 11}}, "timeout_s"},
       {{{"idempotent", 1}}, "idempotent"},
       {{{"argv", {"x"}}, {"shell", true}}, "shell"},
+      // What execve would refuse with E2BIG is the client's error.
+      {{{"argv", {"x", std::string(131072, 'a')}}}, "argv[1]"},
+      {{{"env", {{"BIG", std::string(900000, 'x')}}}}, "env.BIG"},
+      {{{"env", {{"A", std::string(131070, 'x')}}}}, "env.A"},  // A=...NUL is 131073
+      {{{"env", {{"A", std::string(100000, 'x')}, {"B", std::string(100000, 'x')},
+                  {"C", std::string(100000, 'x')}}}}, "env"},
   };
   for (const Case& c : cases) {
     auto r = ParseExecRequest(c.j, limits);

@@ -44,6 +44,14 @@ std::vector<std::string> TierNames(const tier::TierRegistry& registry) {
 }
 }  // namespace
 
+absl::Status HostFailure(const char* what, const std::string& id, const absl::Status& status) {
+  absl::Status client = WithoutHostPaths(status);
+  if (client.message() != status.message()) {
+    DSEC_LOG_RATELIMITED(warn, 5, "daemon: sandbox={} {}: {}", id, what, status.ToString());
+  }
+  return client;
+}
+
 Service::Service(ServiceOptions options, std::vector<std::unique_ptr<tier::Tier>> tiers,
                  std::unique_ptr<trajectory::TrajectoryStore> trajectories)
     : options_(std::move(options)),
@@ -334,7 +342,7 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
     release(false);
     std::lock_guard<std::mutex> lock(e->qos_mu);
     e->qos_lease.reset();
-    return sb.status();
+    return HostFailure("create", e->id, sb.status());
   }
   e->sandbox = std::move(*sb);
   e->SetNet(e->sandbox->network());
@@ -466,7 +474,7 @@ absl::StatusOr<json> Service::Pause(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
-    DSEC_RETURN_IF_ERROR(e->sandbox->Pause());
+    if (absl::Status s = e->sandbox->Pause(); !s.ok()) return HostFailure("pause", id, s);
     e->paused = true;
   }
   return Describe(*e);
@@ -477,7 +485,7 @@ absl::StatusOr<json> Service::Resume(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
-    DSEC_RETURN_IF_ERROR(e->sandbox->Resume());
+    if (absl::Status s = e->sandbox->Resume(); !s.ok()) return HostFailure("resume", id, s);
     e->paused = false;
   }
   return Describe(*e);

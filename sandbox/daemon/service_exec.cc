@@ -219,7 +219,9 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
 absl::StatusOr<json> Service::RunLive(Entry& e, const trajectory::ExecRequest& req,
                                       const tier::ExecSpec& spec) {
   const int64_t start_ns = NowMs() * 1'000'000;
-  DSEC_ASSIGN_OR_RETURN(tier::ExecOutcome out, e.sandbox->Exec(spec));
+  absl::StatusOr<tier::ExecOutcome> outcome = e.sandbox->Exec(spec);
+  if (!outcome.ok()) return HostFailure("exec", e.id, outcome.status());
+  tier::ExecOutcome& out = *outcome;
   const std::string& tier_name = registry_.name(e.tier);
   metrics_.exec_ms.at(tier_name).Observe(out.duration_ms);
   metrics_.execs_total[tier_name]++;

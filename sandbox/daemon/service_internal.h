@@ -65,6 +65,9 @@ struct Service::Entry {
   std::unique_ptr<trajectory::Replayer> replayer;
 };
 
-
+// The error of a host-side operation (`what`) on sandbox `id`: logged whole
+// (rate-limited: a client can trigger it), answered without the host paths
+// in it (errors.h WithoutHostPaths).
+absl::Status HostFailure(const char* what, const std::string& id, const absl::Status& status);
 
 }  // namespace dsec::daemon

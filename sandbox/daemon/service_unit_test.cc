@@ -28,6 +28,7 @@ struct FakeState {
   std::atomic<int> live{0};
   std::atomic<int> isolated{0};  // creates that were handed a QoS isolation
   tier::TierOptions last_options;  // of the last create
+  absl::Status create_error;       // what the next creates fail with
 };
 
 using tier::ExecOutcome;
@@ -84,6 +85,7 @@ class FakeTier : public tier::Tier {
   }
   const tier::TierTraits& traits() const override { return traits_; }
   absl::StatusOr<std::unique_ptr<TierSandbox>> Create(const tier::CreateSpec& spec) override {
+    if (!s_->create_error.ok()) return s_->create_error;
     if (spec.isolation) s_->isolated++;
     s_->last_options = spec.options;
     return std::unique_ptr<TierSandbox>(new FakeSandbox(s_));
@@ -164,6 +166,19 @@ TEST_F(ServiceUnitTest, ValidationErrorsNameTheField) {
   // Nothing was left behind by the refused requests.
   EXPECT_EQ(svc->sandbox_count(), 1);
   EXPECT_EQ(state_.live.load(), 1);
+}
+
+// A failed host-side operation is answered without the daemon's paths
+// (they go to the log), keeping its code.
+TEST_F(ServiceUnitTest, HostPathsOfTierErrorsStayInTheLog) {
+  auto svc = Make();
+  state_.create_error = absl::InvalidArgumentError(
+      "write \"100\" to /sys/fs/cgroup/cpu/dsec-ctr-sb-1/cpu.cfs_quota_us: Invalid argument (errno 22)");
+  auto r = svc->Create({{"tier", "container"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status()));
+  EXPECT_EQ(r.status().message(), "write \"100\" to <host path>: Invalid argument (errno 22)");
+  EXPECT_EQ(svc->sandbox_count(), 0);
 }
 
 TEST_F(ServiceUnitTest, SandboxLimitIsResourceExhausted) {

@@ -6,9 +6,11 @@ error of any kind (429 included), every sandbox deleted, nothing left on the
 host (mounts, cgroups, processes). Printed: the latency histogram per step.
 
 The daemon runs with limits that admit the load (--max-sandboxes 512,
---max-concurrent-execs 256, --threads 256): the defaults (256 sandboxes, 32
-concurrent execs, 64 HTTP threads) answer part of 200 clients with 429,
-which the SDK raises as ResourceExhausted for the caller to back off on.
+--max-concurrent-execs 256, --threads 256, --max-connections-per-client
+256: the clients are threads of one process, one client to the daemon):
+the defaults (256 sandboxes, 32 concurrent execs, 64 HTTP threads, 32
+connections per client) answer part of 200 clients with 429, which the SDK
+raises as ResourceExhausted for the caller to back off on.
 """
 
 import os
@@ -24,7 +26,7 @@ from conftest import require_daemon
 
 CLIENTS = 200
 LIMIT_ARGS = ["--max-sandboxes", "512", "--max-concurrent-execs", "256", "--threads", "256",
-              "--log-level", "warn"]
+              "--max-connections-per-client", "256", "--log-level", "warn"]
 BUCKETS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000]
 
 
