@@ -104,7 +104,14 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxConfig config) {
   } else {
     DSEC_ASSIGN_OR_RETURN(state, StateDir::Create(config.state_root, config.id));
   }
+  ScopedFd netns;
+  if (config.netns_fd >= 0) {
+    netns.Reset(::fcntl(config.netns_fd, F_DUPFD_CLOEXEC, 3));
+    if (!netns) return ErrnoToStatus("the given network namespace");
+    config.netns_fd = netns.get();
+  }
   std::unique_ptr<Sandbox> sb(new Sandbox(std::move(config), std::move(state)));
+  sb->netns_ = std::move(netns);
   sb->seccomp_ = seccomp;
   sb->init_binary_ = std::move(init_binary);
   // Any error below destroys `sb`, which undoes what was done so far.
@@ -435,6 +442,7 @@ absl::Status Sandbox::Destroy() {
   }
   idmapped_layers_.clear();
   userns_.Reset();
+  netns_.Reset();
   // A shared layer stays mounted for the next sandbox; an own one (no
   // sharing here) is unmounted with its last reference.
   layers_.clear();

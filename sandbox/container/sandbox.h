@@ -62,8 +62,9 @@ struct SandboxConfig {
   std::optional<UserNamespaceMap> user_namespace;
   // Optional: a network namespace for the sandbox's init to join instead
   // of a fresh one (a networked sandbox's, made and wired before it:
-  // sandbox/network's SandboxNetwork::CreateAhead). The caller keeps it
-  // open until Create returns. Not with user_namespace.
+  // sandbox/network's SandboxNetwork::CreateAhead). The sandbox keeps a
+  // copy for its inits (Reset) until it is destroyed. Not with
+  // user_namespace.
   int netns_fd = -1;
 };
 
@@ -129,6 +130,9 @@ class Sandbox {
   // namespace the init mounts it itself (overlay_data_).
   DetachedMount root_mount_;
   ScopedFd userns_;     // the sandbox's user namespace, when configured
+  // Its own copy of SandboxConfig::netns_fd (config_.netns_fd names it),
+  // so that Reset's new init joins the same namespace, network and all.
+  ScopedFd netns_;
   std::vector<Mount> idmapped_layers_;  // <state>/ns/lower/N: the layers as the namespace sees them
   Mount idmapped_upper_;                // <state>/ns/upper: the writable layer, likewise
   std::string overlay_data_;            // what the init mounts, with a user namespace

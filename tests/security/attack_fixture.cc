@@ -34,9 +34,27 @@ void ContainerAttackTest::SetUpTestSuite() {
   image_ = absl::StrCat(dir_->path(), "/base.erofs");
   if (s.ok()) s = testing::MakeErofs(tree, image_);
   if (!s.ok()) skip_ = s.ToString();
+#ifdef DSEC_ATTACK_NETWORK
+  if (skip_.empty()) {
+    network::NodeNetworkOptions o;
+    o.subnet = absl::StrCat("10.245.", ::getpid() % 250, ".0/24");
+    o.policies_ahead = 2;
+    o.netns_ahead = 2;
+    auto node = network::NodeNetwork::Create(o);
+    if (node.ok()) {
+      node_ = node->release();
+    } else {
+      skip_ = absl::StrCat("no sandbox networking here: ", node.status().ToString());
+    }
+  }
+#endif
 }
 
 void ContainerAttackTest::TearDownTestSuite() {
+#ifdef DSEC_ATTACK_NETWORK
+  delete node_;
+  node_ = nullptr;
+#endif
   delete dir_;
   dir_ = nullptr;
 }
@@ -60,11 +78,32 @@ Sandbox& ContainerAttackTest::NewSandbox(const std::string& name,
   c.user_namespace = UserNamespaceMap{0x30000000u, 0x30000000u, 65536};
 #endif
   if (tweak) tweak(c);
+#ifdef DSEC_ATTACK_NETWORK
+  auto net = network::SandboxNetwork::CreateAhead(node_, network::NetworkSpec{});
+  if (!net.ok()) {
+    ADD_FAILURE() << net.status();
+    std::abort();
+  }
+  c.netns_fd = (*net)->netns_fd();
+#endif
   auto sb = Sandbox::Create(std::move(c));
   if (!sb.ok()) {
     ADD_FAILURE() << sb.status();
     std::abort();  // later steps would dereference it; the process ends here
   }
+#ifdef DSEC_ATTACK_NETWORK
+  std::string v2;
+  for (const std::string& d : (*sb)->cgroups().dirs()) {
+    if (dsec::PathExists(d + "/cgroup.controllers")) v2 = d;
+  }
+  absl::Status attached = v2.empty() ? absl::UnavailableError("no v2 cgroup") : (*net)->AttachTo(v2);
+  if (!attached.ok()) {
+    ADD_FAILURE() << attached;
+    std::abort();
+  }
+  host_ends_.push_back((*net)->host_interface());
+  networks_.push_back(std::move(*net));
+#endif
   records_.push_back({(*sb)->state_dir(), (*sb)->cgroups().dirs(), (*sb)->init_pid()});
   sandboxes_.push_back(std::move(*sb));
   return *sandboxes_.back();
@@ -120,6 +159,12 @@ void ContainerAttackTest::TearDown() {
     EXPECT_TRUE(s.ok()) << s;
   }
   sandboxes_.clear();
+#ifdef DSEC_ATTACK_NETWORK
+  networks_.clear();
+  for (const std::string& h : host_ends_) EXPECT_FALSE(dsec::PathExists("/sys/class/net/" + h)) << h;
+  host_ends_.clear();
+  EXPECT_EQ(node_->sandboxes(), 0u);
+#endif
   // Nothing of any sandbox may be left on the host.
   auto mountinfo = dsec::ReadSmallFile("/proc/self/mountinfo");
   ASSERT_TRUE(mountinfo.ok());

@@ -14,6 +14,10 @@
 #include "gtest/gtest.h"
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/test_image.h"
+#ifdef DSEC_ATTACK_NETWORK
+#include "sandbox/network/node_network.h"
+#include "sandbox/network/sandbox_network.h"
+#endif
 
 namespace dsec::container::security {
 
@@ -49,6 +53,14 @@ class ContainerAttackTest : public ::testing::Test {
   static inline std::string skip_;
   std::vector<std::unique_ptr<Sandbox>> sandboxes_;
   std::vector<Record> records_;
+#ifdef DSEC_ATTACK_NETWORK
+  // The third build (container_attack_net_test): every sandbox has a
+  // network whose policy allows nothing, in a namespace the node wired
+  // ahead, its programs on the sandbox's v2 cgroup (as the tier does it).
+  static inline network::NodeNetwork* node_ = nullptr;
+  std::vector<std::unique_ptr<network::SandboxNetwork>> networks_;
+  std::vector<std::string> host_ends_;
+#endif
 };
 
 }  // namespace dsec::container::security
