@@ -26,6 +26,7 @@
 #include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/network/node_network.h"
+#include "sandbox/network/test_network.h"
 #include "sandbox/network/policy.h"
 #include "sandbox/network/sandbox_network.h"
 
@@ -34,43 +35,7 @@ namespace {
 
 using testing::TempDir;
 
-// A listener of the test process on `address` (IP_FREEBIND: the gateway
-// exists only on host ends) that accepts and closes, on a thread.
-class Listener {
- public:
-  explicit Listener(const std::string& address) {
-    fd_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    int one = 1;
-    ::setsockopt(fd_.get(), SOL_IP, IP_FREEBIND, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    ::inet_pton(AF_INET, address.c_str(), &a.sin_addr);
-    socklen_t len = sizeof(a);
-    if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd_.get(), 64) != 0 ||
-        ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      return;
-    }
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        pollfd p{fd_.get(), POLLIN, 0};
-        if (::poll(&p, 1, 50) <= 0) continue;
-        ScopedFd c(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      }
-    });
-  }
-  ~Listener() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  int port() const { return port_; }
-
- private:
-  ScopedFd fd_;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+using Listener = network::testing::HostListener;
 
 class ContainerNetworkTest : public ::testing::TestWithParam<int> {
  protected:
@@ -79,14 +44,10 @@ class ContainerNetworkTest : public ::testing::TestWithParam<int> {
     auto dir = TempDir::Create("dsec-ctr-net-");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = std::make_unique<TempDir>(std::move(*dir));
-    const std::string tree = dir_->path() + "/tree";
-    absl::Status s = testing::BuildBusyboxTree(tree);
-    if (absl::IsUnavailable(s)) GTEST_SKIP() << s;
-    ASSERT_TRUE(s.ok()) << s;
-    image_ = dir_->path() + "/base.erofs";
-    s = testing::MakeErofs(tree, image_);
-    if (absl::IsUnavailable(s)) GTEST_SKIP() << s;
-    ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<std::string> image = testing::BuildBusyboxImage(dir_->path());
+    if (absl::IsUnavailable(image.status())) GTEST_SKIP() << image.status();
+    ASSERT_TRUE(image.ok()) << image.status();
+    image_ = *image;
     network::NodeNetworkOptions no;
     no.subnet = absl::StrCat("10.246.", ::getpid() % 250, ".0/24");
     no.policies_ahead = 2;

@@ -35,14 +35,10 @@ class InitPoolTest : public ::testing::Test {
     auto dir = TempDir::Create("dsec-init-pool-");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = std::make_unique<TempDir>(std::move(*dir));
-    const std::string tree = dir_->path() + "/tree";
-    absl::Status s = testing::BuildBusyboxTree(tree);
-    if (absl::IsUnavailable(s)) GTEST_SKIP() << s;
-    ASSERT_TRUE(s.ok()) << s;
-    image_ = dir_->path() + "/base.erofs";
-    s = testing::MakeErofs(tree, image_);
-    if (absl::IsUnavailable(s)) GTEST_SKIP() << s;
-    ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<std::string> image = testing::BuildBusyboxImage(dir_->path());
+    if (absl::IsUnavailable(image.status())) GTEST_SKIP() << image.status();
+    ASSERT_TRUE(image.ok()) << image.status();
+    image_ = *image;
     state_root_ = dir_->path() + "/state";
   }
   void TearDown() override {

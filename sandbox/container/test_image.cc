@@ -134,4 +134,12 @@ absl::StatusOr<uint64_t> HashFile(const std::string& path) {
   return h;
 }
 
+absl::StatusOr<std::string> BuildBusyboxImage(const std::string& work_dir) {
+  const std::string tree = work_dir + "/tree";
+  DSEC_RETURN_IF_ERROR(BuildBusyboxTree(tree));
+  const std::string image = work_dir + "/base.erofs";
+  DSEC_RETURN_IF_ERROR(MakeErofs(tree, image));
+  return image;
+}
+
 }  // namespace dsec::container::testing

@@ -40,6 +40,10 @@ absl::Status WriteTreeFile(const std::string& root, const std::string& relpath,
                            const std::string& content, unsigned mode = 0644);
 // mkfs.erofs image dir.
 absl::Status MakeErofs(const std::string& dir, const std::string& image);
+// A busybox tree in work_dir/tree made into work_dir/base.erofs; returns
+// the image. Unavailable (busybox-static or erofs-utils missing) is for
+// the caller to skip on.
+absl::StatusOr<std::string> BuildBusyboxImage(const std::string& work_dir);
 // Runs argv (no shell), returns its stdout; non-zero exit is an error.
 absl::StatusOr<std::string> RunHostCommand(const std::vector<std::string>& argv);
 // 64-bit FNV-1a of a file's bytes (to show an image did not change).

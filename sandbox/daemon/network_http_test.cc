@@ -27,6 +27,7 @@
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/fncall/fncall_testing.h"
 #include "sandbox/network/node_network.h"
+#include "sandbox/network/test_network.h"
 
 namespace dsec::daemon {
 namespace {
@@ -53,30 +54,7 @@ for port in sys.argv[2:]:
         s.close()
 )";
 
-// A listener of the test process on `address` (IP_FREEBIND: the address
-// exists only while a worker's veth does) that accepts and closes.
-class Listener {
- public:
-  explicit Listener(const std::string& address) {
-    fd_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    int one = 1;
-    setsockopt(fd_.get(), SOL_IP, IP_FREEBIND, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, address.c_str(), &a.sin_addr);
-    socklen_t len = sizeof(a);
-    if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(fd_.get(), 4096) != 0 ||
-        getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      return;
-    }
-    port_ = ntohs(a.sin_port);
-  }
-  int port() const { return port_; }
-
- private:
-  ScopedFd fd_;  // connections wait in the backlog: a connect succeeds
-  int port_ = 0;
-};
+using Listener = network::testing::HostListener;
 
 TEST(NetworkHttpTest, AFncallSandboxHasOneNetworkWithAnAddressPerWorker) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (netlink, nftables, BPF, cgroups)";

@@ -40,6 +40,7 @@
 #include "sandbox/network/node_network.h"
 #include "sandbox/network/policy.h"
 #include "sandbox/network/sandbox_network.h"
+#include "sandbox/network/test_network.h"
 
 namespace dsec::fncall {
 namespace {
@@ -71,104 +72,9 @@ for t in sys.argv[1:]:
         s.close()
 )";
 
-ScopedFd NewNetns() {
-  ScopedFd out;
-  std::thread([&] {
-    if (unshare(CLONE_NEWNET) == 0) out.Reset(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  }).join();
-  return out;
-}
-
-// A TCP listener inside `netns` on addr:0 that accepts and closes.
-class Server {
- public:
-  Server(int netns, const std::string& addr) {
-    std::thread([&] {
-      if (setns(netns, CLONE_NEWNET) != 0) return;
-      fd_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
-      socklen_t len = sizeof(a);
-      if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(fd_.get(), 16) != 0 ||
-          getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-        fd_.Reset();
-        return;
-      }
-      port_ = ntohs(a.sin_port);
-    }).join();
-    if (fd_.valid()) thread_ = std::thread([this] {
-      for (;;) {
-        ScopedFd c(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-        if (!c.valid()) return;
-      }
-    });
-  }
-  ~Server() {
-    if (fd_.valid()) shutdown(fd_.get(), SHUT_RDWR);
-    if (thread_.joinable()) thread_.join();
-  }
-  int port() const { return port_; }
-
- private:
-  ScopedFd fd_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-// A DNS server on loopback answering every A query with `answer` (TTL
-// 300): the node resolver's upstream.
-class FakeUpstream {
- public:
-  explicit FakeUpstream(const std::string& answer) {
-    inet_pton(AF_INET, answer.c_str(), &answer_);
-    fd_.Reset(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len);
-    getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FakeUpstream() {
-    shutdown(fd_.get(), SHUT_RDWR);
-    thread_.join();
-  }
-  int port() const { return port_; }
-
- private:
-  void Serve() {
-    for (;;) {
-      uint8_t q[512];
-      sockaddr_in from{};
-      socklen_t len = sizeof(from);
-      const ssize_t n = recvfrom(fd_.get(), q, sizeof(q), 0, reinterpret_cast<sockaddr*>(&from), &len);
-      if (n <= 12) return;
-      size_t i = 12;
-      while (i < static_cast<size_t>(n) && q[i] != 0) i += q[i] + 1;
-      const size_t qend = i + 5;
-      if (qend > static_cast<size_t>(n)) continue;
-      std::string r(reinterpret_cast<char*>(q), qend);
-      const bool a_query = q[i + 1] == 0 && q[i + 2] == 1;
-      r[2] = static_cast<char>(0x81);  // QR, RD
-      r[3] = static_cast<char>(0x80);  // RA, NOERROR
-      r[6] = 0, r[7] = a_query ? 1 : 0;
-      r[8] = r[9] = r[10] = r[11] = 0;
-      if (a_query) {
-        const uint8_t rr[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 1, 44, 0, 4};
-        r.append(reinterpret_cast<const char*>(rr), sizeof(rr));
-        r.append(reinterpret_cast<const char*>(&answer_), 4);
-      }
-      sendto(fd_.get(), r.data(), r.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
-    }
-  }
-  in_addr answer_{};
-  ScopedFd fd_;
-  int port_ = 0;
-  std::thread thread_;
-};
+using network::testing::FakeUpstream;
+using network::testing::NewNetns;
+using network::testing::Server;
 
 // Entries of `dir` whose names start with `prefix`.
 std::vector<std::string> Entries(const std::string& dir, const std::string& prefix) {
@@ -211,7 +117,7 @@ class FncallNetworkTest : public ::testing::Test {
     ASSERT_TRUE(out.ok()) << out.status();
     ASSERT_TRUE(out->AddAddress("eth0", outside_ + "/24").ok());
     ASSERT_TRUE(out->SetUp("eth0").ok());
-    upstream_ = std::make_unique<FakeUpstream>(outside_);
+    upstream_ = std::make_unique<FakeUpstream>(outside_, 300);
     network::NodeNetworkOptions o;
     o.subnet = subnet_;
     o.uplinks = {uplink_};

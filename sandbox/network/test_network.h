@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -148,6 +149,46 @@ class Server {
   }
   ScopedFd fd_;
   int port_ = 0;
+  std::thread thread_;
+};
+
+// A listener of the test process in its own namespace on `address`,
+// e.g. a node network's gateway (IP_FREEBIND: that address exists only on
+// sandboxes' host ends, which come and go), that accepts and closes on a
+// thread of its own.
+class HostListener {
+ public:
+  explicit HostListener(const std::string& address) {
+    fd_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    int one = 1;
+    setsockopt(fd_.get(), SOL_IP, IP_FREEBIND, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, address.c_str(), &a.sin_addr);
+    socklen_t len = sizeof(a);
+    if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(fd_.get(), 256) != 0 ||
+        getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        pollfd p{fd_.get(), POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0) continue;
+        ScopedFd c(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      }
+    });
+  }
+  ~HostListener() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  ScopedFd fd_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
@@ -302,14 +343,20 @@ class FakeUpstream {
       const size_t qend = i + 5;
       if (qend > static_cast<size_t>(n)) continue;
       std::string r(reinterpret_cast<char*>(q), qend);
+      // An A query gets the address; any other type (AAAA from libc's
+      // resolver) an empty answer.
+      const bool a_query = q[i + 1] == 0 && q[i + 2] == 1;
       r[2] = static_cast<char>(0x81);  // QR, RD
       r[3] = static_cast<char>(0x80);  // RA, NOERROR
-      r[6] = 0, r[7] = 1;              // one answer
+      r[6] = 0, r[7] = a_query ? 1 : 0;
       r[8] = r[9] = r[10] = r[11] = 0;
-      const uint8_t rr[] = {0xc0, 0x0c, 0, 1, 0, 1, static_cast<uint8_t>(ttl_ >> 24), static_cast<uint8_t>(ttl_ >> 16),
-                            static_cast<uint8_t>(ttl_ >> 8), static_cast<uint8_t>(ttl_), 0, 4};
-      r.append(reinterpret_cast<const char*>(rr), sizeof(rr));
-      r.append(reinterpret_cast<const char*>(&answer_), 4);
+      if (a_query) {
+        const uint8_t rr[] = {0xc0, 0x0c, 0, 1, 0, 1, static_cast<uint8_t>(ttl_ >> 24),
+                              static_cast<uint8_t>(ttl_ >> 16), static_cast<uint8_t>(ttl_ >> 8),
+                              static_cast<uint8_t>(ttl_), 0, 4};
+        r.append(reinterpret_cast<const char*>(rr), sizeof(rr));
+        r.append(reinterpret_cast<const char*>(&answer_), 4);
+      }
       sendto(fd_.get(), r.data(), r.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
     }
   }
