@@ -62,7 +62,12 @@ def private_tmp():
 def node():
     require_daemon()
     tmp = tempfile.mkdtemp(prefix="dsec-sdkpy-node-")
-    d = harness.Daemon(tmp, tcp_token=secrets.token_hex(16))
+    # The fncall tests' runtime layer is an image file outside the layer
+    # store: the daemon takes such files only from directories it is given.
+    fncall_layers = os.path.join(tmp, "fncall-layers")
+    os.makedirs(fncall_layers, mode=0o700)
+    d = harness.Daemon(tmp, tcp_token=secrets.token_hex(16),
+                       extra_args=["--layer-image-dir", fncall_layers])
     n = None
     try:
         d.start()
@@ -74,7 +79,7 @@ def node():
         c.close()
         python_layer, python_error = None, None
         try:
-            python_layer = harness.build_fncall_python_layer(os.path.join(tmp, "fncall-layers"))
+            python_layer = harness.build_fncall_python_layer(fncall_layers)
         except (RuntimeError, OSError) as e:
             python_error = str(e)
         n = Node(d, name + ":1", python_layer, python_error)
