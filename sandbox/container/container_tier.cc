@@ -257,6 +257,9 @@ class ContainerTierSandbox : public tier::TierSandbox {
   absl::Status Destroy() override {
     if (destroyed_) return absl::OkStatus();
     destroyed_ = true;
+    // The pool's refill waits (the programs' detachment below takes
+    // cgroup_mutex, which a refill's migration holds for a grace period).
+    InitPool::OpInFlight in_flight(pool_.get());
     // A frozen process does not die: thaw first.
     if (paused_) (void)Resume();
     absl::Status s = sandbox_->Destroy();
@@ -400,7 +403,7 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> ContainerTier::Create(const t
   c.init_pool = pool_.get();
   // The pool's refill waits until this create is done (its cgroup steps
   // would wait behind the refill's migration).
-  InitPool::CreateInFlight in_flight(pool_.get());
+  InitPool::OpInFlight in_flight(pool_.get());
   std::shared_ptr<uint32_t> range;
   if (tier::OptionBool(spec.options, "user_namespace")) {
     DSEC_ASSIGN_OR_RETURN(range, TakeRange());

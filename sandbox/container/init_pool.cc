@@ -154,7 +154,7 @@ void InitPool::Run() {
       continue;
     }
     if (creating_ > 0) {
-      // Behind the creates in flight (CreateInFlight), or 100 ms.
+      // Behind the creates and destroys in flight (OpInFlight), or 100 ms.
       wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_ || creating_ == 0; });
       if (stop_) break;
     }
@@ -187,13 +187,13 @@ uint64_t InitPool::NextSlotSeq() {
   return next.fetch_add(1);
 }
 
-InitPool::CreateInFlight::CreateInFlight(InitPool* pool) : pool_(pool) {
+InitPool::OpInFlight::OpInFlight(InitPool* pool) : pool_(pool) {
   if (pool_ == nullptr) return;
   std::lock_guard<std::mutex> lock(pool_->mu_);
   ++pool_->creating_;
 }
 
-InitPool::CreateInFlight::~CreateInFlight() {
+InitPool::OpInFlight::~OpInFlight() {
   if (pool_ == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(pool_->mu_);

@@ -113,17 +113,17 @@ class InitPool {
   InitPoolStats stats() const;
   absl::Status last_error() const;
 
-  // A create in flight (RAII): the refill waits until none is, up to
-  // 100 ms. A slot's migration holds cgroup_mutex through an RCU grace
-  // period (see "When"), and a create's own cgroup steps after it took its
-  // slot (its BPF programs' attachment) would wait behind the refill its
-  // Take() started: 0.1 ms became 5-15 ms here.
-  class CreateInFlight {
+  // A create or destroy in flight (RAII): the refill waits until none is,
+  // up to 100 ms. A slot's migration holds cgroup_mutex through an RCU
+  // grace period (see "When"), and a create's cgroup steps after it took
+  // its slot (its BPF programs' attachment), like a destroy's (their
+  // detachment), would wait behind it: 0.1 ms became 5-15 ms here.
+  class OpInFlight {
    public:
-    explicit CreateInFlight(InitPool* pool);
-    ~CreateInFlight();
-    CreateInFlight(const CreateInFlight&) = delete;
-    CreateInFlight& operator=(const CreateInFlight&) = delete;
+    explicit OpInFlight(InitPool* pool);
+    ~OpInFlight();
+    OpInFlight(const OpInFlight&) = delete;
+    OpInFlight& operator=(const OpInFlight&) = delete;
 
    private:
     InitPool* pool_;
@@ -151,7 +151,7 @@ class InitPool {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Retired> retired_ ABSL_GUARDED_BY(mu_);
   int removing_ ABSL_GUARDED_BY(mu_) = 0;  // retired entries being removed now
-  int creating_ ABSL_GUARDED_BY(mu_) = 0;  // CreateInFlight guards alive
+  int creating_ ABSL_GUARDED_BY(mu_) = 0;  // OpInFlight guards alive (creates, destroys)
   std::condition_variable flushed_;
   std::condition_variable made_;  // a slot became ready
   std::thread thread_;
