@@ -210,21 +210,29 @@ absl::Status Sandbox::JoinIsolationCgroups() {
 
 absl::Status Sandbox::MountUpperAndOverlay() {
   const std::string& dir = state_.path();
-  std::string upper_root = absl::StrCat(dir, "/upper");
-  DSEC_ASSIGN_OR_RETURN(upper_, Mount::Tmpfs(upper_root, config_.upper_size_bytes));
-  upper_dir_ = absl::StrCat(upper_root, "/upper");
-  std::string work = absl::StrCat(upper_root, "/work");
-  DSEC_RETURN_IF_ERROR(Mkdir(upper_dir_));
-  DSEC_RETURN_IF_ERROR(Mkdir(work));
   std::vector<std::string> lowers;
   if (!config_.user_namespace) {
-    // Made here, attached only by the init in its mount namespace: the
-    // host's mount table (which every new sandbox's mount namespace copies)
-    // does not grow with the sandboxes, and nothing is left to unmount.
+    // The writable layer's tmpfs and the overlay are made here and attached
+    // only by the init in its mount namespace: the host's mount table
+    // (which every new mount namespace copies, so that each create and each
+    // sandbox's namespace would cost more with every sandbox alive) does
+    // not grow with the sandboxes, and nothing is left to unmount. The
+    // daemon reaches the upper through the detached tmpfs's descriptor.
+    DSEC_ASSIGN_OR_RETURN(upper_tmpfs_, DetachedMount::Tmpfs(config_.upper_size_bytes, false));
+    const std::string upper_root = upper_tmpfs_.path();
+    upper_dir_ = absl::StrCat(upper_root, "/upper");
+    const std::string work = absl::StrCat(upper_root, "/work");
+    DSEC_RETURN_IF_ERROR(Mkdir(upper_dir_));
+    DSEC_RETURN_IF_ERROR(Mkdir(work));
     for (const auto& m : layers_) lowers.push_back(m->lower_dir());
     DSEC_ASSIGN_OR_RETURN(root_mount_, DetachedMount::Overlay(lowers, upper_dir_, work));
     return absl::OkStatus();
   }
+  std::string upper_root = absl::StrCat(dir, "/upper");
+  DSEC_ASSIGN_OR_RETURN(upper_, Mount::Tmpfs(upper_root, config_.upper_size_bytes));
+  upper_dir_ = absl::StrCat(upper_root, "/upper");
+  DSEC_RETURN_IF_ERROR(Mkdir(upper_dir_));
+  DSEC_RETURN_IF_ERROR(Mkdir(absl::StrCat(upper_root, "/work")));
   // The overlay is mounted by the init, inside the namespace, over the
   // idmapped views (a mounter outside could not create files through them:
   // its ids have no mapping there). Overlay metadata goes in user.overlay.*
@@ -423,6 +431,7 @@ absl::Status Sandbox::Reset() {
   DSEC_RETURN_IF_ERROR(StopInit());
   DSEC_RETURN_IF_ERROR(idmapped_upper_.Unmount());
   DSEC_RETURN_IF_ERROR(upper_.Unmount());
+  upper_tmpfs_.Reset();
   DSEC_RETURN_IF_ERROR(MountUpperAndOverlay());
   return StartInit();
 }
@@ -437,6 +446,7 @@ absl::Status Sandbox::Destroy() {
   root_mount_.Reset();
   note(idmapped_upper_.Unmount());
   note(upper_.Unmount());
+  upper_tmpfs_.Reset();
   for (auto it = idmapped_layers_.rbegin(); it != idmapped_layers_.rend(); ++it) {
     note(it->Unmount());
   }

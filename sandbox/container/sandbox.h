@@ -96,7 +96,9 @@ class Sandbox {
   // (init_process.h).
   pid_t init_pid() const { return init_pid_; }
   const std::string& state_dir() const { return state_.path(); }
-  // The writable layer's directory on the host (what pack_diff captures).
+  // The writable layer's directory as this process reaches it (what
+  // pack_diff captures): /proc/self/fd/N/upper of the detached tmpfs, or
+  // <state>/upper/upper with a user namespace.
   std::string upper_dir() const { return upper_dir_; }
   // The merged root as the host can reach it: /proc/<init>/root (the
   // overlay lives only in the sandbox's mount namespace).
@@ -124,6 +126,10 @@ class Sandbox {
   std::string init_binary_;
   StateDir state_;
   std::vector<std::shared_ptr<const LayerMount>> layers_;
+  // The writable layer's tmpfs: detached (upper_tmpfs_) unless there is a
+  // user namespace, whose init mounts the overlay over an idmapped view of
+  // <state>/upper (upper_).
+  DetachedMount upper_tmpfs_;
   Mount upper_;
   // The root: a detached overlay the init attaches in its own mount
   // namespace (none on the host); held until the init has it. With a user
