@@ -352,6 +352,15 @@ const tier::TierTraits& ContainerTierTraits() {
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     t.network = true;
+    // Measured on idle sandboxes (docs/benchmarks.md, bench density): the
+    // init (one task), its memory cgroup and network namespace; the daemon
+    // holds the init's pidfd and control socket, the detached writable
+    // tmpfs and the device policy's BPF link. Host memory ~0.6-1.1 MiB,
+    // growing with the memory cgroups and superblocks alive (docs).
+    t.footprint = {.memory_bytes = 1 << 20, .pids = 1, .fds = 4, .cgroups = 1, .netns = 1};
+    // The egress policy's programs, links and maps and the namespace's
+    // descriptor (17 measured; bench net: ~170 KiB of kernel memory).
+    t.network_footprint = {.memory_bytes = 170 << 10, .fds = 17};
     return t;
   }();
   return kTraits;

@@ -53,8 +53,9 @@ class DetachedMount {
 };
 
 // Whether overlayfs accepts layers on detached mounts here (Linux 6.15+;
-// older kernels want every layer in the caller's mount namespace): probed
-// once per process with two detached tmpfs lowers, nothing attached.
+// older kernels want every layer, the upper too, in the caller's mount
+// namespace): probed once per process with two detached tmpfs lowers,
+// nothing attached. Sandboxes take a detached upper on the same answer.
 bool OverlayAcceptsDetachedLayers();
 
 }  // namespace dsec::container

@@ -212,14 +212,22 @@ absl::Status Sandbox::MountUpperAndOverlay() {
   const std::string& dir = state_.path();
   std::vector<std::string> lowers;
   if (!config_.user_namespace) {
-    // The writable layer's tmpfs and the overlay are made here and attached
-    // only by the init in its mount namespace: the host's mount table
-    // (which every new mount namespace copies, so that each create and each
-    // sandbox's namespace would cost more with every sandbox alive) does
-    // not grow with the sandboxes, and nothing is left to unmount. The
-    // daemon reaches the upper through the detached tmpfs's descriptor.
-    DSEC_ASSIGN_OR_RETURN(upper_tmpfs_, DetachedMount::Tmpfs(config_.upper_size_bytes, false));
-    const std::string upper_root = upper_tmpfs_.path();
+    // The overlay is made here and attached only by the init in its mount
+    // namespace; so is the writable layer's tmpfs where the kernel takes
+    // an upper on a detached mount (Linux 6.15+, as for the layers). Then
+    // the host's mount table (which every new mount namespace copies, so
+    // that each create and each sandbox's namespace would cost more with
+    // every sandbox alive) does not grow with the sandboxes, and nothing
+    // is left to unmount; the daemon reaches the upper through the
+    // detached tmpfs's descriptor. Older kernels get it at <state>/upper.
+    std::string upper_root;
+    if (OverlayAcceptsDetachedLayers()) {
+      DSEC_ASSIGN_OR_RETURN(upper_tmpfs_, DetachedMount::Tmpfs(config_.upper_size_bytes, false));
+      upper_root = upper_tmpfs_.path();
+    } else {
+      upper_root = absl::StrCat(dir, "/upper");
+      DSEC_ASSIGN_OR_RETURN(upper_, Mount::Tmpfs(upper_root, config_.upper_size_bytes));
+    }
     upper_dir_ = absl::StrCat(upper_root, "/upper");
     const std::string work = absl::StrCat(upper_root, "/work");
     DSEC_RETURN_IF_ERROR(Mkdir(upper_dir_));

@@ -243,6 +243,9 @@ TEST_F(SandboxTest, ResetDropsWritesAndKeepsTheSandboxUsable) {
 // left mounts there would make each later create, and each sandbox's
 // namespace, cost more with every sandbox alive (issue 22).
 TEST_F(SandboxTest, ASandboxLeavesNoMountInTheHostsTable) {
+  if (!OverlayAcceptsDetachedLayers()) {
+    GTEST_SKIP() << "overlayfs here wants its layers and upper in the mount namespace (before Linux 6.15)";
+  }
   auto sb = Sandbox::Create(Config("nomount"));
   ASSERT_TRUE(sb.ok()) << sb.status();
   auto mountinfo = dsec::ReadSmallFile("/proc/self/mountinfo");

@@ -11,11 +11,13 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "sandbox/layers/layer_refs.h"
 #include "base/file_io.h"
 #include "sandbox/daemon/daemon.h"
+#include "sandbox/daemon/node_capacity.h"
 #include "sandbox/daemon/node_tiers.h"
 #include "sandbox/layers/layer_store.h"
 #include "sandbox/network/node_network.h"
@@ -58,6 +60,19 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   app.add_option("--max-sandboxes", o.service.max_sandboxes, "Sandboxes per node")->capture_default_str();
+  std::vector<std::string> capacity_limits;
+  app.add_option("--capacity-limit", capacity_limits,
+                 "NAME=N: count at most N of a node resource (memory in MiB, pids, fds, mounts, cgroups, "
+                 "netns, inotify), below what the host allows; repeatable");
+  dsec::daemon::CapacityOptions capacity;
+  int64_t memory_reserve_mib = capacity.reserve[static_cast<int>(dsec::daemon::Resource::kMemory)] >> 20;
+  app.add_option("--memory-reserve-mib", memory_reserve_mib,
+                 "Host memory (MemAvailable) a create must leave free")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  bool no_capacity_check = false;
+  app.add_flag("--no-capacity-check", no_capacity_check,
+               "Do not check the node's resources at create (only --max-sandboxes)");
   app.add_option("--max-concurrent-execs", o.service.max_concurrent_execs, "Execs running at once")
       ->capture_default_str();
   app.add_option("--threads", o.http.threads, "HTTP worker threads per listener")->capture_default_str();
@@ -98,6 +113,27 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   dsec::log::SetLevel(log_level);
+  for (const std::string& l : capacity_limits) {
+    const auto eq = l.find('=');
+    const auto r = dsec::daemon::ResourceByName(l.substr(0, eq == std::string::npos ? 0 : eq));
+    int64_t n = 0;
+    if (eq == std::string::npos || !r || !absl::SimpleAtoi(l.substr(eq + 1), &n) || n < 0 ||
+        n > (int64_t{1} << 40)) {
+      fprintf(stderr,
+              "dsec-vmmd: --capacity-limit %s: want NAME=N, NAME one of memory (MiB), pids, fds, mounts, "
+              "cgroups, netns, inotify\n",
+              l.c_str());
+      return 2;
+    }
+    capacity.limits[*r] = *r == dsec::daemon::Resource::kMemory ? n << 20 : n;
+  }
+  capacity.reserve[static_cast<int>(dsec::daemon::Resource::kMemory)] = memory_reserve_mib << 20;
+  // Every sandbox holds descriptors here (pidfds, control sockets, its
+  // writable layer): as many as the host allows.
+  DSEC_LOG(info, "daemon: {}", dsec::daemon::RaiseOpenFileLimit());
+  if (!no_capacity_check) {
+    o.service.capacity = std::make_shared<dsec::daemon::NodeCapacity>(std::move(capacity));
+  }
   o.service.max_layer_bytes = max_layer_mib << 20;
   o.service.layer_store_reserve_bytes = layer_reserve_mib << 20;
   o.max_task_bytes = task_quota_mib << 20;

@@ -133,6 +133,14 @@ json Service::Health() const {
     h["tiers"][registry_.name(t)] = a.ok();
     if (!a.ok()) h["tiers_unavailable"][registry_.name(t)] = std::string(a.message());
   }
+  // Sampled outside the registry lock (a few /proc reads).
+  if (options_.capacity) {
+    std::map<std::string, tier::Footprint> footprints;
+    for (tier::TierId t : registry_.ids()) footprints[registry_.name(t)] = registry_.tier(t).traits().footprint;
+    h["capacity"] = options_.capacity->Headroom(footprints);
+  } else {
+    h["capacity"] = {{"checked", false}, {"reason", "only --max-sandboxes limits this node"}};
+  }
   std::lock_guard<std::mutex> lock(mu_);
   h["sandboxes"] = sandboxes_.size();
   h["recovered"] = recovered_;
@@ -217,6 +225,15 @@ std::string Service::MetricsText() const {
                         metrics_.dropped_output_bytes.load(), metrics_.replayed_execs.load(),
                         metrics_.rejected_limit.load(), running_execs_.load(),
                         metrics_.unrecorded_execs.load());
+  if (options_.capacity) {
+    out += "# HELP dsec_capacity_refused_total Creates refused because the node was full, by resource.\n"
+           "# TYPE dsec_capacity_refused_total counter\n";
+    const auto refused = options_.capacity->refused();
+    for (int i = 0; i < kResourceCount; ++i) {
+      absl::StrAppendFormat(&out, "dsec_capacity_refused_total{resource=\"%s\"} %d\n",
+                            ResourceName(static_cast<Resource>(i)), refused[i]);
+    }
+  }
   out += NetworkMetricsText();
   // Each tier's own figures (warm pools, id ranges, ...).
   for (tier::TierId t : registry_.ids()) out += registry_.tier(t).MetricsText();
@@ -308,6 +325,21 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
   e->created_ms = NowMs();
   if (ttl) e->expires_ms = e->created_ms + *ttl * 1000;
 
+  // The node's capacity: a full node refuses with the resource named,
+  // before anything is made.
+  CapacityLease lease;
+  if (options_.capacity) {
+    tier::Footprint need = traits.footprint;
+    if (e->network_spec) need += traits.network_footprint;
+    absl::StatusOr<CapacityLease> l = options_.capacity->Reserve(need, traits.name);
+    if (!l.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.rejected_limit++;
+      return l.status();
+    }
+    lease = std::move(*l);
+  }
+
   // Limits and task ownership, reserved before the (slow) tier create.
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -346,6 +378,8 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
   }
   e->sandbox = std::move(*sb);
   e->SetNet(e->sandbox->network());
+  lease.Commit();
+  e->capacity = std::move(lease);
   metrics_.create_ms.at(registry_.name(e->tier)).Observe(static_cast<double>(MonotonicNowNs() - start_ns) / 1e6);
   release(true);
   DSEC_LOG(info, "daemon: sandbox={} tier={} created", e->id, registry_.name(e->tier));
@@ -421,6 +455,7 @@ void Service::DestroyEntry(Entry& e) {
     }
     e.sandbox.reset();
   }
+  e.capacity.Release();
   // After the tier sandbox: its processes are gone from the QoS cgroup.
   std::lock_guard<std::mutex> qos_lock(e.qos_mu);
   e.qos_lease.reset();

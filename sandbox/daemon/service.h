@@ -25,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "base/clock.h"
 #include "sandbox/daemon/metrics.h"
+#include "sandbox/daemon/node_capacity.h"
 #include "sandbox/daemon/qos_placer.h"
 #include "sandbox/tier/registry.h"
 #include "sandbox/tier/tier.h"
@@ -77,6 +78,8 @@ struct ServiceOptions {
   std::function<absl::StatusOr<network::NodeNetwork*>()> node_network;
   // What GET /v1/health says of it: {"available": ..., ...}.
   std::function<nlohmann::json()> network_health;
+  // The node's capacity check (node_capacity.h); null: only max_sandboxes.
+  std::shared_ptr<NodeCapacity> capacity;
 };
 
 // What a streamed exec sees besides its result. Both run on the thread

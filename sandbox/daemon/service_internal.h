@@ -61,6 +61,9 @@ struct Service::Entry {
   std::mutex mu;
   std::unique_ptr<tier::TierSandbox> sandbox;  // guarded by mu
   bool destroyed = false;                // guarded by mu
+  // What it holds of the node (options_.capacity), released on destroy;
+  // guarded by mu.
+  CapacityLease capacity;
   // Replay mode (a resumed task) until the first live exec; guarded by mu.
   std::unique_ptr<trajectory::Replayer> replayer;
 };

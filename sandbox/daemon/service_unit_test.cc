@@ -192,6 +192,55 @@ TEST_F(ServiceUnitTest, SandboxLimitIsResourceExhausted) {
   EXPECT_EQ(state_.live.load(), 0);
 }
 
+// A node made small (two network namespaces' worth): the third create is
+// refused with the resource named and nothing made; a failed create or a
+// delete gives its share back.
+TEST_F(ServiceUnitTest, AFullNodeRefusesWithTheResourceNamedAndRecovers) {
+  CapacityOptions o;
+  o.read = [] {
+    HostReadings h;
+    h[Resource::kNetns] = {std::nullopt, 1000, "fake"};
+    return h;
+  };
+  o.limits[Resource::kNetns] = 66;  // 64 kept free
+  auto capacity = std::make_shared<NodeCapacity>(std::move(o));
+  tier::TierTraits traits = FakeTier::ContainerLike();
+  traits.footprint.netns = 1;
+  ServiceOptions so;
+  so.start_reaper = false;
+  so.capacity = capacity;
+  so.resolve_layers = [](const std::string&, const std::vector<std::string>&)
+      -> absl::StatusOr<std::vector<std::string>> { return std::vector<std::string>{"/fake.erofs"}; };
+  std::vector<std::unique_ptr<tier::Tier>> tiers;
+  tiers.push_back(std::make_unique<FakeTier>(&state_, traits));
+  auto svc = std::make_unique<Service>(so, std::move(tiers), nullptr);
+  std::vector<std::string> ids;
+
+  state_.create_error = absl::InternalError("tier failed");
+  EXPECT_FALSE(svc->Create({{"tier", "container"}}).ok());  // its reservation goes back
+  state_.create_error = absl::OkStatus();
+  for (int i = 0; i < 2; ++i) {
+    auto r = svc->Create({{"tier", "container"}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ids.push_back((*r)["id"]);
+  }
+  auto full = svc->Create({{"tier", "container"}});
+  ASSERT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(HttpStatusFor(full.status().code()), 429);
+  EXPECT_NE(full.status().message().find("netns: 2 in use + 1 for this container sandbox"), std::string::npos)
+      << full.status();
+  EXPECT_EQ(state_.live.load(), 2);
+  json health = svc->Health();
+  EXPECT_EQ(health["capacity"]["resources"]["netns"]["used"], 2);
+  EXPECT_EQ(health["capacity"]["resources"]["netns"]["refused"], 1);
+  EXPECT_EQ(health["capacity"]["sandboxes_more"]["container"]["sandboxes"], 0);
+  EXPECT_NE(svc->MetricsText().find("dsec_capacity_refused_total{resource=\"netns\"} 1"), std::string::npos);
+  ASSERT_TRUE(svc->Delete(ids[0]).ok());
+  EXPECT_TRUE(svc->Create({{"tier", "container"}}).ok());
+  svc->DestroyAll();
+  EXPECT_EQ(svc->Health()["capacity"]["resources"]["netns"]["used"], 0);
+}
+
 TEST_F(ServiceUnitTest, ExecResultCarriesBytesAndValidText) {
   auto svc = Make();
   auto sb = svc->Create({{"tier", "container"}});

@@ -113,6 +113,13 @@ const tier::TierTraits& FncallTierTraits() {
     // A sandbox with a network gets a pool of its own whose workers each
     // join it (sandbox/network's SandboxNetwork::Join).
     t.network = true;
+    // A sandbox is a lease on the node's warm pool of workers: creating
+    // one adds no task, descriptor or cgroup (measured), only the
+    // daemon's bookkeeping. With a network it gets a pool of its own
+    // (measured: its zygote and workers, their cgroups, three mounts in
+    // the host's table, the policy's BPF descriptors).
+    t.footprint = {.memory_bytes = 64 << 10};
+    t.network_footprint = {.memory_bytes = 3 << 20, .pids = 5, .fds = 25, .mounts = 3, .cgroups = 2, .netns = 1};
     t.default_layers = [](const tier::TierOptions& o) {
       return tier::OptionString(o, "lang", "python") == "python"
                  ? std::vector<std::string>{"base:bookworm", "python:1"}

@@ -106,6 +106,12 @@ const tier::TierTraits& MicrovmTierTraits() {
     t.name = "microvm";
     // A tap per sandbox with the tap filter (sandbox/network CreateTap).
     t.network = true;
+    // The monitor process (its main, vCPU and I/O threads) in a memory
+    // cgroup; the daemon holds its pidfd and control connection. An idle
+    // Linux guest keeps ~33 MiB of its RAM resident (docs/benchmarks.md,
+    // "Host memory of Linux guests"); memory_mib is its limit.
+    t.footprint = {.memory_bytes = 36 << 20, .pids = 4, .fds = 3, .cgroups = 1};
+    t.network_footprint = {.memory_bytes = 170 << 10, .fds = 16};
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;

@@ -118,6 +118,29 @@ class TierSandbox {
   virtual absl::Status Destroy() = 0;
 };
 
+// What one sandbox holds of the node's countable resources, for the
+// daemon's capacity check (sandbox/daemon/node_capacity.h): figures
+// measured on an idle sandbox, not limits.
+struct Footprint {
+  int64_t memory_bytes = 0;  // host memory
+  int64_t pids = 0;          // tasks (processes and threads)
+  int64_t fds = 0;           // descriptors the daemon holds for it
+  int64_t mounts = 0;        // mounts in the daemon's (the host's) namespace
+  int64_t cgroups = 0;       // memory cgroups
+  int64_t netns = 0;         // network namespaces
+  int64_t inotify = 0;       // inotify instances held while it lives
+  Footprint& operator+=(const Footprint& o) {
+    memory_bytes += o.memory_bytes;
+    pids += o.pids;
+    fds += o.fds;
+    mounts += o.mounts;
+    cgroups += o.cgroups;
+    netns += o.netns;
+    inotify += o.inotify;
+    return *this;
+  }
+};
+
 // What a tier accepts and defaults, supplied by the tier itself.
 struct TierTraits {
   std::string name;  // the API's "tier" value
@@ -144,6 +167,10 @@ struct TierTraits {
   // It gives sandboxes a network when asked (CreateSpec::network); a tier
   // without it refuses "network" on create.
   bool network = false;
+  // What an idle sandbox holds of the node, and what a network adds to it
+  // (memory_mib is a limit, not a reservation: not counted).
+  Footprint footprint;
+  Footprint network_footprint;
 };
 
 // A tier: creates sandboxes, cleans up what a killed daemon left.
