@@ -55,15 +55,19 @@ absl::StatusOr<std::unique_ptr<DeviceAttachment>> DevicePolicy::Attach(const std
   if (!dir.valid()) {
     return absl::NotFoundError(absl::StrCat("device policy: opening cgroup ", cgroup_dir, ": ", Errno(errno)));
   }
-  struct bpf_link* link = bpf_program__attach_cgroup(skel_->progs.dsec_device, dir.get());
-  if (link == nullptr) {
+  const int prog = bpf_program__fd(skel_->progs.dsec_device);
+  if (const int err = bpf_prog_attach(prog, dir.get(), BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI); err != 0) {
     return absl::UnavailableError(
-        absl::StrCat("device policy: attaching to cgroup ", cgroup_dir, ": ", Errno(errno)));
+        absl::StrCat("device policy: attaching to cgroup ", cgroup_dir, ": ", Errno(-err)));
   }
-  return std::make_unique<DeviceAttachment>(link);
+  return std::make_unique<DeviceAttachment>(prog, cgroup_dir);
 }
 
-DeviceAttachment::~DeviceAttachment() { bpf_link__destroy(link_); }
+DeviceAttachment::~DeviceAttachment() {
+  // A cgroup already removed took its programs with it.
+  ScopedFd dir(open(cgroup_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.valid()) (void)bpf_prog_detach2(prog_fd_, dir.get(), BPF_CGROUP_DEVICE);
+}
 
 absl::Status DevicePolicy::Allow(const DeviceRule& rule) {
   if (rule.access == 0 || (rule.access & ~(kDeviceRead | kDeviceWrite | kDeviceMknod)) != 0) {

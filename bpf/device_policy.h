@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A sandbox's device policy in the kernel: device.bpf.c's cgroup_device
-// program loaded once per policy, its map of allowed devices, and the link
-// that attaches it to one cgroup v2 directory (on this host the v2
+// program loaded once per policy, its map of allowed devices, attached to
+// one cgroup v2 directory by a link (AttachToCgroup) or to more without one
+// (Attach) (on this host the v2
 // hierarchy holds no controllers but takes BPF programs; the v1 devices
 // controller, where mounted, is checked as well). Every open and mknod of a
 // device node not allowed fails with EPERM. The link and the program go
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,16 +32,20 @@ struct DeviceCounters {
 };
 
 // One attachment of a policy's program to a cgroup (DevicePolicy::Attach):
-// destruction detaches it. Must not outlive its policy.
+// destruction detaches it (removing the cgroup does too). Attached without
+// a link, so that it holds no descriptor: a node with thousands of
+// sandboxes would otherwise keep one open per sandbox. Must not outlive
+// its policy.
 class DeviceAttachment {
  public:
-  explicit DeviceAttachment(struct bpf_link* link) : link_(link) {}
+  DeviceAttachment(int prog_fd, std::string cgroup_dir) : prog_fd_(prog_fd), cgroup_dir_(std::move(cgroup_dir)) {}
   ~DeviceAttachment();
   DeviceAttachment(const DeviceAttachment&) = delete;
   DeviceAttachment& operator=(const DeviceAttachment&) = delete;
 
  private:
-  struct bpf_link* link_;
+  int prog_fd_;  // the policy's
+  std::string cgroup_dir_;
 };
 
 class DevicePolicy {
@@ -58,7 +64,7 @@ class DevicePolicy {
   absl::Status AttachToCgroup(const std::string& cgroup_dir);
   // Attaches the same program (and rules) to one more cgroup: one policy
   // loaded once serves every sandbox that shares it (a tier's default),
-  // each attachment a link of its own. Thread-safe; errors as above.
+  // each attachment of its own (BPF_F_ALLOW_MULTI). Thread-safe; errors as above.
   absl::StatusOr<std::unique_ptr<DeviceAttachment>> Attach(const std::string& cgroup_dir) const;
 
   // Grants the rule's access; an entry for the same type and numbers keeps

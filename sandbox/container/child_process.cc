@@ -90,7 +90,12 @@ int LockDown(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t* step)
 
 void BuildDev(int report, bool bind_nodes) {
   const unsigned long nosuid_noexec = MS_NOSUID | MS_NOEXEC;
-  if (::mount("tmpfs", "dev", "tmpfs", nosuid_noexec, "size=1m,mode=0755") != 0) {
+  // One tmpfs for /dev and /dev/shm (64 MiB of it; the nodes take
+  // nothing): every file system a sandbox mounts is a superblock, and each
+  // is a memory-cgroup-aware shrinker whose state the kernel keeps in
+  // every memory cgroup, so that a node's memory grows with sandboxes x
+  // superblocks (docs/benchmarks.md, bench density).
+  if (::mount("tmpfs", "dev", "tmpfs", nosuid_noexec, "size=65m,mode=0755") != 0) {
     Fail(report, kMountDev, errno);
   }
   struct Node {
@@ -117,13 +122,12 @@ void BuildDev(int report, bool bind_nodes) {
     if (::mknod(n.path, S_IFCHR | 0666, makedev(n.major, n.minor)) != 0) Fail(report, kMknod, errno);
     ::chmod(n.path, 0666);  // mknod's mode is subject to the umask
   }
-  if (!MkdirP("dev/pts", 0755) || !MkdirP("dev/shm", 01777)) Fail(report, kMkdir, errno);
+  if (!MkdirP("dev/pts", 0755) || !MkdirP("dev/shm", 01777) || ::chmod("dev/shm", 01777) != 0) {
+    Fail(report, kMkdir, errno);
+  }
   if (::mount("devpts", "dev/pts", "devpts", nosuid_noexec,
               "newinstance,ptmxmode=0666,mode=0620") != 0) {
     Fail(report, kMountDevpts, errno);
-  }
-  if (::mount("shm", "dev/shm", "tmpfs", nosuid_noexec | MS_NODEV, "size=65536k,mode=1777") != 0) {
-    Fail(report, kMountShm, errno);
   }
   (void)::symlink("pts/ptmx", "dev/ptmx");
   (void)::symlink("/proc/self/fd", "dev/fd");
@@ -158,14 +162,24 @@ void MaskProcAndSys(int report) {
     if (::access(path, F_OK) != 0) continue;
     if (::mount("/dev/null", path, nullptr, MS_BIND, nullptr) != 0) Fail(report, kMaskPath, errno);
   }
-  // Empty read-only tmpfs over whole directories.
-  static constexpr const char* kMaskedDirs[] = {"/proc/acpi", "/proc/scsi", "/proc/asound"};
+  // Whole directories: an empty directory of /dev's tmpfs bound read-only
+  // over each, then removed (it stays empty: nothing can be made in a
+  // removed directory), so no file system of their own (see BuildDev);
+  // where /dev is read-only already (fncall's workers, few), an empty
+  // read-only tmpfs over each.
+  constexpr char kEmpty[] = "/dev/.dsec-mask";
+  const bool bind = ::mkdir(kEmpty, 0555) == 0;
+  if (!bind && errno != EROFS) Fail(report, kMaskPath, errno);
+  static constexpr const char* kMaskedDirs[] = {"/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware"};
   for (const char* path : kMaskedDirs) {
     if (::access(path, F_OK) != 0) continue;
-    if (::mount("tmpfs", path, "tmpfs", safe | MS_RDONLY, "size=0") != 0) {
-      Fail(report, kMaskPath, errno);
-    }
+    const bool masked =
+        bind ? ::mount(kEmpty, path, nullptr, MS_BIND, nullptr) == 0 &&
+                   ::mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | safe, nullptr) == 0
+             : ::mount("tmpfs", path, "tmpfs", safe | MS_RDONLY, "size=0") == 0;
+    if (!masked) Fail(report, kMaskPath, errno);
   }
+  if (bind && ::rmdir(kEmpty) != 0) Fail(report, kMaskPath, errno);
   static constexpr const char* kReadOnly[] = {"/proc/sys", "/proc/irq", "/proc/bus",
                                               "/proc/fs", "/proc/sysvipc"};
   for (const char* path : kReadOnly) {
@@ -174,10 +188,6 @@ void MaskProcAndSys(int report) {
         ::mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | safe, nullptr) != 0) {
       Fail(report, kMaskPath, errno);
     }
-  }
-  if (::access("/sys/firmware", F_OK) == 0 &&
-      ::mount("tmpfs", "/sys/firmware", "tmpfs", safe | MS_RDONLY, "size=0") != 0) {
-    Fail(report, kMaskPath, errno);
   }
 }
 

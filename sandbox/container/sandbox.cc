@@ -284,7 +284,7 @@ absl::StatusOr<bool> Sandbox::StartSlotInit(InitSlot& slot) {
   }
   slot.config_write.Reset();
   init_pid_ = slot.init_pid;
-  init_pidfd_ = std::move(slot.init_pidfd);
+  slot.init_pidfd.Reset();  // see StopInit: the pid is enough for a child of ours
   slot.init_pid = 0;
   ChildError e{};
   ssize_t n;
@@ -366,7 +366,7 @@ absl::Status Sandbox::StartInit() {
     }
   }
   init_pid_ = init.pid;
-  init_pidfd_ = std::move(init.pidfd);
+  init.pidfd.Reset();  // see StopInit: the pid is enough for a child of ours
   absl::Status joined;
   if (config.overlay_on_control && !SendFd(ch.control_ours.get(), root_mount_.fd())) {
     joined = ErrnoToStatus("sandbox init: send its root");
@@ -408,15 +408,18 @@ absl::Status Sandbox::StartInit() {
 
 absl::Status Sandbox::StopInit() {
   init_control_.Reset();
-  if (!init_pidfd_) return absl::OkStatus();
+  if (init_pid_ <= 0) return absl::OkStatus();
+  // The init is this process's child (launched here, or forked with
+  // CLONE_PARENT), reaped only here, and nothing in the daemon reaps
+  // children it did not start or ignores SIGCHLD: until this waitid its
+  // pid cannot name another process, so the sandbox holds no pidfd (a
+  // descriptor per sandbox counts against the daemon's open-file limit
+  // on a node of thousands).
   // SIGKILL to a pid namespace's init kills every process in it.
-  ::syscall(SYS_pidfd_send_signal, init_pidfd_.get(), SIGKILL, nullptr, 0);
+  ::kill(init_pid_, SIGKILL);
   siginfo_t info{};
-  while (::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(init_pidfd_.get()),
-                  &info, WEXITED) != 0 &&
-         errno == EINTR) {
+  while (::waitid(P_PID, static_cast<id_t>(init_pid_), &info, WEXITED) != 0 && errno == EINTR) {
   }
-  init_pidfd_.Reset();
   init_pid_ = 0;
   // Every process of the sandbox died with its pid namespace; kill what
   // is left in the cgroups outside it (none is expected).
@@ -425,7 +428,7 @@ absl::Status Sandbox::StopInit() {
 }
 
 absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {
-  if (destroyed_ || !init_pidfd_) return absl::FailedPreconditionError("sandbox is not running");
+  if (destroyed_ || init_pid_ <= 0) return absl::FailedPreconditionError("sandbox is not running");
   ExecTarget target;
   target.cgroups = &cgroups_;
   target.init_pid = init_pid_;

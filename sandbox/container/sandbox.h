@@ -144,8 +144,7 @@ class Sandbox {
   std::string overlay_data_;            // what the init mounts, with a user namespace
   std::string upper_dir_;
   ContainerCgroups cgroups_{ContainerCgroups::Empty()};
-  pid_t init_pid_ = 0;
-  ScopedFd init_pidfd_;
+  pid_t init_pid_ = 0;  // our child, unreaped until StopInit (no pidfd kept)
   ScopedFd init_control_;  // our end of the init's control socket (init_protocol.h)
   bool destroyed_ = false;
 };
