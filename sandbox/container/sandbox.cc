@@ -208,6 +208,14 @@ absl::Status Sandbox::JoinIsolationCgroups() {
   return cpu->Write("cpu.max", absl::StrCat(*l.cpu_quota_us, " ", l.cpu_period_us));
 }
 
+absl::Status Sandbox::ReleaseHeldUpper() {
+  if (held_upper_.empty()) return absl::OkStatus();
+  MountHolder* holder = MountHolder::Default();
+  absl::Status s = holder != nullptr ? holder->Detach(held_upper_) : absl::OkStatus();
+  held_upper_.clear();
+  return s;
+}
+
 absl::Status Sandbox::MountUpperAndOverlay() {
   const std::string& dir = state_.path();
   std::vector<std::string> lowers;
@@ -221,7 +229,8 @@ absl::Status Sandbox::MountUpperAndOverlay() {
     // is left to unmount; the daemon reaches the upper through the
     // detached tmpfs's descriptor. Older kernels get it at <state>/upper.
     std::string upper_root;
-    if (OverlayAcceptsDetachedLayers()) {
+    const bool detached = OverlayAcceptsDetachedLayers();
+    if (detached) {
       DSEC_ASSIGN_OR_RETURN(upper_tmpfs_, DetachedMount::Tmpfs(config_.upper_size_bytes, false));
       upper_root = upper_tmpfs_.path();
     } else {
@@ -234,6 +243,16 @@ absl::Status Sandbox::MountUpperAndOverlay() {
     DSEC_RETURN_IF_ERROR(Mkdir(work));
     for (const auto& m : layers_) lowers.push_back(m->lower_dir());
     DSEC_ASSIGN_OR_RETURN(root_mount_, DetachedMount::Overlay(lowers, upper_dir_, work));
+    // The tmpfs goes to the process's mount holder (mount_holder.h), so
+    // that the sandbox keeps no descriptor for it; without one it stays
+    // reached by its descriptor.
+    if (MountHolder* holder = detached ? MountHolder::Default() : nullptr; holder != nullptr) {
+      const std::string name = absl::StrCat("upper-", config_.id);
+      DSEC_ASSIGN_OR_RETURN(std::string held, holder->Attach(upper_tmpfs_.fd(), name));
+      held_upper_ = name;
+      upper_tmpfs_.Reset();
+      upper_dir_ = absl::StrCat(held, "/upper");
+    }
     return absl::OkStatus();
   }
   std::string upper_root = absl::StrCat(dir, "/upper");
@@ -443,6 +462,7 @@ absl::Status Sandbox::Reset() {
   DSEC_RETURN_IF_ERROR(idmapped_upper_.Unmount());
   DSEC_RETURN_IF_ERROR(upper_.Unmount());
   upper_tmpfs_.Reset();
+  DSEC_RETURN_IF_ERROR(ReleaseHeldUpper());
   DSEC_RETURN_IF_ERROR(MountUpperAndOverlay());
   return StartInit();
 }
@@ -458,6 +478,7 @@ absl::Status Sandbox::Destroy() {
   note(idmapped_upper_.Unmount());
   note(upper_.Unmount());
   upper_tmpfs_.Reset();
+  note(ReleaseHeldUpper());
   for (auto it = idmapped_layers_.rbegin(); it != idmapped_layers_.rend(); ++it) {
     note(it->Unmount());
   }

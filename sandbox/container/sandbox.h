@@ -19,6 +19,7 @@
 #include "sandbox/container/init_protocol.h"
 #include "sandbox/container/layer_mounts.h"
 #include "sandbox/container/mount.h"
+#include "sandbox/container/mount_holder.h"
 #include "sandbox/container/seccomp_policy.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/userns.h"
@@ -97,8 +98,9 @@ class Sandbox {
   pid_t init_pid() const { return init_pid_; }
   const std::string& state_dir() const { return state_.path(); }
   // The writable layer's directory as this process reaches it (what
-  // pack_diff captures): /proc/self/fd/N/upper of the detached tmpfs, or
-  // <state>/upper/upper with a user namespace.
+  // pack_diff captures): in the mount holder (mount_holder.h), else
+  // /proc/self/fd/N/upper of the detached tmpfs, or <state>/upper/upper
+  // (a user namespace, or a kernel that wants the upper attached).
   std::string upper_dir() const { return upper_dir_; }
   // The merged root as the host can reach it: /proc/<init>/root (the
   // overlay lives only in the sandbox's mount namespace).
@@ -110,6 +112,7 @@ class Sandbox {
  private:
   Sandbox(SandboxConfig config, StateDir state) : config_(std::move(config)), state_(std::move(state)) {}
   absl::Status MountUpperAndOverlay();
+  absl::Status ReleaseHeldUpper();
   // Records the QoS cgroups (config_.isolation) for orphan cleanup and puts
   // the CPU quota there.
   absl::Status JoinIsolationCgroups();
@@ -130,6 +133,7 @@ class Sandbox {
   // user namespace, whose init mounts the overlay over an idmapped view of
   // <state>/upper (upper_).
   DetachedMount upper_tmpfs_;
+  std::string held_upper_;  // its name in the mount holder, once handed there
   Mount upper_;
   // The root: a detached overlay the init attaches in its own mount
   // namespace (none on the host); held until the init has it. With a user
