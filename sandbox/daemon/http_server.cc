@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <random>
@@ -204,6 +205,31 @@ GuardOptions GuardOptionsOf(const HttpOptions& o) {
 
 // The thread pool, deadlines and connection caps are the guard's
 // (http_guard.h); httplib's own settings here only shape its answers.
+// httplib 0.11.4 listens with a backlog of 5: a burst of connections that
+// arrives while its accept thread waits for a CPU overflows it, and the
+// kernel drops them (seen as connections closed before an answer under
+// load). The listening socket is recorded when httplib makes it and given
+// a backlog of kListenBacklog (capped by net.core.somaxconn) once bound:
+// listen(2) on a listening socket changes its backlog.
+constexpr int kListenBacklog = 4096;
+
+std::shared_ptr<std::atomic<int>> RecordListener(GuardedServer& srv) {
+  auto fd = std::make_shared<std::atomic<int>>(-1);
+  srv.set_socket_options([fd](socket_t sock) {
+    int yes = 1;  // httplib's default option, which this replaces
+    (void)::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    fd->store(sock);
+  });
+  return fd;
+}
+
+absl::Status WidenBacklog(const std::atomic<int>& fd, const std::string& where) {
+  if (fd.load() < 0 || ::listen(fd.load(), kListenBacklog) != 0) {
+    return ErrnoToStatus(absl::StrCat("listen backlog of ", where));
+  }
+  return absl::OkStatus();
+}
+
 void Configure(GuardedServer& srv, const HttpOptions& o) {
   srv.set_payload_max_length(o.max_file_bytes + (1u << 20));
   srv.set_keep_alive_timeout((o.keep_alive_timeout_ms + 999) / 1000);
@@ -285,9 +311,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
     Configure(*srv, options);
     AddRoutes(*srv, service, options, hs->guard_metrics_);
     srv->set_address_family(AF_UNIX);
+    auto listener = RecordListener(*srv);
     if (!srv->bind_to_port(options.socket_path, 80)) {
       return absl::InternalError(absl::StrCat("cannot listen on ", options.socket_path));
     }
+    DSEC_RETURN_IF_ERROR(WidenBacklog(*listener, options.socket_path));
     if (::chmod(options.socket_path.c_str(), 0600) != 0) return ErrnoToStatus("chmod socket");
     hs->socket_path_ = options.socket_path;
     GuardedServer* raw = srv.get();
@@ -309,6 +337,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
       return httplib::Server::HandlerResponse::Handled;
     });
     AddRoutes(*srv, service, options, hs->guard_metrics_);
+    auto listener = RecordListener(*srv);
     if (options.tcp_port == 0) {
       int port = srv->bind_to_any_port(options.tcp_host);
       if (port <= 0) return absl::InternalError(absl::StrCat("cannot listen on ", options.tcp_host));
@@ -319,6 +348,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
       }
       hs->tcp_port_ = options.tcp_port;
     }
+    DSEC_RETURN_IF_ERROR(WidenBacklog(*listener, absl::StrCat(options.tcp_host, ":", hs->tcp_port_)));
     GuardedServer* raw = srv.get();
     hs->servers_.push_back(std::move(srv));
     hs->threads_.emplace_back([raw] { raw->listen_after_bind(); });
