@@ -354,10 +354,11 @@ const tier::TierTraits& ContainerTierTraits() {
     t.network = true;
     // Measured on idle sandboxes (docs/benchmarks.md, bench density): the
     // init (one task), its memory cgroup and network namespace; the daemon
-    // holds the init's control socket and the detached writable tmpfs
-    // (no pidfd, no BPF link: sandbox.h, bpf/device_policy.h). Host memory
-    // ~0.6-1.1 MiB, growing with the memory cgroups and superblocks alive.
-    t.footprint = {.memory_bytes = 1 << 20, .pids = 1, .fds = 2, .cgroups = 1, .netns = 1};
+    // holds the init's control socket only (no pidfd, no BPF link, the
+    // writable tmpfs in the mount holder: sandbox.h, bpf/device_policy.h,
+    // mount_holder.h). Host memory ~0.6-1.1 MiB, growing with the memory
+    // cgroups and superblocks alive (docs/benchmarks.md).
+    t.footprint = {.memory_bytes = 1 << 20, .pids = 1, .fds = 1, .cgroups = 1, .netns = 1};
     // The egress policy's programs, links and maps and the namespace's
     // descriptor (17 measured; bench net: ~170 KiB of kernel memory).
     t.network_footprint = {.memory_bytes = 170 << 10, .fds = 17};
