@@ -215,6 +215,10 @@ int RunDaemonScript(const DaemonScriptOptions& o) {
   }
   std::error_code ec;
   std::filesystem::remove_all(tmp, ec);
+  if (ec) {
+    fprintf(stderr, "dsec-vmm: bench %s: cannot remove %s: %s\n", name, tmp.c_str(), ec.message().c_str());
+    return rc == 0 ? 1 : rc;
+  }
   return rc;
 }
 

@@ -216,7 +216,8 @@ class Memcg:
                     total, found = total + u, found + 1
             if not found:
                 return {"kib_per_sandbox": None,
-                        "why": "no %s*/%s below %s" % (prefix, self.file, self.base)}
+                        "why": "no pool worker cgroup %s*/%s below %s at this moment"
+                               % (prefix, self.file, self.base)}
             return {"kib_per_sandbox": round(total / 1024 / len(ids), 1), "found": found,
                     "how": "%d pool worker cgroups (%s*) shared by %d sandboxes"
                            % (found, prefix, len(ids))}
