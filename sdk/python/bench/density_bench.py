@@ -222,20 +222,24 @@ class Memcg:
                     "how": "%d pool worker cgroups (%s*) shared by %d sandboxes"
                            % (found, prefix, len(ids))}
         name = "dsec-ctr-mvm-%s" if self.tier == "microvm" else "dsec-ctr-%s"
+        dirs = []
         for sid in ids:
-            u = self._usage(os.path.join(self.base, name % sid))
+            d = os.path.join(self.base, name % sid)
+            u = self._usage(d)
             if u is None and self.tier == "container":
                 d = self._recorded(sid)
                 u = self._usage(d) if d else None
                 recorded += u is not None
             if u is not None:
                 total, found = total + u, found + 1
+                dirs.append(d)
         if not found:
             return {"kib_per_sandbox": None,
                     "why": "no %s/%s below %s" % (name % "<id>", self.file, self.base)}
         how = "%d of %d sandboxes' cgroups (%s" % (found, len(ids), name % "<id>")
         how += ", %d from the state directory's record)" % recorded if recorded else ")"
-        return {"kib_per_sandbox": round(total / 1024 / found, 1), "found": found, "how": how}
+        return {"kib_per_sandbox": round(total / 1024 / found, 1), "found": found, "how": how,
+                "dirs": dirs}
 
 
 class Ksm:
@@ -275,6 +279,7 @@ class Run:
         self.a, self.client, self.kw, self.cmd = a, client, kw, cmd
         self.memcg, self.ksm, self.log = memcg, ksm, log
         self.live = []          # handles in creation order
+        self.cgroup_dirs = []   # the live sandboxes' memory cgroups at the last step
         self.undeleted = set()  # ids created and not deleted (ramp and probes)
         self.result = {"ksm": ksm_mode, "steps": [], "stop": None, "delete_all": None}
 
@@ -318,6 +323,7 @@ class Run:
         now = read_meminfo()
         fds, rss = daemon_stats(self.a.daemon_pid)
         mc = self.memcg.measure([h.id for h in self.live])
+        self.cgroup_dirs = mc.pop("dirs", [])
         s = {"target": target, "live": n, "creates": len(creates),
              "create_p50_ms": pct(creates, 50), "create_p99_ms": pct(creates, 99),
              "memavail_kib_per_sandbox":
@@ -398,11 +404,24 @@ class Run:
             t.start()
         for t in threads:
             t.join()
+        seconds = round(time.monotonic() - t0, 3)
         self.live = []
-        return {"sandboxes": n, "seconds": round(time.monotonic() - t0, 3),
+        return {"sandboxes": n, "seconds": seconds, "cgroups_gone_s": self.cgroups_gone(t0),
                 "clients": self.a.delete_concurrency,
                 "p50_ms": pct(times, 50), "p99_ms": pct(times, 99),
                 "errors": len(errors), "error": errors[0] if errors else None}
+
+    def cgroups_gone(self, t0, seconds=60):
+        """Seconds from t0 until the memory cgroups of the last step's
+        sandboxes are gone (the daemon removes a deleted sandbox's cgroups
+        after its delete has answered); None when none were found or past
+        the deadline."""
+        deadline = time.monotonic() + seconds
+        while any(os.path.isdir(d) for d in self.cgroup_dirs):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)  # polls a condition, bounded by the deadline
+        return round(time.monotonic() - t0, 3) if self.cgroup_dirs else None
 
     def cleanup(self):
         """Deletes whatever is left (an error or Ctrl-C midway), also a
@@ -475,9 +494,11 @@ def print_run(r):
     print("stop: %s" % stop_text(r["stop"]))
     d = r["delete_all"]
     if d:
-        print("delete all: %d in %.2f s with %d clients, per delete p50 %s ms p99 %s ms%s"
+        gone = d["cgroups_gone_s"]
+        print("delete all: %d in %.2f s with %d clients, per delete p50 %s ms p99 %s ms%s%s"
               % (d["sandboxes"], d["seconds"], d["clients"], d["p50_ms"], d["p99_ms"],
-                 ", %d FAILED, e.g. %s" % (d["errors"], d["error"]) if d["errors"] else ""))
+                 "; their cgroups gone after %.2f s" % gone if gone is not None else "",
+                 "; %d FAILED, e.g. %s" % (d["errors"], d["error"]) if d["errors"] else ""))
 
 
 def failed(r):
