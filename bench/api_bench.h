@@ -15,14 +15,11 @@ struct ApiBenchOptions {
   std::string script;  // api_bench.py; "" = $DSEC_API_BENCH_SCRIPT or the checkout's
 };
 
-// Starts a private node daemon (the dsec-vmmd beside this binary) on a temp
-// socket with temp state, trajectory and layer-store directories, runs
-// sdk/python/bench/api_bench.py (the measurement, through libdsec) with
-// /usr/bin/python3, then stops the daemon (SIGTERM, SIGKILL after 60 s) and
-// removes the temp directory; a mount left under it is an error and the
-// directory is kept for inspection. The figures are the script's output
+// Runs sdk/python/bench/api_bench.py (the measurement, through libdsec)
+// against a private node daemon (daemon_script.h: temp state, stopped and
+// checked for mounts left afterwards). The figures are the script's output
 // (--json passed through). Returns the exit status: the script's, 2 when
-// the daemon, the script or python3 is missing.
+// the daemon, the script or python3 is missing, 130 when interrupted.
 int RunApiBench(const ApiBenchOptions& options);
 
 }  // namespace dsec::bench

@@ -7,6 +7,7 @@
 #include "bench/smt_bench.h"
 #include "cmd/bench_api_commands.h"
 #include "cmd/bench_container_commands.h"
+#include "cmd/bench_density_commands.h"
 #include "cmd/bench_fncall_commands.h"
 #include "cmd/bench_microvm_commands.h"
 #include "cmd/bench_net_commands.h"
@@ -31,6 +32,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterMicrovmBenchCommands(bench, registry);
   RegisterReclaimBenchCommands(bench, registry);
   RegisterApiBenchCommands(bench, registry);
+  RegisterDensityBenchCommands(bench, registry);
   RegisterNetBenchCommands(bench, registry);
 
   CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");
