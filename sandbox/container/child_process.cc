@@ -140,9 +140,14 @@ void BuildDev(int report, bool bind_nodes) {
 // kernel lets proc and sysfs be mounted only while a fully visible
 // instance of each is still in the mount namespace (the host's, until the
 // old root is detached).
-void MountProcAndSys(int report) {
+void MountProcAndSys(int report, int sys_fd) {
   const unsigned long safe = MS_NOSUID | MS_NODEV | MS_NOEXEC;
   if (::mount("proc", "proc", "proc", safe, nullptr) != 0) Fail(report, kMountProc, errno);
+  if (sys_fd >= 0) {
+    if (::move_mount(sys_fd, "", AT_FDCWD, "sys", MOVE_MOUNT_F_EMPTY_PATH) != 0) Fail(report, kMountSys, errno);
+    ::close(sys_fd);
+    return;
+  }
   if (::mount("sysfs", "sys", "sysfs", safe | MS_RDONLY, nullptr) != 0) {
     Fail(report, kMountSys, errno);
   }
@@ -270,7 +275,7 @@ void BuildSandboxRoot(const RootPlan& plan) {
               nullptr) != 0) {
     Fail(report, kMountDev, errno);
   }
-  MountProcAndSys(report);
+  MountProcAndSys(report, plan.sys_fd);
   if (::syscall(SYS_pivot_root, ".", ".") != 0) Fail(report, kPivotRoot, errno);
   if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
   if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);

@@ -84,6 +84,9 @@ struct RootPlan {
   std::string overlay_data;
   // Or attach this detached mount (closed after) on `merged` first.
   int overlay_fd = -1;
+  // A read-only sysfs mount to attach at /sys (closed after) instead of
+  // mounting one: -1, a sysfs of the sandbox's own.
+  int sys_fd = -1;
   // In a user namespace mknod is refused: bind the host's device nodes
   // into /dev instead of making them.
   bool bind_dev_nodes = false;

@@ -147,13 +147,17 @@ TEST_P(ContainerNetworkTest, ASandboxJoinsANamespaceWiredAheadWithItsPolicyOnIt)
 }
 
 TEST_P(ContainerNetworkTest, WithoutANamespaceReadyTheCreateWiresOne) {
-  // Take what was made ahead, so that the next create finds none (the
-  // refill runs meanwhile: either path must give the same sandbox).
-  auto a = Create("first", absl::StrCat(gateway(), ":1"), false);
-  auto b = Create("second", absl::StrCat(gateway(), ":1"), false);
-  auto c = Create("third", absl::StrCat(gateway(), ":1"), false);
-  ASSERT_TRUE(a && b && c);
-  EXPECT_GE(node_->wired_made_inline(), 1u);
+  // Take what was made ahead until a create finds none (the refill runs
+  // meanwhile and may keep up for a while: creates go on until one
+  // outruns it; either path must give the same sandbox).
+  std::vector<std::unique_ptr<tier::TierSandbox>> made;
+  const uint64_t inline_before = node_->wired_made_inline();
+  for (int i = 0; i < 12 && node_->wired_made_inline() == inline_before; ++i) {
+    made.push_back(Create(absl::StrCat("n", i), absl::StrCat(gateway(), ":1"), false));
+    ASSERT_TRUE(made.back());
+  }
+  ASSERT_GT(node_->wired_made_inline(), inline_before) << "12 creates back to back never outran the refill";
+  std::unique_ptr<tier::TierSandbox>& c = made.back();
   Listener allowed(gateway()), other(gateway());
   ASSERT_GT(allowed.port(), 0);
   ASSERT_TRUE(c->network()->SetSpec(*network::ParseNetworkSpec(
@@ -161,9 +165,9 @@ TEST_P(ContainerNetworkTest, WithoutANamespaceReadyTheCreateWiresOne) {
                                                                                           allowed.port())}}}}}))
                   .ok());
   CheckReachability(*c, allowed, other);
-  for (auto* sb : {&a, &b, &c}) {
-    ASSERT_TRUE((*sb)->Destroy().ok());
-    sb->reset();
+  for (auto& sb : made) {
+    ASSERT_TRUE(sb->Destroy().ok());
+    sb.reset();
   }
   EXPECT_EQ(node_->sandboxes(), 0u);
 }

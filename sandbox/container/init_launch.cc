@@ -114,6 +114,9 @@ absl::Status ValidateInitConfig(const InitConfig& config) {
     return absl::InvalidArgumentError(
         "sandbox init: root path, hostname, overlay layers or filter out of bounds");
   }
+  if (config.sys_on_control && (!config.overlay_on_control || config.join_userns)) {
+    return absl::InvalidArgumentError("sandbox init: a sysfs on the control socket comes with the overlay");
+  }
   if (config.netns_on_control && (!config.overlay_on_control || config.join_netns || config.join_userns)) {
     return absl::InvalidArgumentError(
         "sandbox init: a network namespace on the control socket comes with the overlay, and alone");

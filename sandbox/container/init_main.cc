@@ -42,19 +42,20 @@ void EnterUserNamespace() {
   }
 }
 
-// The first control message: the detached overlay, and with
-// netns_on_control the network namespace to join (exactly as many
-// descriptors as the configuration says).
-void ReceiveRoot(bool with_netns, int* overlay_fd, int* netns_fd) {
+// The first control message: the detached overlay, with netns_on_control
+// the network namespace to join, with sys_on_control the sysfs to attach
+// (exactly as many descriptors as the configuration says, in that order).
+void ReceiveRoot(bool with_netns, bool with_sys, int* overlay_fd, int* netns_fd, int* sys_fd) {
   char byte;
-  int fds[2] = {-1, -1};
-  const size_t want = with_netns ? 2 : 1;
+  int fds[3] = {-1, -1, -1};
+  const size_t want = 1 + (with_netns ? 1 : 0) + (with_sys ? 1 : 0);
   size_t nfds = 0;
   bool dropped = false;
   const ssize_t n = dsec::ReceiveWithFds(kInitControlFd, &byte, 1, fds, want, &nfds, 0, &dropped);
   if (n != 1 || nfds != want || dropped) FailChild(kInitReportFd, kMountOverlay, EPROTO);
   *overlay_fd = fds[0];
   *netns_fd = with_netns ? fds[1] : -1;
+  *sys_fd = with_sys ? fds[want - 1] : -1;
 }
 
 }  // namespace
@@ -66,10 +67,11 @@ int main() {
   if (!config.cwd.empty() && ::chdir(config.cwd.c_str()) != 0) FailChild(kInitReportFd, kChdir, errno);
   if (config.join_userns) EnterUserNamespace();
   int overlay_fd = -1;
+  int sys_fd = -1;
   int netns_fd = config.join_netns ? kInitNetnsFd : -1;
   if (config.overlay_on_control) {
     int received_netns = -1;
-    ReceiveRoot(config.netns_on_control, &overlay_fd, &received_netns);
+    ReceiveRoot(config.netns_on_control, config.sys_on_control, &overlay_fd, &received_netns, &sys_fd);
     if (config.netns_on_control) netns_fd = received_netns;
   }
   SeccompProgram seccomp{config.seccomp};
@@ -79,6 +81,7 @@ int main() {
   plan.root.make_mount_points = true;
   plan.root.overlay_data = config.overlay;
   plan.root.overlay_fd = overlay_fd;
+  plan.root.sys_fd = sys_fd;
   plan.root.bind_dev_nodes = config.join_userns;
   plan.root.report_fd = kInitReportFd;
   plan.seccomp = seccomp.filter.empty() ? nullptr : &seccomp;

@@ -253,9 +253,10 @@ void RunInit(const InitPlan& plan) {
   // Keep only the sync pipes, the control socket and the root's mount:
   // descriptors of the runtime (other sandboxes' among them) must not live
   // on in the sandbox.
-  int keep[4] = {plan.go_fd, report, plan.control_fd, plan.root.overlay_fd};
-  for (int i = 0; i < 4; ++i) {
-    for (int j = i + 1; j < 4; ++j) {
+  constexpr int kKeep = 5;
+  int keep[kKeep] = {plan.go_fd, report, plan.control_fd, plan.root.overlay_fd, plan.root.sys_fd};
+  for (int i = 0; i < kKeep; ++i) {
+    for (int j = i + 1; j < kKeep; ++j) {
       if (keep[j] < keep[i]) {
         int t = keep[i];
         keep[i] = keep[j];
@@ -265,7 +266,7 @@ void RunInit(const InitPlan& plan) {
   }
   int from = 0;
   for (int fd : keep) {
-    if (fd < 0) continue;  // no overlay descriptor
+    if (fd < 0) continue;  // no overlay or sysfs descriptor
     if (fd > from) ::syscall(SYS_close_range, from, fd - 1, 0);
     from = fd + 1;
   }

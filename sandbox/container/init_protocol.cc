@@ -53,7 +53,8 @@ std::string EncodeInitConfig(const InitConfig& config) {
   const uint32_t flags = (config.join_netns ? kInitJoinNetns : 0) |
                          (config.join_userns ? kInitJoinUserns : 0) |
                          (config.overlay_on_control ? kInitOverlayOnControl : 0) |
-                         (config.netns_on_control ? kInitNetnsOnControl : 0);
+                         (config.netns_on_control ? kInitNetnsOnControl : 0) |
+                         (config.sys_on_control ? kInitSysOnControl : 0);
   InitConfigHeader h{kInitConfigMagic, flags, config.nofile,
                      static_cast<uint32_t>(config.merged.size()),
                      static_cast<uint32_t>(config.hostname.size()),
@@ -73,9 +74,12 @@ std::string EncodeInitConfig(const InitConfig& config) {
 bool ReadInitConfig(int fd, InitConfig* config) {
   InitConfigHeader h;
   if (!ReadExactly(fd, &h, sizeof(h)) || h.magic != kInitConfigMagic ||
-      (h.flags & ~(kInitJoinNetns | kInitJoinUserns | kInitOverlayOnControl | kInitNetnsOnControl)) != 0 ||
+      (h.flags & ~(kInitJoinNetns | kInitJoinUserns | kInitOverlayOnControl | kInitNetnsOnControl |
+                   kInitSysOnControl)) != 0 ||
       ((h.flags & kInitNetnsOnControl) != 0 &&
        (h.flags & (kInitJoinNetns | kInitJoinUserns | kInitOverlayOnControl)) != kInitOverlayOnControl) ||
+      ((h.flags & kInitSysOnControl) != 0 &&
+       (h.flags & (kInitJoinUserns | kInitOverlayOnControl)) != kInitOverlayOnControl) ||
       h.merged_bytes == 0 ||
       h.merged_bytes > kMaxInitPathBytes || h.hostname_bytes == 0 ||
       h.hostname_bytes > kMaxInitHostnameBytes || h.filter_insns > kMaxInitFilterInsns ||
@@ -105,6 +109,7 @@ bool ReadInitConfig(int fd, InitConfig* config) {
   config->join_userns = (h.flags & kInitJoinUserns) != 0;
   config->overlay_on_control = (h.flags & kInitOverlayOnControl) != 0;
   config->netns_on_control = (h.flags & kInitNetnsOnControl) != 0;
+  config->sys_on_control = (h.flags & kInitSysOnControl) != 0;
   return true;
 }
 

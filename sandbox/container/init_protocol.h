@@ -43,6 +43,7 @@ inline constexpr uint32_t kInitJoinNetns = 1;             // InitConfig flags
 inline constexpr uint32_t kInitJoinUserns = 2;
 inline constexpr uint32_t kInitOverlayOnControl = 4;
 inline constexpr uint32_t kInitNetnsOnControl = 8;
+inline constexpr uint32_t kInitSysOnControl = 16;
 inline constexpr size_t kMaxInitPathBytes = 4096;
 inline constexpr size_t kMaxInitOverlayBytes = 16384;
 inline constexpr size_t kMaxInitHostnameBytes = 64;
@@ -72,6 +73,11 @@ struct InitConfig {
   // a sandbox whose network namespace was made, and wired, before it:
   // sandbox/network). Not with join_netns or join_userns.
   bool netns_on_control = false;
+  // With overlay_on_control: the same message carries (after the network
+  // namespace, if any) a read-only sysfs mount the init attaches at /sys
+  // instead of mounting one of its own (mount.h SharedSysfs: one for every
+  // sandbox of the node). Not with join_userns.
+  bool sys_on_control = false;
   // Directory to chdir into first, as host root; `merged` and the paths
   // in `overlay` may be relative to it. (Root in a user namespace cannot
   // search the 0700 state directories above it; a working directory

@@ -82,6 +82,28 @@ TEST(InitProtocolTest, ANamespaceOnTheControlSocketComesOnlyWithTheOverlayAlone)
   EXPECT_FALSE(TakesFlags(true, true, false, true, &got));
 }
 
+TEST(InitProtocolTest, ASysfsOnTheControlSocketComesWithTheOverlayAndNoUserNamespace) {
+  auto takes = [](bool overlay_on_control, bool join_netns, bool join_userns, InitConfig* got) {
+    InitConfig c;
+    c.merged = std::string(6, 'm');
+    c.hostname = std::string(1, 'h');
+    c.overlay_on_control = overlay_on_control;
+    c.sys_on_control = true;
+    c.join_netns = join_netns;
+    c.join_userns = join_userns;
+    return ReadBack(c, got);
+  };
+  InitConfig got;
+  ASSERT_TRUE(takes(true, false, false, &got));
+  EXPECT_TRUE(got.sys_on_control);
+  ASSERT_TRUE(takes(true, true, false, &got));  // with a namespace to join: fine
+  EXPECT_TRUE(got.sys_on_control);
+  EXPECT_FALSE(takes(false, false, false, &got));
+  EXPECT_FALSE(takes(true, false, true, &got));
+  ASSERT_TRUE(TakesFlags(true, false, false, false, &got));
+  EXPECT_FALSE(got.sys_on_control);
+}
+
 TEST(InitProtocolTest, RequestRoundTrips) {
   ExecRequestHeader h;
   auto body = EncodeExecRequest(Spec(), &h);

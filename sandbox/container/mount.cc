@@ -3,12 +3,15 @@
 
 #include <fcntl.h>
 #include <linux/loop.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +99,40 @@ absl::StatusOr<DetachedMount> DetachedMount::Overlay(const std::vector<std::stri
 }
 
 std::string DetachedMount::path() const { return absl::StrCat("/proc/self/fd/", fd_.get()); }
+
+absl::StatusOr<ScopedFd> CloneSharedSysfs() {
+  struct Shared {
+    absl::Status status;
+    ScopedFd sysfs;
+    ScopedFd netns;  // keeps the namespace the sysfs shows alive
+  };
+  static const Shared* const shared = [] {
+    auto* s = new Shared();
+    // unshare(CLONE_NEWNET) moves only the calling thread: a thread of its
+    // own, which ends once the mount is made.
+    std::thread([s] {
+      if (::unshare(CLONE_NEWNET) != 0) {
+        s->status = ErrnoToStatus("shared sysfs: unshare(CLONE_NEWNET)");
+        return;
+      }
+      s->netns = ScopedFd(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+      absl::StatusOr<ScopedFd> m =
+          FsMount("sysfs", "sysfs", {}, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                  "shared sysfs");
+      if (!m.ok()) {
+        s->status = m.status();
+        return;
+      }
+      s->sysfs = std::move(*m);
+    }).join();
+    if (!s->status.ok()) DSEC_LOG(info, "container: each sandbox mounts its own sysfs: {}", s->status.ToString());
+    return s;
+  }();
+  if (!shared->status.ok()) return absl::UnavailableError(shared->status.message());
+  ScopedFd clone(::open_tree(shared->sysfs.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+  if (!clone) return ErrnoToStatus("shared sysfs: open_tree");
+  return clone;
+}
 
 bool OverlayAcceptsDetachedLayers() {
   static const bool accepted = [] {

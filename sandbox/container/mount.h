@@ -58,4 +58,16 @@ class DetachedMount {
 // nothing attached. Sandboxes take a detached upper on the same answer.
 bool OverlayAcceptsDetachedLayers();
 
+// A new detached clone (open_tree(2)) of this process's one read-only
+// sysfs for sandboxes, mounted once from a network namespace of its own
+// (kept, empty but for lo): what a sandbox's init attaches at /sys instead
+// of mounting a sysfs of its own. A sysfs mount in a new network namespace
+// is a new superblock, and making one compares against every sysfs
+// superblock on the node (kernfs_test_super), so that each create cost
+// more with every sandbox alive. Sandboxes see the node's devices as before,
+// and under /sys/class/net that namespace's lo instead of their own
+// interfaces (ip and the rest read netlink). Unavailable with the reason
+// when the kernel refuses (probed once).
+absl::StatusOr<ScopedFd> CloneSharedSysfs();
+
 }  // namespace dsec::container

@@ -64,12 +64,6 @@ absl::Status ValidateConfig(const SandboxConfig& c) {
   return absl::OkStatus();
 }
 
-// One byte with `fd` attached.
-bool SendFd(int sock, int fd) {
-  const char byte = 0;
-  return SendWithFds(sock, &byte, 1, &fd, 1) == 1;
-}
-
 absl::Status Mkdir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     return ErrnoToStatus(absl::StrCat("mkdir ", path));
@@ -287,11 +281,16 @@ absl::StatusOr<bool> Sandbox::StartSlotInit(InitSlot& slot) {
   config.overlay_on_control = true;
   // The slot's init is in a namespace of its own; a wired one replaces it.
   config.netns_on_control = config_.netns_fd >= 0;
+  absl::StatusOr<ScopedFd> sys = CloneSharedSysfs();
+  config.sys_on_control = sys.ok();
   DSEC_RETURN_IF_ERROR(ValidateInitConfig(config));
   const std::string encoded = EncodeInitConfig(config);
   // Fits the pipe's buffer (ValidateInitConfig's bounds): never blocks.
-  const int fds[2] = {root_mount_.fd(), config_.netns_fd};
-  const size_t nfds = config.netns_on_control ? 2 : 1;
+  // The root, the network namespace, the sysfs (init_protocol.h).
+  int fds[3] = {root_mount_.fd(), -1, -1};
+  size_t nfds = 1;
+  if (config.netns_on_control) fds[nfds++] = config_.netns_fd;
+  if (config.sys_on_control) fds[nfds++] = sys->get();
   bool taken = WriteNoSigpipe(slot.config_write.get(), encoded.data(), encoded.size()) ==
                    static_cast<ssize_t>(encoded.size()) &&
                SendWithFds(slot.control.get(), "r", 1, fds, nfds) == 1;
@@ -331,6 +330,7 @@ absl::Status Sandbox::StartInit() {
   InitConfig config = BaseInitConfig();
   InitFds fds = ch.fds();
   ScopedFd netns;
+  absl::StatusOr<ScopedFd> sys = CloneSharedSysfs();
   uint64_t flags = 0;
   if (config_.user_namespace) {
     // The init makes every namespace inside the user namespace itself.
@@ -341,6 +341,7 @@ absl::Status Sandbox::StartInit() {
     fds.userns = userns_.get();
   } else {
     config.overlay_on_control = true;
+    config.sys_on_control = sys.ok();
     if (config_.netns_fd >= 0) {
       // The caller's (already wired: sandbox/network).
       config.join_netns = true;
@@ -387,8 +388,12 @@ absl::Status Sandbox::StartInit() {
   init_pid_ = init.pid;
   init.pidfd.Reset();  // see StopInit: the pid is enough for a child of ours
   absl::Status joined;
-  if (config.overlay_on_control && !SendFd(ch.control_ours.get(), root_mount_.fd())) {
-    joined = ErrnoToStatus("sandbox init: send its root");
+  if (config.overlay_on_control) {
+    // The root and the sysfs (init_protocol.h).
+    const int root_fds[2] = {root_mount_.fd(), config.sys_on_control ? sys->get() : -1};
+    if (SendWithFds(ch.control_ours.get(), "r", 1, root_fds, config.sys_on_control ? 2 : 1) != 1) {
+      joined = ErrnoToStatus("sandbox init: send its root");
+    }
   }
 
   // One cgroup migration per sandbox: every exec process is the init's

@@ -212,7 +212,8 @@ TEST_F(SandboxTest, EachSandboxHasItsOwnNetworkNamespaceWithLoUp) {
   for (int i = 0; i < 6; ++i) {
     auto sb = Sandbox::Create(Config(absl::StrCat("net", i)));
     ASSERT_TRUE(sb.ok()) << sb.status();
-    EXPECT_EQ(Sh(**sb, "cat /sys/class/net/lo/flags").stdout_data, "0x9\n") << "lo not up";
+    // (Through netlink: /sys shows the node's shared sysfs, mount.h.)
+    EXPECT_NE(Sh(**sb, "ip -o link show lo").stdout_data.find("UP"), std::string::npos) << "lo not up";
     std::string ns = Sh(**sb, "readlink /proc/self/ns/net").stdout_data;
     EXPECT_NE(ns, std::string(host) + "\n");
     EXPECT_TRUE(namespaces.insert(ns).second) << "two sandboxes share " << ns;
@@ -261,6 +262,24 @@ TEST_F(SandboxTest, ASandboxLeavesNoMountInTheHostsTable) {
   auto upper = dsec::ReadSmallFile(absl::StrCat((*sb)->upper_dir(), "/etc/motd"));
   ASSERT_TRUE(upper.ok()) << upper.status();
   EXPECT_EQ(*upper, "written\n");
+}
+
+// One read-only sysfs for every sandbox (mount.h CloneSharedSysfs): a
+// sysfs of its own per sandbox was a superblock more, and its mount
+// compared against every sysfs superblock on the node.
+TEST_F(SandboxTest, SandboxesShareOneReadOnlySysfs) {
+  if (!CloneSharedSysfs().ok()) GTEST_SKIP() << CloneSharedSysfs().status();
+  auto a = Sandbox::Create(Config("sys-a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = Sandbox::Create(Config("sys-b"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string dev_a = Sh(**a, "stat -c %d /sys").stdout_data;
+  EXPECT_FALSE(dev_a.empty());
+  EXPECT_EQ(dev_a, Sh(**b, "stat -c %d /sys").stdout_data);
+  ExecResult w = Sh(**a, "echo 1 > /sys/kernel/profiling; echo rc=$?");
+  EXPECT_NE(w.stdout_data.find("rc=1"), std::string::npos) << w.stdout_data << w.stderr_data;
+  EXPECT_EQ(Sh(**a, "ls /sys/firmware | wc -l").stdout_data, "0\n");
+  EXPECT_NE(Sh(**a, "ls /sys/devices/system/cpu").stdout_data.find("online"), std::string::npos);
 }
 
 TEST_F(SandboxTest, DestroyRemovesMountsCgroupsAndStateDir) {
