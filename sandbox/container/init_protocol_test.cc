@@ -57,7 +57,7 @@ bool ReadBack(const InitConfig& config, InitConfig* out) {
 
 // A configuration with these flags, read back: whether the init takes it.
 bool TakesFlags(bool overlay_on_control, bool netns_on_control, bool join_netns, bool join_userns,
-                InitConfig* got) {
+                InitConfig* got, bool sys_on_control = false) {
   InitConfig c;
   c.merged = std::string(6, 'm');
   c.hostname = std::string(1, 'h');
@@ -65,6 +65,7 @@ bool TakesFlags(bool overlay_on_control, bool netns_on_control, bool join_netns,
   c.netns_on_control = netns_on_control;
   c.join_netns = join_netns;
   c.join_userns = join_userns;
+  c.sys_on_control = sys_on_control;
   return ReadBack(c, got);
 }
 
@@ -84,14 +85,7 @@ TEST(InitProtocolTest, ANamespaceOnTheControlSocketComesOnlyWithTheOverlayAlone)
 
 TEST(InitProtocolTest, ASysfsOnTheControlSocketComesWithTheOverlayAndNoUserNamespace) {
   auto takes = [](bool overlay_on_control, bool join_netns, bool join_userns, InitConfig* got) {
-    InitConfig c;
-    c.merged = std::string(6, 'm');
-    c.hostname = std::string(1, 'h');
-    c.overlay_on_control = overlay_on_control;
-    c.sys_on_control = true;
-    c.join_netns = join_netns;
-    c.join_userns = join_userns;
-    return ReadBack(c, got);
+    return TakesFlags(overlay_on_control, false, join_netns, join_userns, got, /*sys_on_control=*/true);
   };
   InitConfig got;
   ASSERT_TRUE(takes(true, false, false, &got));
