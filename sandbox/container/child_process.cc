@@ -88,14 +88,19 @@ int LockDown(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t* step)
   return 0;
 }
 
-void BuildDev(int report, bool bind_nodes) {
+void BuildDev(int report, bool bind_nodes, int dev_fd) {
   const unsigned long nosuid_noexec = MS_NOSUID | MS_NOEXEC;
-  // One tmpfs for /dev and /dev/shm (64 MiB of it; the nodes take
-  // nothing): every file system a sandbox mounts is a superblock, and each
-  // is a memory-cgroup-aware shrinker whose state the kernel keeps in
-  // every memory cgroup, so that a node's memory grows with sandboxes x
-  // superblocks (docs/benchmarks.md, bench density).
-  if (::mount("tmpfs", "dev", "tmpfs", nosuid_noexec, "size=65m,mode=0755") != 0) {
+  if (dev_fd >= 0) {
+    // A directory of the sandbox's writable tmpfs (its size bounds /dev
+    // and /dev/shm too): no file system of its own.
+    if (::move_mount(dev_fd, "", AT_FDCWD, "dev", MOVE_MOUNT_F_EMPTY_PATH) != 0) Fail(report, kMountDev, errno);
+    ::close(dev_fd);
+  } else if (::mount("tmpfs", "dev", "tmpfs", nosuid_noexec, "size=65m,mode=0755") != 0) {
+    // One tmpfs for /dev and /dev/shm (64 MiB of it; the nodes take
+    // nothing): every file system a sandbox mounts is a superblock, and
+    // each is a memory-cgroup-aware shrinker whose state the kernel keeps
+    // in every memory cgroup, so that a node's memory grows with sandboxes
+    // x superblocks (docs/benchmarks.md, bench density).
     Fail(report, kMountDev, errno);
   }
   struct Node {
@@ -260,7 +265,7 @@ void BuildSandboxRoot(const RootPlan& plan) {
     }
     ::chmod("tmp", 01777);
   }
-  BuildDev(report, plan.bind_dev_nodes);
+  BuildDev(report, plan.bind_dev_nodes, plan.dev_fd);
   for (const auto& [source, target] : plan.binds) {
     // Relative to the new root: strip leading slashes.
     const char* rel = target.c_str();

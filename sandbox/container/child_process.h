@@ -87,6 +87,9 @@ struct RootPlan {
   // A read-only sysfs mount to attach at /sys (closed after) instead of
   // mounting one: -1, a sysfs of the sandbox's own.
   int sys_fd = -1;
+  // A bound directory (of the writable tmpfs) to attach at /dev (closed
+  // after) and build /dev in, instead of a tmpfs of its own.
+  int dev_fd = -1;
   // In a user namespace mknod is refused: bind the host's device nodes
   // into /dev instead of making them.
   bool bind_dev_nodes = false;

@@ -114,8 +114,9 @@ absl::Status ValidateInitConfig(const InitConfig& config) {
     return absl::InvalidArgumentError(
         "sandbox init: root path, hostname, overlay layers or filter out of bounds");
   }
-  if (config.sys_on_control && (!config.overlay_on_control || config.join_userns)) {
-    return absl::InvalidArgumentError("sandbox init: a sysfs on the control socket comes with the overlay");
+  if ((config.sys_on_control || config.dev_on_control) && (!config.overlay_on_control || config.join_userns)) {
+    return absl::InvalidArgumentError(
+        "sandbox init: a sysfs or /dev on the control socket comes with the overlay, without a user namespace");
   }
   if (config.netns_on_control && (!config.overlay_on_control || config.join_netns || config.join_userns)) {
     return absl::InvalidArgumentError(

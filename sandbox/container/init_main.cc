@@ -43,19 +43,23 @@ void EnterUserNamespace() {
 }
 
 // The first control message: the detached overlay, with netns_on_control
-// the network namespace to join, with sys_on_control the sysfs to attach
-// (exactly as many descriptors as the configuration says, in that order).
-void ReceiveRoot(bool with_netns, bool with_sys, int* overlay_fd, int* netns_fd, int* sys_fd) {
+// the network namespace to join, with sys_on_control the sysfs to attach,
+// with dev_on_control the directory to build /dev in (exactly as many
+// descriptors as the configuration says, in that order).
+void ReceiveRoot(const InitConfig& config, int* overlay_fd, int* netns_fd, int* sys_fd, int* dev_fd) {
   char byte;
-  int fds[3] = {-1, -1, -1};
-  const size_t want = 1 + (with_netns ? 1 : 0) + (with_sys ? 1 : 0);
+  int fds[4] = {-1, -1, -1, -1};
+  const size_t want = 1 + (config.netns_on_control ? 1 : 0) + (config.sys_on_control ? 1 : 0) +
+                      (config.dev_on_control ? 1 : 0);
   size_t nfds = 0;
   bool dropped = false;
   const ssize_t n = dsec::ReceiveWithFds(kInitControlFd, &byte, 1, fds, want, &nfds, 0, &dropped);
   if (n != 1 || nfds != want || dropped) FailChild(kInitReportFd, kMountOverlay, EPROTO);
-  *overlay_fd = fds[0];
-  *netns_fd = with_netns ? fds[1] : -1;
-  *sys_fd = with_sys ? fds[want - 1] : -1;
+  size_t next = 0;
+  *overlay_fd = fds[next++];
+  *netns_fd = config.netns_on_control ? fds[next++] : -1;
+  *sys_fd = config.sys_on_control ? fds[next++] : -1;
+  *dev_fd = config.dev_on_control ? fds[next++] : -1;
 }
 
 }  // namespace
@@ -68,10 +72,11 @@ int main() {
   if (config.join_userns) EnterUserNamespace();
   int overlay_fd = -1;
   int sys_fd = -1;
+  int dev_fd = -1;
   int netns_fd = config.join_netns ? kInitNetnsFd : -1;
   if (config.overlay_on_control) {
     int received_netns = -1;
-    ReceiveRoot(config.netns_on_control, config.sys_on_control, &overlay_fd, &received_netns, &sys_fd);
+    ReceiveRoot(config, &overlay_fd, &received_netns, &sys_fd, &dev_fd);
     if (config.netns_on_control) netns_fd = received_netns;
   }
   SeccompProgram seccomp{config.seccomp};
@@ -82,6 +87,7 @@ int main() {
   plan.root.overlay_data = config.overlay;
   plan.root.overlay_fd = overlay_fd;
   plan.root.sys_fd = sys_fd;
+  plan.root.dev_fd = dev_fd;
   plan.root.bind_dev_nodes = config.join_userns;
   plan.root.report_fd = kInitReportFd;
   plan.seccomp = seccomp.filter.empty() ? nullptr : &seccomp;

@@ -253,8 +253,8 @@ void RunInit(const InitPlan& plan) {
   // Keep only the sync pipes, the control socket and the root's mount:
   // descriptors of the runtime (other sandboxes' among them) must not live
   // on in the sandbox.
-  constexpr int kKeep = 5;
-  int keep[kKeep] = {plan.go_fd, report, plan.control_fd, plan.root.overlay_fd, plan.root.sys_fd};
+  constexpr int kKeep = 6;
+  int keep[kKeep] = {plan.go_fd, report, plan.control_fd, plan.root.overlay_fd, plan.root.sys_fd, plan.root.dev_fd};
   for (int i = 0; i < kKeep; ++i) {
     for (int j = i + 1; j < kKeep; ++j) {
       if (keep[j] < keep[i]) {
@@ -266,7 +266,7 @@ void RunInit(const InitPlan& plan) {
   }
   int from = 0;
   for (int fd : keep) {
-    if (fd < 0) continue;  // no overlay or sysfs descriptor
+    if (fd < 0) continue;  // a descriptor not sent
     if (fd > from) ::syscall(SYS_close_range, from, fd - 1, 0);
     from = fd + 1;
   }

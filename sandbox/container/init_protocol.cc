@@ -54,7 +54,8 @@ std::string EncodeInitConfig(const InitConfig& config) {
                          (config.join_userns ? kInitJoinUserns : 0) |
                          (config.overlay_on_control ? kInitOverlayOnControl : 0) |
                          (config.netns_on_control ? kInitNetnsOnControl : 0) |
-                         (config.sys_on_control ? kInitSysOnControl : 0);
+                         (config.sys_on_control ? kInitSysOnControl : 0) |
+                         (config.dev_on_control ? kInitDevOnControl : 0);
   InitConfigHeader h{kInitConfigMagic, flags, config.nofile,
                      static_cast<uint32_t>(config.merged.size()),
                      static_cast<uint32_t>(config.hostname.size()),
@@ -75,10 +76,10 @@ bool ReadInitConfig(int fd, InitConfig* config) {
   InitConfigHeader h;
   if (!ReadExactly(fd, &h, sizeof(h)) || h.magic != kInitConfigMagic ||
       (h.flags & ~(kInitJoinNetns | kInitJoinUserns | kInitOverlayOnControl | kInitNetnsOnControl |
-                   kInitSysOnControl)) != 0 ||
+                   kInitSysOnControl | kInitDevOnControl)) != 0 ||
       ((h.flags & kInitNetnsOnControl) != 0 &&
        (h.flags & (kInitJoinNetns | kInitJoinUserns | kInitOverlayOnControl)) != kInitOverlayOnControl) ||
-      ((h.flags & kInitSysOnControl) != 0 &&
+      ((h.flags & (kInitSysOnControl | kInitDevOnControl)) != 0 &&
        (h.flags & (kInitJoinUserns | kInitOverlayOnControl)) != kInitOverlayOnControl) ||
       h.merged_bytes == 0 ||
       h.merged_bytes > kMaxInitPathBytes || h.hostname_bytes == 0 ||
@@ -110,6 +111,7 @@ bool ReadInitConfig(int fd, InitConfig* config) {
   config->overlay_on_control = (h.flags & kInitOverlayOnControl) != 0;
   config->netns_on_control = (h.flags & kInitNetnsOnControl) != 0;
   config->sys_on_control = (h.flags & kInitSysOnControl) != 0;
+  config->dev_on_control = (h.flags & kInitDevOnControl) != 0;
   return true;
 }
 

@@ -44,6 +44,7 @@ inline constexpr uint32_t kInitJoinUserns = 2;
 inline constexpr uint32_t kInitOverlayOnControl = 4;
 inline constexpr uint32_t kInitNetnsOnControl = 8;
 inline constexpr uint32_t kInitSysOnControl = 16;
+inline constexpr uint32_t kInitDevOnControl = 32;
 inline constexpr size_t kMaxInitPathBytes = 4096;
 inline constexpr size_t kMaxInitOverlayBytes = 16384;
 inline constexpr size_t kMaxInitHostnameBytes = 64;
@@ -78,6 +79,10 @@ struct InitConfig {
   // instead of mounting one of its own (mount.h SharedSysfs: one for every
   // sandbox of the node). Not with join_userns.
   bool sys_on_control = false;
+  // With overlay_on_control: the same message carries (last) a directory
+  // of the sandbox's writable tmpfs, bound, that the init builds /dev in
+  // instead of a tmpfs of its own. Not with join_userns.
+  bool dev_on_control = false;
   // Directory to chdir into first, as host root; `merged` and the paths
   // in `overlay` may be relative to it. (Root in a user namespace cannot
   // search the 0700 state directories above it; a working directory

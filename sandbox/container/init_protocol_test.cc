@@ -57,7 +57,7 @@ bool ReadBack(const InitConfig& config, InitConfig* out) {
 
 // A configuration with these flags, read back: whether the init takes it.
 bool TakesFlags(bool overlay_on_control, bool netns_on_control, bool join_netns, bool join_userns,
-                InitConfig* got, bool sys_on_control = false) {
+                InitConfig* got, bool sys_on_control = false, bool dev_on_control = false) {
   InitConfig c;
   c.merged = std::string(6, 'm');
   c.hostname = std::string(1, 'h');
@@ -66,6 +66,7 @@ bool TakesFlags(bool overlay_on_control, bool netns_on_control, bool join_netns,
   c.join_netns = join_netns;
   c.join_userns = join_userns;
   c.sys_on_control = sys_on_control;
+  c.dev_on_control = dev_on_control;
   return ReadBack(c, got);
 }
 
@@ -96,6 +97,23 @@ TEST(InitProtocolTest, ASysfsOnTheControlSocketComesWithTheOverlayAndNoUserNames
   EXPECT_FALSE(takes(true, false, true, &got));
   ASSERT_TRUE(TakesFlags(true, false, false, false, &got));
   EXPECT_FALSE(got.sys_on_control);
+}
+
+TEST(InitProtocolTest, ADevDirectoryOnTheControlSocketComesWithTheOverlayAndNoUserNamespace) {
+  auto takes = [](bool overlay_on_control, bool join_netns, bool join_userns, bool sys, InitConfig* got) {
+    return TakesFlags(overlay_on_control, false, join_netns, join_userns, got, sys, /*dev_on_control=*/true);
+  };
+  InitConfig got;
+  ASSERT_TRUE(takes(true, false, false, false, &got));
+  EXPECT_TRUE(got.dev_on_control);
+  EXPECT_FALSE(got.sys_on_control);
+  ASSERT_TRUE(takes(true, true, false, true, &got));  // with the sysfs and a namespace to join
+  EXPECT_TRUE(got.dev_on_control);
+  EXPECT_TRUE(got.sys_on_control);
+  EXPECT_FALSE(takes(false, false, false, false, &got));
+  EXPECT_FALSE(takes(true, false, true, false, &got));
+  ASSERT_TRUE(TakesFlags(true, false, false, false, &got));
+  EXPECT_FALSE(got.dev_on_control);
 }
 
 TEST(InitProtocolTest, RequestRoundTrips) {

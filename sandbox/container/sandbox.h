@@ -113,6 +113,7 @@ class Sandbox {
   Sandbox(SandboxConfig config, StateDir state) : config_(std::move(config)), state_(std::move(state)) {}
   absl::Status MountUpperAndOverlay();
   absl::Status ReleaseHeldUpper();
+  static ScopedFd BindForDev(const std::string& dir);
   // Records the QoS cgroups (config_.isolation) for orphan cleanup and puts
   // the CPU quota there.
   absl::Status JoinIsolationCgroups();
@@ -139,6 +140,9 @@ class Sandbox {
   // namespace (none on the host); held until the init has it. With a user
   // namespace the init mounts it itself (overlay_data_).
   DetachedMount root_mount_;
+  // A bind of the writable tmpfs's dev/ for the init's /dev (BindForDev),
+  // held until the init has it; invalid: the init mounts a tmpfs.
+  ScopedFd dev_mount_;
   ScopedFd userns_;     // the sandbox's user namespace, when configured
   // Its own copy of SandboxConfig::netns_fd (config_.netns_fd names it),
   // so that Reset's new init joins the same namespace, network and all.

@@ -282,6 +282,30 @@ TEST_F(SandboxTest, SandboxesShareOneReadOnlySysfs) {
   EXPECT_NE(Sh(**a, "ls /sys/devices/system/cpu").stdout_data.find("online"), std::string::npos);
 }
 
+// /dev is a directory of the sandbox's writable tmpfs, bound with devices
+// allowed, not a tmpfs of its own: one superblock less per sandbox (each is
+// a memory-cgroup-aware shrinker, docs/benchmarks.md, bench density).
+TEST_F(SandboxTest, DevIsADirectoryOfTheWritableTmpfs) {
+  auto sb = Sandbox::Create(Config("devdir"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  struct stat upper {};
+  ASSERT_EQ(::stat((*sb)->upper_dir().c_str(), &upper), 0) << (*sb)->upper_dir();
+  EXPECT_EQ(Sh(**sb, "stat -c %d /dev").stdout_data, absl::StrCat(upper.st_dev, "\n"));
+  EXPECT_EQ(Sh(**sb, "stat -c %d /dev/shm").stdout_data, absl::StrCat(upper.st_dev, "\n"));
+  // Its nodes work (devices allowed on this bind), /dev/shm takes files but
+  // runs nothing, and the nodes cannot be replaced from inside.
+  EXPECT_EQ(Sh(**sb, "head -c 5 /dev/urandom | wc -c; echo x > /dev/null && echo null-ok").stdout_data,
+            "5\nnull-ok\n");
+  EXPECT_EQ(Sh(**sb, "echo data > /dev/shm/f && cat /dev/shm/f").stdout_data, "data\n");
+  ExecResult run = Sh(**sb, "cp /bin/busybox /dev/shm/bb && /dev/shm/bb true; echo rc=$?");
+  EXPECT_NE(run.stdout_data.find("rc=126"), std::string::npos) << run.stdout_data << run.stderr_data;
+  ExecResult swap = Sh(**sb, "mknod /dev/sda b 8 0; echo rc=$?");
+  EXPECT_EQ(swap.stdout_data.find("rc=0"), std::string::npos) << swap.stdout_data;
+  // The directory is outside the overlay's upper directory: nothing of /dev
+  // shows in the writable layer (what pack_diff would pack).
+  EXPECT_FALSE(dsec::PathExists(absl::StrCat((*sb)->upper_dir(), "/dev/shm/f")));
+}
+
 TEST_F(SandboxTest, DestroyRemovesMountsCgroupsAndStateDir) {
   auto sb = Sandbox::Create(Config("destroy"));
   ASSERT_TRUE(sb.ok()) << sb.status();
