@@ -160,6 +160,10 @@ void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o,
            WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
              Reply(res, svc->PackDiff(req.matches[1], b), 201);
            }));
+  srv.Post(R"(/v1/sandboxes/([^/]+)/fork)",
+           WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
+             Reply(res, svc->Fork(req.matches[1], b), 201);
+           }));
   srv.Patch(R"(/v1/sandboxes/([^/]+)/network)",
             WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
               Reply(res, svc->SetNetwork(req.matches[1], b));

@@ -165,6 +165,16 @@ absl::StatusOr<PackDiffRequest> ParsePackDiffRequest(const json& body) {
   return r;
 }
 
+absl::StatusOr<ForkRequest> ParseForkRequest(const json& body, const RequestLimits& limits) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(body));
+  ForkRequest r;
+  DSEC_ASSIGN_OR_RETURN(std::optional<int64_t> count, f.OptInt("count", 1, kMaxForkCount));
+  if (count) r.count = *count;
+  DSEC_ASSIGN_OR_RETURN(r.ttl_s, f.OptInt("ttl_s", 1, limits.max_ttl_s));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  return r;
+}
+
 absl::StatusOr<uint32_t> ParseFileMode(std::string_view mode) {
   if (mode.empty()) return 0644;
   if (mode.size() > 5 || mode.find_first_not_of("01234567") != std::string_view::npos) {

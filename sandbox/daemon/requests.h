@@ -69,6 +69,16 @@ struct PackDiffRequest {
 };
 absl::StatusOr<PackDiffRequest> ParsePackDiffRequest(const nlohmann::json& body);
 
+// POST /v1/sandboxes/{id}/fork: `count` sandboxes (1..kMaxForkCount,
+// default 1) in the state of the source's file system; `ttl_s` for each
+// (default none).
+inline constexpr int64_t kMaxForkCount = 64;
+struct ForkRequest {
+  int64_t count = 1;
+  std::optional<int64_t> ttl_s;
+};
+absl::StatusOr<ForkRequest> ParseForkRequest(const nlohmann::json& body, const RequestLimits& limits);
+
 // The `mode` query parameter of PUT /v1/sandboxes/{id}/files: octal, at
 // most 07777; "" is 0644.
 absl::StatusOr<uint32_t> ParseFileMode(std::string_view mode);

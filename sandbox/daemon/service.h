@@ -27,6 +27,7 @@
 #include "sandbox/daemon/metrics.h"
 #include "sandbox/daemon/node_capacity.h"
 #include "sandbox/daemon/qos_placer.h"
+#include "sandbox/layers/layer_store.h"
 #include "sandbox/tier/registry.h"
 #include "sandbox/tier/tier.h"
 #include "sandbox/trajectory/log.h"
@@ -124,6 +125,12 @@ class Service {
                          const std::string& data);
   absl::StatusOr<nlohmann::json> ListFiles(const std::string& id, const std::string& path);
   absl::StatusOr<nlohmann::json> PackDiff(const std::string& id, const nlohmann::json& body);
+  // POST /v1/sandboxes/{id}/fork: the source's writable layer packed once
+  // into a layer of the store (source frozen meanwhile), then `count` new
+  // sandboxes with the source's settings and that layer on top of its
+  // layers, each with a fresh writable layer; the source runs on. Files
+  // only: processes are not carried (the answer says so).
+  absl::StatusOr<nlohmann::json> Fork(const std::string& id, const nlohmann::json& body);
   // PATCH /v1/sandboxes/{id}/network: replaces the egress policy of a
   // sandbox created with a network (new connections at once).
   absl::StatusOr<nlohmann::json> SetNetwork(const std::string& id, const nlohmann::json& body);
@@ -166,6 +173,13 @@ class Service {
                                          const tier::ExecSpec& spec);
   void DestroyEntry(Entry& e);
   void ReaperLoop();
+  // pack_diff's core, under e.mu: packs e's writable layer (frozen while
+  // it is read) into `store` as name:version.
+  absl::StatusOr<layers::BuildResult> PackLocked(Entry& e, layers::LayerStore& store,
+                                                 const std::string& name, const std::string& version);
+  // The create body that makes a sandbox like e (tier, layers, limits,
+  // tier options, network policy), with `extra_layer` on top.
+  nlohmann::json CloneBody(const Entry& e, const std::string& extra_layer) const;
 
   const ServiceOptions options_;
   const tier::TierRegistry registry_;

@@ -277,30 +277,42 @@ absl::StatusOr<json> Service::PackDiff(const std::string& id, const json& body) 
     return absl::FailedPreconditionError(
         "the sandbox is replaying its task: pack_diff goes live only after an exec does");
   }
-  DSEC_ASSIGN_OR_RETURN(std::string upper, e->sandbox->UpperDir());
+  DSEC_ASSIGN_OR_RETURN(layers::BuildResult built, PackLocked(*e, store, name, version));
+  const std::string tag = absl::StrCat(name, ":", version);
+  if (e->task_id && trajectories_) {
+    DSEC_ASSIGN_OR_RETURN(trajectory::TrajectoryLog * log, trajectories_->Get(*e->task_id));
+    DSEC_RETURN_IF_ERROR(log->AppendCheckpoint(log->next_seq(), tag));
+  }
+  return json{{"layer", tag}, {"digest", built.layer.digest}, {"size_bytes", built.layer.size}};
+}
+
+absl::StatusOr<layers::BuildResult> Service::PackLocked(Entry& e, layers::LayerStore& store,
+                                                        const std::string& name,
+                                                        const std::string& version) {
+  DSEC_ASSIGN_OR_RETURN(std::string upper, e.sandbox->UpperDir());
   std::vector<std::string> parents;
   const std::string prefix = absl::StrCat(store.root(), "/layers/");
-  for (const std::string& img : e->images) {
+  for (const std::string& img : e.images) {
     if (img.rfind(prefix, 0) == 0 && img.size() > prefix.size() + 6 &&
         img.compare(img.size() - 6, 6, ".erofs") == 0) {
       parents.push_back(absl::StrCat("sha256:", img.substr(prefix.size(), img.size() - prefix.size() - 6)));
     }
   }
   // Frozen while the upper directory is copied.
-  const bool was_paused = e->paused;
-  if (!was_paused) DSEC_RETURN_IF_ERROR(e->sandbox->Pause());
+  const bool was_paused = e.paused;
+  if (!was_paused) DSEC_RETURN_IF_ERROR(e.sandbox->Pause());
   layers::BuildRequest req;
   req.name = name;
   req.version = version;
   req.parents = parents;
-  req.source = absl::StrCat("pack_diff:", e->id);
+  req.source = absl::StrCat("pack_diff:", e.id);
   layers::PackDiffOptions pack_options;
-  pack_options.upper_xattr_prefix = e->sandbox->UpperXattrPrefix();
+  pack_options.upper_xattr_prefix = e.sandbox->UpperXattrPrefix();
   pack_options.max_layer_bytes = options_.max_layer_bytes;
   pack_options.reserve_free_bytes = options_.layer_store_reserve_bytes;
   auto built = layers::PackDiff(store, upper, req, pack_options);
   if (!was_paused) {
-    if (absl::Status s = e->sandbox->Resume(); !s.ok()) DSEC_LOG(warn, "daemon: resume after pack_diff: {}", s.ToString());
+    if (absl::Status s = e.sandbox->Resume(); !s.ok()) DSEC_LOG(warn, "daemon: resume after pack_diff: {}", s.ToString());
   }
   if (!built.ok()) {
     // Limits and refusals say what the client can change; anything else
@@ -310,15 +322,10 @@ absl::StatusOr<json> Service::PackDiff(const std::string& id, const json& body) 
         code == absl::StatusCode::kNotFound) {
       return built.status();
     }
-    DSEC_LOG(warn, "daemon: pack_diff of {}: {}", e->id, built.status().ToString());
+    DSEC_LOG(warn, "daemon: pack_diff of {}: {}", e.id, built.status().ToString());
     return absl::Status(code, "pack_diff failed (the daemon's log says why)");
   }
-  const std::string tag = absl::StrCat(name, ":", version);
-  if (e->task_id && trajectories_) {
-    DSEC_ASSIGN_OR_RETURN(trajectory::TrajectoryLog * log, trajectories_->Get(*e->task_id));
-    DSEC_RETURN_IF_ERROR(log->AppendCheckpoint(log->next_seq(), tag));
-  }
-  return json{{"layer", tag}, {"digest", built->layer.digest}, {"size_bytes", built->layer.size}};
+  return *std::move(built);
 }
 
 namespace {

@@ -367,6 +367,13 @@ absl::Status LayerStore::Remove(const std::string& ref) {
   return absl::OkStatus();
 }
 
+absl::Status LayerStore::Untag(const std::string& tag) {
+  DSEC_ASSIGN_OR_RETURN(ScopedFd lock, Lock(JoinPath(root(), "lock"), /*exclusive=*/true));
+  DSEC_ASSIGN_OR_RETURN(StoreState state, LoadState(RefsPath(), LayersDir()));
+  if (state.refs.erase(tag) == 0) return absl::NotFoundError(absl::StrCat("no layer tagged ", tag));
+  return SaveRefs(RefsPath(), state.refs);
+}
+
 absl::StatusOr<std::vector<std::string>> LayerStore::Gc() {
   DSEC_ASSIGN_OR_RETURN(ScopedFd lock, Lock(JoinPath(root(), "lock"), /*exclusive=*/true));
   DSEC_ASSIGN_OR_RETURN(StoreState state, LoadState(RefsPath(), LayersDir()));

@@ -98,6 +98,9 @@ class LayerStore {
   // Removes a layer and every tag pointing at it. FailedPrecondition if
   // another layer names it as a parent.
   absl::Status Remove(const std::string& ref);
+  // Removes one tag ("name:version"), leaving its layer (Gc takes a layer
+  // no tag references). NotFound if no such tag.
+  absl::Status Untag(const std::string& tag);
   // Removes layers that no tag references and no remaining layer depends on
   // (repeatedly, so unreferenced chains go too), images without metadata and
   // abandoned builds. Returns the removed digests.

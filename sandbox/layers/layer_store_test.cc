@@ -109,6 +109,19 @@ TEST_F(LayerStoreTest, IdenticalTreesDedupe) {
   EXPECT_EQ((*list)[0].tags, (std::vector<std::string>{"a:1", "b:1"}));
 }
 
+TEST_F(LayerStoreTest, UntagRemovesOneTagAndKeepsTheLayer) {
+  BuildResult a = Build(MakeTree("a", "same"), "a", "1");
+  Build(MakeTree("b", "same"), "b", "1");
+  ASSERT_TRUE(store_->Untag("b:1").ok());
+  EXPECT_EQ(store_->Resolve("b:1").status().code(), absl::StatusCode::kNotFound);
+  auto info = store_->Inspect("a:1");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tags, std::vector<std::string>{"a:1"});
+  EXPECT_EQ(access(store_->ImagePath(a.layer.digest).c_str(), F_OK), 0);
+  EXPECT_EQ(store_->Untag("b:1").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Untag("nothing:1").code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(LayerStoreTest, RejectsBadNamesAndMissingParents) {
   std::string tree = MakeTree("t", "x");
   EXPECT_EQ(store_->Build(tree, {"bad/name", "1", {}, ""}).status().code(),

@@ -22,6 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)dsec::daemon::ParseCreateRequest(body, limits);
   (void)dsec::daemon::ParseExecRequest(body, limits);
   (void)dsec::daemon::ParsePackDiffRequest(body);
+  (void)dsec::daemon::ParseForkRequest(body, limits);
   (void)dsec::daemon::ParseAddLayerRequest(body);
   return 0;
 }

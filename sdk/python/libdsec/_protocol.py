@@ -394,6 +394,21 @@ def set_network(sandbox_id: str, body: JSONObject) -> Call:
     return _json_call("PATCH", sandbox_path(sandbox_id) + "/network", body, expect=(200,))
 
 
+def fork(sandbox_id: str, count: int, ttl_s: Optional[int]) -> Call:
+    """POST .../fork: count new sandboxes from the sandbox's files (1..64)."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError("count must be an int, got %r" % (count,))
+    body: JSONObject = {"count": count}
+    if ttl_s is not None:
+        body["ttl_s"] = ttl_s
+    return _json_call("POST", sandbox_path(sandbox_id) + "/fork", body, expect=(201,))
+
+
+def parse_fork(obj: Any) -> List[JSONObject]:
+    """The children of a fork answer, each as GET describes a sandbox."""
+    return [parse_sandbox(s) for s in json_object(obj, "fork").get("sandboxes", [])]
+
+
 def pause(sandbox_id: str) -> Call:
     return Call("POST", sandbox_path(sandbox_id) + "/pause")
 

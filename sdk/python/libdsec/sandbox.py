@@ -181,6 +181,13 @@ class SandboxHandle(P.SandboxFields):
         """
         return P.json_object(self._t.send_json(P.pack_diff(self.id, name, version)), "pack_diff")
 
+    def fork(self, count: int = 1, ttl_s: Optional[int] = None) -> List["SandboxHandle"]:
+        """Makes count new sandboxes from this one's files (its writable layer
+        packed once into a layer under each); this one runs on. Processes
+        are not carried. Returns their handles (same client)."""
+        obj = self._t.send_json(P.fork(self.id, count, ttl_s))
+        return [SandboxHandle(self._client, info) for info in P.parse_fork(obj)]
+
     def pause(self) -> "SandboxHandle":
         self._update(self._t.send_json(P.pause(self.id)))
         return self

@@ -102,6 +102,25 @@ def test_fncall_runs_code(node):
         assert (r.exit_code, r.stdout, r.stderr, "".join(got)) == (0, "42\n", "e\n", "42\n")
 
 
+def test_fork_children_start_from_the_files_and_stay_independent(node):
+    with _create(node) as sb:
+        sb.files.write("/work/state", "prepared %s" % sb.sandbox_id)
+        kids = [node.track(k) for k in sb.fork(2, timeout=300)]
+        try:
+            assert len({k.sandbox_id for k in kids} | {sb.sandbox_id}) == 3
+            assert all(k.info["expires_unix_ms"] is not None for k in kids)
+            for k in kids:
+                assert k.files.read("/work/state") == "prepared %s" % sb.sandbox_id
+            kids[0].files.write("/work/state", "changed")
+            assert kids[1].files.read("/work/state") == "prepared %s" % sb.sandbox_id
+            assert sb.files.read("/work/state") == "prepared %s" % sb.sandbox_id
+            with pytest.raises(libdsec.InvalidArgument):
+                sb.fork(0)
+        finally:
+            for k in kids:
+                k.kill()
+
+
 # -- asyncio -------------------------------------------------------------------------
 
 
@@ -136,6 +155,24 @@ def test_async_create_run_files_connect_kill(node):
             assert await sb.kill() is False
             with pytest.raises(libdsec.NotFound):
                 await libdsec.AsyncSandbox.connect(sb.sandbox_id, socket=node.socket)
+        finally:
+            await sb.kill()
+
+    asyncio.run(go())
+
+
+def test_async_fork(node):
+    async def go():
+        sb = node.track(await libdsec.AsyncSandbox.create(layers=[node.base], socket=node.socket))
+        try:
+            await sb.files.write("/work/a", "from %s" % sb.sandbox_id)
+            kids = await sb.fork(2)
+            try:
+                assert [await k.files.read("/work/a") for k in kids] == ["from %s" % sb.sandbox_id] * 2
+            finally:
+                for k in kids:
+                    node.track(k)
+                    await k.kill()
         finally:
             await sb.kill()
 

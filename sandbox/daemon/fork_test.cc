@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+// POST /v1/sandboxes/{id}/fork through the API (issue 20, the container
+// tier's file-system fork), in the container tier's default mode and with
+// user_namespace: children start from the source's files, each with its own
+// writable layer, the source runs on, and bad requests are refused before
+// anything is made.
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/file_io.h"
+#include "gtest/gtest.h"
+#include "sandbox/container/test_image.h"
+#include "sandbox/daemon/daemon_testing.h"
+
+namespace dsec::daemon {
+namespace {
+
+using nlohmann::json;
+using container::testing::TempDir;
+
+constexpr char kJson[] = "application/json";
+
+class DaemonForkTest : public ::testing::TestWithParam<bool> {
+ protected:
+  static void SetUpTestSuite() {
+    auto dir = TempDir::Create("dsec-daemon-fork-");
+    ASSERT_TRUE(dir.ok());
+    dir_ = new TempDir(std::move(*dir));
+    absl::Status s = testing::BuildBusyboxLayer(Store(), dir_->path());
+    if (!s.ok()) skip_ = absl::StrCat("busybox layer: ", s.ToString());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Store() { return dir_->path() + "/store"; }
+
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    static int n = 0;
+    auto d = testing::LocalDaemon::Start(absl::StrCat(dir_->path(), "/run", n++), Store(), ServiceOptions{});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    client_ = testing::UnixClient(daemon_->socket());
+  }
+  void TearDown() override {
+    if (client_) {
+      auto list = client_->Get("/v1/sandboxes");
+      if (list) {
+        for (const json& sb : testing::JsonOf(list)["sandboxes"]) {
+          client_->Delete(absl::StrCat("/v1/sandboxes/", sb["id"].get<std::string>()));
+        }
+      }
+    }
+    client_.reset();
+    daemon_.reset();
+  }
+
+  std::string NewSandbox(json body) {
+    body["tier"] = body.value("tier", "container");
+    if (body["tier"] == "container") body["user_namespace"] = GetParam();
+    auto r = client_->Post("/v1/sandboxes", body.dump(), kJson);
+    EXPECT_TRUE(r);
+    if (!r) return "";
+    EXPECT_EQ(r->status, 201) << r->body;
+    return testing::JsonOf(r).value("id", "");
+  }
+  std::string Sh(const std::string& id, const std::string& script) {
+    auto r = client_->Post(absl::StrCat("/v1/sandboxes/", id, "/exec"),
+                           json{{"argv", {"sh", "-c", script}}}.dump(), kJson);
+    EXPECT_TRUE(r);
+    if (!r) return "";
+    EXPECT_EQ(r->status, 200) << r->body;
+    return testing::JsonOf(r).value("stdout", "");
+  }
+  httplib::Result Fork(const std::string& id, const json& body) {
+    return client_->Post(absl::StrCat("/v1/sandboxes/", id, "/fork"), body.dump(), kJson);
+  }
+  size_t LiveSandboxes() {
+    auto r = client_->Get("/v1/sandboxes");
+    return r ? testing::JsonOf(r)["sandboxes"].size() : 0;
+  }
+
+  static TempDir* dir_;
+  static std::string skip_;
+  std::unique_ptr<testing::LocalDaemon> daemon_;
+  std::unique_ptr<httplib::Client> client_;
+};
+TempDir* DaemonForkTest::dir_ = nullptr;
+std::string DaemonForkTest::skip_;
+
+TEST_P(DaemonForkTest, ChildrenStartFromTheSourcesFilesAndStayIndependent) {
+  const std::string src = NewSandbox(json{{"memory_mib", 96}, {"pids", 64}});
+  ASSERT_FALSE(src.empty());
+  // Files of this sandbox alone: the store would reuse an identical layer.
+  ASSERT_EQ(Sh(src, absl::StrCat("mkdir -p /work && echo prepared > /work/state && echo ", src,
+                                 " > /work/id && rm /etc/hostname; echo ok")),
+            "ok\n");
+
+  auto r = Fork(src, json{{"count", 3}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  json out = testing::JsonOf(r);
+  EXPECT_EQ(out["source"], src);
+  EXPECT_EQ(out["forked"], "files");
+  EXPECT_NE(out["processes"].get<std::string>().find("not carried"), std::string::npos);
+  ASSERT_EQ(out["sandboxes"].size(), 3u);
+  std::vector<std::string> kids;
+  std::set<std::string> distinct;
+  for (const json& c : out["sandboxes"]) {
+    kids.push_back(c["id"]);
+    distinct.insert(c["id"].get<std::string>());
+    EXPECT_EQ(c["tier"], "container");
+    EXPECT_EQ(c["memory_mib"], 96) << c.dump();
+    EXPECT_EQ(c["pids"], 64) << c.dump();
+    EXPECT_EQ(c["user_namespace"], GetParam()) << c.dump();
+  }
+  EXPECT_EQ(distinct.size(), 3u);
+  EXPECT_EQ(distinct.count(src), 0u);
+  // The layer is in the store, listed like any other.
+  auto layers = client_->Get("/v1/layers");
+  ASSERT_TRUE(layers);
+  EXPECT_NE(layers->body.find(absl::StrCat("fork-", src)), std::string::npos) << layers->body;
+
+  // Each child has the source's files, deletions included.
+  for (const std::string& k : kids) {
+    EXPECT_EQ(Sh(k, "cat /work/state; test -e /etc/hostname && echo present || echo gone"),
+              "prepared\ngone\n");
+  }
+  // A write in one child is seen by none of the others nor by the source;
+  // the source's later writes reach no child.
+  EXPECT_EQ(Sh(kids[0], "echo mine > /work/state && cat /work/state"), "mine\n");
+  EXPECT_EQ(Sh(kids[1], "cat /work/state"), "prepared\n");
+  EXPECT_EQ(Sh(src, "cat /work/state; echo later > /work/after; echo ok"), "prepared\nok\n");
+  EXPECT_EQ(Sh(kids[2], "cat /work/after 2>/dev/null || echo absent"), "absent\n");
+
+  // The source goes; the children run on.
+  ASSERT_TRUE(client_->Delete(absl::StrCat("/v1/sandboxes/", src)));
+  EXPECT_EQ(Sh(kids[1], "cat /work/state"), "prepared\n");
+  // A child forks too (a fork of a fork stacks one layer more).
+  auto again = Fork(kids[0], json{{"count", 1}});
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->status, 201) << again->body;
+  const std::string grandchild = testing::JsonOf(again)["sandboxes"][0]["id"];
+  EXPECT_EQ(Sh(grandchild, "cat /work/state"), "mine\n");
+}
+
+TEST_P(DaemonForkTest, BadRequestsAreRefusedBeforeAnythingIsMade) {
+  const std::string src = NewSandbox(json::object());
+  ASSERT_FALSE(src.empty());
+  const size_t live = LiveSandboxes();
+  auto expect = [&](const std::string& id, const json& body, int status, const std::string& says) {
+    auto r = Fork(id, body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << body.dump() << " -> " << r->body;
+    EXPECT_NE(r->body.find(says), std::string::npos) << r->body;
+  };
+  expect(src, json{{"count", 0}}, 400, "count");
+  expect(src, json{{"count", 65}}, 400, "count");
+  expect(src, json{{"count", "two"}}, 400, "count");
+  expect(src, json{{"count", 1}, {"processes", true}}, 400, "processes");
+  expect(src, json::array(), 400, "");
+  expect("sb-0000000000000000", json{{"count", 1}}, 404, "sb-0000000000000000");
+  EXPECT_EQ(LiveSandboxes(), live);
+  auto layers = client_->Get("/v1/layers");
+  ASSERT_TRUE(layers);
+  EXPECT_EQ(layers->body.find(absl::StrCat("fork-", src)), std::string::npos) << layers->body;
+  EXPECT_EQ(Sh(src, "echo alive"), "alive\n");
+}
+
+// A fork that would pass the node's sandbox limit makes none of its
+// children and leaves no layer behind.
+TEST_P(DaemonForkTest, AForkOverTheNodesLimitTakesItsChildrenBack) {
+  daemon_.reset();
+  ServiceOptions so;
+  so.max_sandboxes = 3;
+  static int n = 0;
+  auto d = testing::LocalDaemon::Start(absl::StrCat(dir_->path(), "/limit", n++), Store(), so);
+  ASSERT_TRUE(d.ok()) << d.status();
+  daemon_ = std::move(*d);
+  client_ = testing::UnixClient(daemon_->socket());
+  const std::string src = NewSandbox(json::object());
+  ASSERT_FALSE(src.empty());
+  ASSERT_EQ(Sh(src, absl::StrCat("echo ", src, " > /id; echo ok")), "ok\n");  // a layer of its own
+  auto r = Fork(src, json{{"count", 3}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_NE(r->body.find("child 3 of 3"), std::string::npos) << r->body;
+  EXPECT_EQ(LiveSandboxes(), 1u);
+  auto layers = client_->Get("/v1/layers");
+  ASSERT_TRUE(layers);
+  EXPECT_EQ(layers->body.find(absl::StrCat("fork-", src)), std::string::npos) << layers->body;
+  auto ok = Fork(src, json{{"count", 2}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 201) << ok->body;
+}
+
+TEST_P(DaemonForkTest, AFncallSandboxHasNothingToFork) {
+  const std::string fn = NewSandbox(json{{"tier", "fncall"}, {"lang", "python"}});
+  if (fn.empty()) GTEST_SKIP() << "no fncall sandbox here";
+  auto r = Fork(fn, json{{"count", 2}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("nothing to fork"), std::string::npos) << r->body;
+}
+
+INSTANTIATE_TEST_SUITE_P(BothModes, DaemonForkTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "UserNamespace" : "HostIds";
+                         });
+
+}  // namespace
+}  // namespace dsec::daemon
