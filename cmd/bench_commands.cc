@@ -9,6 +9,7 @@
 #include "cmd/bench_container_commands.h"
 #include "cmd/bench_density_commands.h"
 #include "cmd/bench_fncall_commands.h"
+#include "cmd/bench_fork_commands.h"
 #include "cmd/bench_microvm_commands.h"
 #include "cmd/bench_net_commands.h"
 #include "cmd/bench_pmem_commands.h"
@@ -33,6 +34,7 @@ void RegisterBenchCommands(CLI::App& app, CommandRegistry& registry) {
   RegisterReclaimBenchCommands(bench, registry);
   RegisterApiBenchCommands(bench, registry);
   RegisterDensityBenchCommands(bench, registry);
+  RegisterForkBenchCommands(bench, registry);
   RegisterNetBenchCommands(bench, registry);
 
   CLI::App* boot = bench->add_subcommand("boot", "Boot the test guest N times and time it");
