@@ -120,10 +120,7 @@ void Create(E2bServer::State* st, const httplib::Request& req, httplib::Response
   rec->metadata = r->metadata;
   rec->env_vars = r->env_vars;
   rec->started_ms = node->value("created_unix_ms", int64_t{0});
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    st->records[rec->id] = rec;
-  }
+  st->Add(rec);
   SendJson(res, SandboxJson(st->options, *rec), 201);
 }
 
@@ -140,6 +137,7 @@ std::shared_ptr<Record> Lookup(E2bServer::State* st, const std::string& id, http
 }
 
 bool Matches(const json& detail, const httplib::Request& req) {
+  if (req.has_param("template") && detail["templateID"] != req.get_param_value("template")) return false;
   if (req.has_param("state")) {
     bool any = false;
     for (absl::string_view s : absl::StrSplit(req.get_param_value("state"), ',', absl::SkipEmpty())) {

@@ -8,7 +8,10 @@
 // the commands streaming through this server. What needs a handle on a
 // running command (stdin, signals, reattaching, PTY resize) is
 // unimplemented, named in the error (docs/e2b.md).
+#include <algorithm>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "sandbox/daemon/exec_stream.h"
 #include "base/status.h"
@@ -85,10 +88,17 @@ void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response&
     bool ended = false;
   };
   auto progress = std::make_shared<Progress>();
+  // envd's keepalive: an event after each quiet interval the client asks
+  // for (the SDK: Keepalive-Ping-Interval 50 s), so that a silent command
+  // outlives the client's and proxies' idle timeouts (undici: 300 s).
+  int64_t keepalive_ms = -1;
+  if (int64_t s = 0; absl::SimpleAtoi(req.get_header_value("Keepalive-Ping-Interval"), &s) && s > 0) {
+    keepalive_ms = std::min<int64_t>(s, 3600) * 1000;
+  }
   res.status = 200;
   res.set_chunked_content_provider(
       kConnectJson,
-      [stream, progress, pid, forget](size_t, httplib::DataSink& sink) {
+      [stream, progress, pid, forget, keepalive_ms](size_t, httplib::DataSink& sink) {
         if (progress->ended) {
           sink.done();
           return true;
@@ -99,7 +109,10 @@ void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response&
           out = MessageEnvelope(json{{"event", {{"start", {{"pid", pid}}}}}});
         } else {
           std::string line;
-          if (!stream->NextLine(&line)) {
+          const daemon::StreamedExec::Next next = stream->NextLineWithin(&line, keepalive_ms);
+          if (next == daemon::StreamedExec::Next::kTimeout) {
+            out = MessageEnvelope(json{{"event", {{"keepalive", json::object()}}}});
+          } else if (next == daemon::StreamedExec::Next::kEnd) {
             out = EndStreamEnvelope(absl::InternalError("the exec ended without a result"));
             progress->ended = true;
           } else {

@@ -7,6 +7,9 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <filesystem>
 #include <thread>
 
@@ -192,6 +195,20 @@ TEST_F(E2bProtocolTest, StartStreamsStartDataEndAndEndOfStream) {
   EXPECT_EQ(f.back().message, json::object());
 }
 
+TEST_F(E2bProtocolTest, AQuietCommandGetsKeepaliveEvents) {
+  auto sb = NewSandbox();
+  httplib::Headers h = Envd(sb);
+  h.emplace("Keepalive-Ping-Interval", "1");
+  auto r = client_->Post("/process.Process/Start", h, StartBody("sleep 2.5; echo x"), "application/connect+json");
+  ASSERT_TRUE(r);
+  std::vector<Frame> f = Frames(r->body);
+  int keepalives = 0;
+  for (const Frame& fr : f) keepalives += fr.message.contains("event") && fr.message["event"].contains("keepalive");
+  EXPECT_GE(keepalives, 1) << r->body;
+  ASSERT_GE(f.size(), 2u);
+  EXPECT_EQ(f[f.size() - 2].message["event"]["end"]["exitCode"], 0);
+}
+
 TEST_F(E2bProtocolTest, MalformedEnvelopesEndTheStreamWithAnError) {
   auto sb = NewSandbox();
   const std::string ok = StartBody("true");
@@ -339,6 +356,57 @@ TEST_F(E2bProtocolTest, TimeoutMovesTheNodesTtl) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling an outcome, not synchronising
   }
   EXPECT_EQ(status, 404);
+}
+
+// docs/e2b.md's endpoint table, row by row: `no` rows answer 501 (a
+// Connect stream: `unimplemented`), the others reach a handler that is not
+// a 501 and not "no route". The requests carry {} bodies: a handler may
+// refuse them, but it must exist.
+TEST_F(E2bProtocolTest, CompatibilityTableIsTrue) {
+  std::ifstream in(std::string(DSEC_SOURCE_DIR) + "/docs/e2b.md");
+  ASSERT_TRUE(in) << "docs/e2b.md";
+  auto live = NewSandbox();
+  auto doomed = NewSandbox();  // for the DELETE row
+  const std::regex row(R"(^\| `(GET|POST|PUT|PATCH|DELETE) (/[^`]*)` \| (yes|partly|no) \|)");
+  bool data_plane = false;
+  int rows = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "Data plane")) data_plane = true;
+    std::smatch m;
+    if (!std::regex_search(line, m, row)) continue;
+    ++rows;
+    const std::string method = m[1], status = m[3];
+    std::string path = m[2];
+    const std::string id = method == "DELETE" ? doomed.first : live.first;
+    path = std::regex_replace(path, std::regex(R"(\{id\})"), id);
+    path = std::regex_replace(path, std::regex(R"(\{[a-z]+\})"), "x");
+    httplib::Headers h = data_plane ? Envd(live) : httplib::Headers{{"X-API-KEY", kKey}};
+    const bool stream = absl::EndsWith(path, "/Start") || absl::EndsWith(path, "/Connect") ||
+                        absl::EndsWith(path, "/WatchDir");
+    const std::string type = stream ? "application/connect+json" : "application/json";
+    const std::string body = stream ? EncodeEnvelope(0, "{}") : "{}";
+    httplib::Request req;
+    req.method = method;
+    req.path = path;
+    req.headers = h;
+    if (method != "GET" && method != "DELETE") {
+      req.body = body;
+      req.set_header("Content-Type", type);
+    }
+    auto r = client_->send(req);
+    ASSERT_TRUE(r) << line;
+    const bool unimplemented_stream =
+        r->status == 200 && stream && absl::StrContains(r->body, R"("code":"unimplemented")");
+    if (status == "no") {
+      EXPECT_TRUE(r->status == 501 || unimplemented_stream) << line << " -> " << r->status << " " << r->body;
+    } else {
+      EXPECT_NE(r->status, 501) << line << " -> " << r->body;
+      EXPECT_FALSE(unimplemented_stream) << line << " -> " << r->body;
+      EXPECT_FALSE(absl::StrContains(r->body, "no route")) << line << " -> " << r->body;
+    }
+  }
+  EXPECT_GT(rows, 40);
 }
 
 }  // namespace

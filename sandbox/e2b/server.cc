@@ -58,6 +58,21 @@ std::vector<std::shared_ptr<Record>> E2bServer::State::All() {
   return live;
 }
 
+void E2bServer::State::Add(std::shared_ptr<Record> r) {
+  bool sweep = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    sweep = records.size() >= sweep_at;
+  }
+  if (sweep) {
+    const size_t live = All().size();
+    std::lock_guard<std::mutex> lock(mu);
+    sweep_at = 2 * live + 64;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  records[r->id] = std::move(r);
+}
+
 void SendJson(httplib::Response& res, const json& j, int status) {
   res.status = status;
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -109,6 +124,8 @@ std::string EnvdSandboxOf(const httplib::Request& req) {
 
 namespace {
 
+constexpr char kEnvdPort[] = "49983";
+
 bool IsEnvdPath(absl::string_view path) {
   return path == "/files" || path == "/health" || absl::StartsWith(path, "/process.Process/") ||
          absl::StartsWith(path, "/filesystem.Filesystem/");
@@ -136,6 +153,14 @@ httplib::Server::HandlerResponse Admit(E2bServer::State* st, const httplib::Requ
       SendApiError(res, 401, "missing or wrong X-Access-Token for this sandbox");
       return HR::Handled;
     }
+    // Only envd's port is served: a sandbox's own ports (getHost) are not
+    // reachable through this API.
+    const std::string port = req.get_header_value("E2b-Sandbox-Port");
+    if (!port.empty() && port != kEnvdPort) {
+      SendApiError(res, 501, absl::StrCat("reaching port ", port, " of a sandbox is not supported by dsec-vmm's "
+                                          "E2B API (only envd's, ", kEnvdPort, ")"));
+      return HR::Handled;
+    }
     if (!IsEnvdPath(req.path)) {
       SendApiError(res, 404, absl::StrCat("envd has no route ", req.method, " ", req.path));
       return HR::Handled;
@@ -157,6 +182,11 @@ httplib::Server::HandlerResponse Admit(E2bServer::State* st, const httplib::Requ
 void Configure(daemon::GuardedServer& srv, const E2bOptions& o) {
   srv.set_payload_max_length(o.max_file_bytes + (2u << 20));
   srv.set_keep_alive_timeout(5);
+  // A streamed command's envelopes are small writes: with Nagle each one
+  // after the first waited for the client's delayed ACK (40 ms here, the
+  // whole gap to the node API in bench.sh). Accepted sockets inherit it
+  // from the listener.
+  srv.set_tcp_nodelay(true);
   srv.set_error_handler(httplib::Server::HandlerWithResponse(
       [](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already

@@ -47,11 +47,17 @@ struct E2bServer::State {
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Record>> records ABSL_GUARDED_BY(mu);
+  // Records of sandboxes the node reaped are dropped when looked at, and
+  // by a sweep once the records reach this many (then twice the live
+  // ones): bounded without a lookup per create.
+  size_t sweep_at ABSL_GUARDED_BY(mu) = 64;
 
   // The record of a sandbox the node still has (else dropped): null if none.
   std::shared_ptr<Record> Find(const std::string& id);
   void Forget(const std::string& id);
   std::vector<std::shared_ptr<Record>> All();
+  // Adds a record (sweeping first when due).
+  void Add(std::shared_ptr<Record> r);
 };
 
 // Control plane answers: E2B's {"code", "message"}.

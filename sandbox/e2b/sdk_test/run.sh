@@ -47,13 +47,16 @@ while read -r -t 60 line <&3; do
 done
 [ -n "$port" ] || { cat "$dir/daemon.log"; echo "FAIL: dsec-vmmd did not start"; exit 1; }
 
+# A template added while the daemon runs (the file is read at each create).
+"$(dirname "$vmmd")/dsec-vmm" template --file "$dir/templates.json" add from-file --layers base:bookworm
+
 # ESM resolves `e2b` beside the importing file: the test runs from the
 # temp dir with the cache's node_modules linked in.
 cp "$here/sdk_test.mjs" "$dir/"
 ln -s "$sdk/node_modules" "$dir/node_modules"
 rc=0
 E2B_API_URL="http://127.0.0.1:$port" E2B_SANDBOX_URL="http://127.0.0.1:$port" \
-  E2B_API_KEY="$(cat "$dir/keys")" node "$dir/sdk_test.mjs" || rc=$?
+  E2B_API_KEY="$(cat "$dir/keys")" E2B_FILE_TEMPLATE=from-file node "$dir/sdk_test.mjs" || rc=$?
 if [ "$rc" -ne 0 ]; then
   echo "--- dsec-vmmd log"
   tail -n 50 "$dir/daemon.log"

@@ -169,6 +169,16 @@ await check('errors for a bad template and a bad key', async () => {
   await assert.rejects(Sandbox.create(template, { apiKey: 'e2b_' + '0'.repeat(40) }), (e) => e instanceof AuthenticationError)
 })
 
+await check('a template added with dsec-vmm template add', async () => {
+  const name = process.env.E2B_FILE_TEMPLATE
+  assert.ok(name, 'run.sh adds one')
+  const t = await Sandbox.create(name, { timeoutMs: 60_000 })
+  made.push(t)
+  assert.equal((await Sandbox.getInfo(t.sandboxId)).templateId, name)
+  assert.equal((await t.commands.run('echo from-file-template')).stdout, 'from-file-template\n')
+  await t.kill()
+})
+
 await check('kill', async () => {
   const other = await create()
   await other.kill()
