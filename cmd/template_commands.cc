@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dsec-vmm template add NAME --layers REF[,REF...] [--tier T] [--cpus N]
-// [--memory-mib N]`, `template rm NAME`, `template ls`: edit the template
+// [--memory-mib N] [--qos ls|be]`, `template rm NAME`, `template ls`: edit the template
 // file the E2B API reads at each create (sandbox/e2b/templates.h; a
 // running dsec-vmmd sees a change at its next create). The layers are
 // store references, bottom first; they are resolved when a sandbox is made.
@@ -25,6 +25,7 @@ struct TemplateArgs {
   std::string tier = "container";
   double cpus = 0;
   uint64_t memory_mib = 0;
+  std::string qos;
 };
 
 int Fail(const std::string& what) {
@@ -45,11 +46,14 @@ void RegisterTemplateCommands(CLI::App& app, CommandRegistry& registry) {
   add->add_option("--tier", a->tier, "Tier its sandboxes run on")->capture_default_str();
   add->add_option("--cpus", a->cpus, "CPUs of its sandboxes (default: the tier's)");
   add->add_option("--memory-mib", a->memory_mib, "Memory of its sandboxes (default: the tier's)");
+  add->add_option("--qos", a->qos, "QoS class of its sandboxes (ls|be; default: none)")
+      ->check(CLI::IsMember({"ls", "be"}));
   registry.Add(add, [a] {
     if (absl::Status s = e2b::ValidateTemplateName(a->name); !s.ok()) return Fail(std::string(s.message()));
     auto all = e2b::ReadTemplateFile(a->file);
     if (!all.ok()) return Fail(std::string(all.status().message()));
-    e2b::Template tmpl{a->name, a->tier, a->layers, std::nullopt, std::nullopt};
+    e2b::Template tmpl{a->name, a->tier, a->layers, std::nullopt, std::nullopt, std::nullopt};
+    if (!a->qos.empty()) tmpl.qos = a->qos;
     if (a->cpus > 0) tmpl.cpus = a->cpus;
     if (a->memory_mib > 0) tmpl.memory_mib = a->memory_mib;
     (*all)[a->name] = tmpl;

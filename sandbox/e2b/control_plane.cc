@@ -93,7 +93,7 @@ absl::StatusOr<Template> FindTemplate(const E2bOptions& o, const std::string& na
     for (auto& [n, t] : *from_file) all[n] = std::move(t);
   }
   if (auto it = all.find(name); it != all.end()) return it->second;
-  if (name == o.default_template) return Template{name, "container", {}, std::nullopt, std::nullopt};
+  if (name == o.default_template) return Template{name, "container", {}, std::nullopt, std::nullopt, std::nullopt};
   std::vector<std::string> names = {o.default_template};
   for (const auto& [n, t] : all) names.push_back(n);
   return absl::NotFoundError(
@@ -111,7 +111,7 @@ void Create(E2bServer::State* st, const httplib::Request& req, httplib::Response
   if (!r.ok()) return SendApiStatus(res, r.status());
   auto t = FindTemplate(st->options, r->template_id);
   if (!t.ok()) return SendApiStatus(res, t.status());
-  auto node = st->svc->Create(NodeCreateBody(*t, r->timeout_s));
+  auto node = st->svc->Create(NodeCreateBody(*t, r->timeout_s, r->task_id));
   if (!node.ok()) return SendApiStatus(res, node.status());
   auto rec = std::make_shared<Record>();
   rec->id = (*node)["id"].get<std::string>();

@@ -82,7 +82,7 @@ class E2bProtocolTest : public ::testing::Test {
     daemon_ = std::move(*d);
     E2bOptions o;
     o.api_keys = {kKey};
-    o.templates["bb"] = Template{"bb", "container", {"bb:1"}, std::nullopt, std::nullopt};
+    o.templates["bb"] = Template{"bb", "container", {"bb:1"}, std::nullopt, std::nullopt, std::nullopt};
     auto s = E2bServer::Start(&daemon_->service(), o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -337,6 +337,35 @@ TEST_F(E2bProtocolTest, FilesUploadAndDownload) {
   ASSERT_EQ(list["entries"].size(), 1u) << r->body;
   EXPECT_EQ(list["entries"][0]["path"], "/w/a.txt");
   EXPECT_EQ(list["entries"][0]["size"], "6");
+}
+
+// metadata.dsec_task_id makes the sandbox a task's: its commands go to the
+// node's trajectory log, as on the node API.
+TEST_F(E2bProtocolTest, ATaskSandboxRecordsItsCommandsInTheTrajectory) {
+  const std::string task = absl::StrCat("e2b-task-", ::getpid());
+  auto r = client_->Post("/v2/sandboxes", {{"X-API-KEY", kKey}},
+                         json{{"templateID", "bb"}, {"metadata", {{"dsec_task_id", task}}}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  json j = json::parse(r->body);
+  auto sb = std::make_pair(j["sandboxID"].get<std::string>(), j["envdAccessToken"].get<std::string>());
+  auto s = Start(sb, StartBody("echo recorded"));
+  ASSERT_TRUE(s);
+  auto log = daemon_->service().TaskLog(task);
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_TRUE(absl::StrContains(log->dump(), "echo recorded")) << log->dump();
+  r = client_->Post("/v2/sandboxes", {{"X-API-KEY", kKey}},
+                    json{{"templateID", "bb"}, {"metadata", {{"dsec_task_id", "bad task/id"}}}}.dump(),
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  // The trajectory's one live sandbox per task: a second is refused.
+  r = client_->Post("/v2/sandboxes", {{"X-API-KEY", kKey}},
+                    json{{"templateID", "bb"}, {"metadata", {{"dsec_task_id", task}}}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 409) << r->body;
+  EXPECT_TRUE(client_->Delete(absl::StrCat("/sandboxes/", sb.first), {{"X-API-KEY", kKey}}));
+  (void)daemon_->service().DeleteTask(task);
 }
 
 TEST_F(E2bProtocolTest, TimeoutMovesTheNodesTtl) {

@@ -131,6 +131,10 @@ absl::StatusOr<std::map<std::string, Template>> ParseTemplateFile(const json& do
       }
       t.cpus = cpus->get<double>();
     }
+    if (const json* qos = Field(spec, "qos")) {
+      if (!qos->is_string() || (*qos != "ls" && *qos != "be")) return InvalidField(f + ".qos", "must be ls or be");
+      t.qos = qos->get<std::string>();
+    }
     if (const json* mem = Field(spec, "memory_mib")) {
       DSEC_ASSIGN_OR_RETURN(int64_t m, NonNegative(*mem, f + ".memory_mib", int64_t{1} << 30));
       t.memory_mib = static_cast<uint64_t>(m);
@@ -146,6 +150,7 @@ json TemplateFileJson(const std::map<std::string, Template>& templates) {
     json spec = {{"tier", t.tier}, {"layers", t.layers}};
     if (t.cpus) spec["cpus"] = *t.cpus;
     if (t.memory_mib) spec["memory_mib"] = *t.memory_mib;
+    if (t.qos) spec["qos"] = *t.qos;
     all[name] = spec;
   }
   return json{{"templates", all}};
@@ -167,6 +172,7 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, int64_t max_t
       if (!v.is_string()) return InvalidField(absl::StrCat("metadata.", k), "must be a string");
     }
     r.metadata = *m;
+    if (auto task = m->find(kTaskMetadataKey); task != m->end()) r.task_id = task->get<std::string>();
   }
   DSEC_ASSIGN_OR_RETURN(r.env_vars, StringMap(Field(body, "envVars"), "envVars"));
   // Fields E2B has that this node does not: refused by name, never
@@ -192,8 +198,10 @@ absl::StatusOr<CreateRequest> ParseCreateRequest(const json& body, int64_t max_t
   return r;
 }
 
-json NodeCreateBody(const Template& t, int64_t ttl_s) {
+json NodeCreateBody(const Template& t, int64_t ttl_s, const std::optional<std::string>& task_id) {
   json b = {{"tier", t.tier}, {"ttl_s", ttl_s}};
+  if (t.qos) b["qos"] = *t.qos;
+  if (task_id) b["task_id"] = *task_id;
   if (!t.layers.empty()) b["layers"] = t.layers;
   if (t.cpus) b["cpus"] = *t.cpus;
   if (t.memory_mib) b["memory_mib"] = *t.memory_mib;

@@ -35,10 +35,11 @@ struct Template {
   std::vector<std::string> layers;  // empty: the tier's default layers
   std::optional<double> cpus;
   std::optional<uint64_t> memory_mib;
+  std::optional<std::string> qos;  // "ls" | "be": the node's QoS placement
 };
 // "NAME=REF[,REF...]" (a daemon flag); NAME of [A-Za-z0-9_.:-], 1..128.
 absl::StatusOr<Template> ParseTemplateFlag(absl::string_view flag);
-// {"templates": {"NAME": {"layers": [...], "tier"?, "cpus"?, "memory_mib"?}}}
+// {"templates": {"NAME": {"layers": [...], "tier"?, "cpus"?, "memory_mib"?, "qos"?}}}
 absl::StatusOr<std::map<std::string, Template>> ParseTemplateFile(const nlohmann::json& doc);
 nlohmann::json TemplateFileJson(const std::map<std::string, Template>& templates);
 absl::Status ValidateTemplateName(absl::string_view name);
@@ -49,10 +50,14 @@ struct CreateRequest {
   int64_t timeout_s = 15;  // E2B's default
   nlohmann::json metadata = nlohmann::json::object();  // string -> string
   std::map<std::string, std::string> env_vars;         // every command's
+  // metadata["dsec_task_id"]: the node's task whose trajectory log records
+  // every command of the sandbox (sandbox/trajectory); checked by the node.
+  std::optional<std::string> task_id;
 };
+inline constexpr char kTaskMetadataKey[] = "dsec_task_id";
 absl::StatusOr<CreateRequest> ParseCreateRequest(const nlohmann::json& body, int64_t max_timeout_s);
-// The node API's create body for a template and a TTL.
-nlohmann::json NodeCreateBody(const Template& t, int64_t ttl_s);
+// The node API's create body for a template, a TTL and a task.
+nlohmann::json NodeCreateBody(const Template& t, int64_t ttl_s, const std::optional<std::string>& task_id);
 // {"timeout": seconds} (POST .../timeout, .../connect) or {"duration"}
 // (.../refreshes): the seconds, nullopt when the field is absent.
 absl::StatusOr<std::optional<int64_t>> ParseSecondsField(const nlohmann::json& body, const char* field,

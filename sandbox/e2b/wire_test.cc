@@ -23,12 +23,13 @@ TEST(Templates, ParsesFlag) {
 
 TEST(Templates, FileRoundTrips) {
   std::map<std::string, Template> m;
-  m["py"] = Template{"py", "container", {"base:bookworm", "python:1"}, 2.0, 1024};
+  m["py"] = Template{"py", "container", {"base:bookworm", "python:1"}, 2.0, 1024, "be"};
   auto back = ParseTemplateFile(TemplateFileJson(m));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ((*back)["py"].layers, m["py"].layers);
   EXPECT_EQ(*(*back)["py"].cpus, 2.0);
   EXPECT_EQ(*(*back)["py"].memory_mib, 1024u);
+  EXPECT_EQ(*(*back)["py"].qos, "be");
   EXPECT_FALSE(ParseTemplateFile(json{{"templates", {{"x", {{"layers", "notalist"}}}}}}).ok());
 }
 
@@ -40,6 +41,12 @@ TEST(Create, ReadsWhatTheSdkSends) {
   EXPECT_EQ(r->timeout_s, 300);
   EXPECT_EQ(r->env_vars.at("A"), "1");
   EXPECT_EQ(r->metadata["k"], "v");
+  EXPECT_FALSE(r->task_id);
+  r = ParseCreateRequest(json::parse(R"({"templateID":"base","metadata":{"dsec_task_id":"t-1"}})"), 86400);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r->task_id, "t-1");
+  EXPECT_EQ(NodeCreateBody(Template{"t", "container", {}, 1.0, std::nullopt, "ls"}, 60, r->task_id),
+            json::parse(R"({"tier":"container","ttl_s":60,"cpus":1.0,"qos":"ls","task_id":"t-1"})"));
 }
 
 TEST(Create, RefusesWhatTheNodeLacksByName) {
