@@ -218,6 +218,39 @@ void Connect(E2bServer::State* st, const httplib::Request& req, httplib::Respons
   SendJson(res, SandboxJson(st->options, *rec), status);
 }
 
+// E2B forks a running sandbox with its memory; the node forks its files
+// (Service::Fork, POST /v1/sandboxes/{id}/fork): the children start from
+// the parent's files with no processes. Each child is an E2B sandbox of
+// the parent's template, metadata (but its task) and envs.
+void Fork(E2bServer::State* st, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  std::shared_ptr<Record> parent = Lookup(st, id, res, nullptr);
+  if (parent == nullptr) return;
+  auto body = Body(req, st->options.max_json_bytes);
+  if (!body.ok()) return SendApiStatus(res, body.status());
+  auto timeout = ParseSecondsField(*body, "timeout", st->options.max_sandbox_timeout_s);
+  if (!timeout.ok()) return SendApiStatus(res, timeout.status());
+  auto count = ParseSecondsField(*body, "count", 64);
+  if (!count.ok()) return SendApiStatus(res, count.status());
+  json node_body = {{"count", count->value_or(1)}, {"ttl_s", std::max<int64_t>(1, timeout->value_or(15))}};
+  auto forked = st->svc->Fork(id, node_body);
+  if (!forked.ok()) return SendApiStatus(res, forked.status());
+  json results = json::array();
+  for (const json& child : (*forked)["sandboxes"]) {
+    auto rec = std::make_shared<Record>();
+    rec->id = child.value("id", std::string());
+    rec->template_id = parent->template_id;
+    rec->access_token = RandomToken();
+    rec->metadata = parent->metadata;
+    rec->metadata.erase(kTaskMetadataKey);  // the node carries no trajectory to children
+    rec->env_vars = parent->env_vars;
+    rec->started_ms = child.value("created_unix_ms", int64_t{0});
+    st->Add(rec);
+    results.push_back(json{{"sandbox", SandboxJson(st->options, *rec)}});
+  }
+  SendJson(res, results, 201);
+}
+
 void SetTimeout(E2bServer::State* st, const httplib::Request& req, httplib::Response& res, const char* field) {
   const std::string id = req.matches[1];
   if (Lookup(st, id, res, nullptr) == nullptr) return;
@@ -304,7 +337,9 @@ void AddControlPlaneRoutes(httplib::Server& srv, E2bServer::State* st) {
   }
   NotSupported(srv, R"(/sandboxes/([^/]+)/metrics)", "sandbox metrics");
   NotSupported(srv, R"(/(v2/)?sandboxes/([^/]+)/logs)", "sandbox logs");
-  NotSupported(srv, R"(/sandboxes/([^/]+)/fork)", "forking a sandbox");
+  srv.Post(R"(/sandboxes/([^/]+)/fork)", [st](const httplib::Request& req, httplib::Response& res) {
+    Fork(st, req, res);
+  });
   NotSupported(srv, R"(/sandboxes/([^/]+)/snapshots)", "snapshots");
   NotSupported(srv, R"(/sandboxes/([^/]+)/network)", "changing a sandbox's network");
   NotSupported(srv, R"(/snapshots(/.*)?)", "snapshots");

@@ -297,11 +297,11 @@ TEST_F(E2bProtocolTest, AClientThatStopsReadingHoldsNeitherTheCommandNorTheSandb
 
 TEST_F(E2bProtocolTest, WhatIsMissingIsNamed) {
   auto sb = NewSandbox();
-  auto r = client_->Post(absl::StrCat("/sandboxes/", sb.first, "/fork"), {{"X-API-KEY", kKey}}, "{}",
+  auto r = client_->Post(absl::StrCat("/sandboxes/", sb.first, "/snapshots"), {{"X-API-KEY", kKey}}, "{}",
                          "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 501);
-  EXPECT_TRUE(absl::StrContains(r->body, "forking")) << r->body;
+  EXPECT_TRUE(absl::StrContains(r->body, "snapshots")) << r->body;
   r = client_->Post("/v2/sandboxes", {{"X-API-KEY", kKey}}, R"({"templateID":"bb","autoPause":true})",
                     "application/json");
   ASSERT_TRUE(r);

@@ -157,6 +157,22 @@ await check('pause and resume (connect)', async () => {
   assert.equal((await back.commands.run('echo resumed')).stdout, 'resumed\n')
 })
 
+await check('Sandbox.fork', async () => {
+  await sbx.files.write('/forked/state.txt', 'parent-state')
+  const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 60_000 })
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    assert.ok(f instanceof Sandbox, `fork failed: ${f}`)
+    made.push(f)
+    assert.notEqual(f.sandboxId, sbx.sandboxId)
+    assert.equal(await f.files.read('/forked/state.txt'), 'parent-state')
+    await f.files.write('/forked/state.txt', `child ${f.sandboxId}`)
+  }
+  assert.equal(await sbx.files.read('/forked/state.txt'), 'parent-state')
+  assert.equal((await forks[0].commands.run('cat /forked/state.txt')).stdout, `child ${forks[0].sandboxId}`)
+  for (const f of forks) await f.kill()
+})
+
 await check('errors for bad ids', async () => {
   await assert.rejects(Sandbox.getInfo('sb-0000000000000000'), /not found/i)
   assert.equal(await Sandbox.kill('sb-0000000000000000'), false)
