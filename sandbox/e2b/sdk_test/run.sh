@@ -26,6 +26,13 @@ cleanup() {
     kill -TERM "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   fi
+  # A fork leaves its layer in the (shared) store: remove this run's, by
+  # the tags of the sources the test forked (fork-<id>:...).
+  for src in $(sed -n 's/^forked-from //p' "$dir/node.log" 2>/dev/null); do
+    for tag in $(python3 -c 'import json,sys; print("\n".join(t for t in json.load(open(sys.argv[1]))["refs"] if t.startswith("fork-" + sys.argv[2] + ":")))' "$store/refs.json" "$src"); do
+      "$(dirname "$vmmd")/dsec-vmm" layer --store "$store" rm "$tag" >/dev/null || true
+    done
+  done
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -56,7 +63,8 @@ cp "$here/sdk_test.mjs" "$dir/"
 ln -s "$sdk/node_modules" "$dir/node_modules"
 rc=0
 E2B_API_URL="http://127.0.0.1:$port" E2B_SANDBOX_URL="http://127.0.0.1:$port" \
-  E2B_API_KEY="$(cat "$dir/keys")" E2B_FILE_TEMPLATE=from-file node "$dir/sdk_test.mjs" || rc=$?
+  E2B_API_KEY="$(cat "$dir/keys")" E2B_FILE_TEMPLATE=from-file node "$dir/sdk_test.mjs" >"$dir/node.log" 2>&1 || rc=$?
+cat "$dir/node.log"
 if [ "$rc" -ne 0 ]; then
   echo "--- dsec-vmmd log"
   tail -n 50 "$dir/daemon.log"

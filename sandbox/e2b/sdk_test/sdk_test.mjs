@@ -159,6 +159,8 @@ await check('pause and resume (connect)', async () => {
 
 await check('Sandbox.fork', async () => {
   await sbx.files.write('/forked/state.txt', 'parent-state')
+  // The node keeps a fork's layer in its store; run.sh removes it by this.
+  console.log(`forked-from ${sbx.sandboxId}`)
   const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 60_000 })
   assert.equal(forks.length, 2)
   for (const f of forks) {
