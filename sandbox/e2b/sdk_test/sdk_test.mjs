@@ -123,6 +123,13 @@ await check('files.write many, makeDir, rename, remove', async () => {
   assert.equal(await sbx.files.exists('/m/sub'), false)
 })
 
+await check('files.write as application/octet-stream; gzip refused', async () => {
+  const info = await sbx.files.write('/oct/raw.bin', new Uint8Array([0, 1, 2, 255]), { useOctetStream: true })
+  assert.equal(info.path, '/oct/raw.bin')
+  assert.deepEqual([...await sbx.files.read('/oct/raw.bin', { format: 'bytes' })], [0, 1, 2, 255])
+  await assert.rejects(sbx.files.write('/oct/z', 'x', { gzip: true }), /not supported|501/)
+})
+
 await check('files.read of a missing file is NotFoundError', async () => {
   await assert.rejects(sbx.files.read('/no/such/file'), (e) => e instanceof NotFoundError || /not found|404/i.test(String(e)))
 })
