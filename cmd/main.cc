@@ -9,6 +9,7 @@
 #include "cmd/container_commands.h"
 #include "cmd/layer_commands.h"
 #include "cmd/serve_commands.h"
+#include "cmd/template_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dsec-vmm: node-level sandbox runtime (microVM monitor, sandboxes, benchmarks)"};
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
     dsec::cmd::RegisterLayerCommands(app, registry);
     dsec::cmd::RegisterContainerCommands(app, registry);
     dsec::cmd::RegisterServeCommands(app, registry);
+    dsec::cmd::RegisterTemplateCommands(app, registry);
   }
 
   try {

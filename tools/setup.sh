@@ -59,6 +59,16 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
 cmake --build build -j "$(nproc)"
 echo "setup.sh: built into $(pwd)/build (dsec-vmm: build/dsec-vmm)"
 
+# The E2B JS SDK (npm `e2b`, pinned), the client of sandbox/e2b's
+# e2b_sdk_test and bench.sh, into ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm}/npm-e2b
+# (outside the checkout). Node.js and npm are not Debian packages of this
+# list: the test skips, naming why, where they are missing.
+if command -v npm >/dev/null; then
+  tools/install-e2b-sdk.sh >/dev/null
+else
+  echo "setup.sh: no npm: e2b_sdk_test will be skipped"
+fi
+
 # The Linux guest kernel: built once (several minutes), cached by content hash
 # under ${DSEC_CACHE_DIR:-~/.cache/dsec-vmm}/guest-kernel afterwards.
 tools/build-guest-kernel.sh

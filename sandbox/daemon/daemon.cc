@@ -102,6 +102,17 @@ int RunDaemon(DaemonOptions o, const std::vector<std::unique_ptr<tier::TierSetup
   if (!o.http.tcp_host.empty()) {
     DSEC_LOG(info, "daemon: listening on {}:{} (bearer token)", o.http.tcp_host, (*server)->tcp_port());
   }
+  std::vector<std::unique_ptr<FrontEnd>> front_ends;
+  for (const FrontEndStarter& start : o.front_ends) {
+    auto fe = start(&service);
+    if (!fe.ok()) {
+      fprintf(stderr, "dsec-vmmd: %s\n", fe.status().ToString().c_str());
+      for (auto& f : front_ends) f->Stop();
+      (*server)->Stop();
+      return 1;
+    }
+    front_ends.push_back(std::move(*fe));
+  }
   // Ready line for supervisors and tests.
   printf("dsec-vmmd ready socket=%s tcp_port=%d\n", o.http.socket_path.c_str(), (*server)->tcp_port());
   fflush(stdout);
@@ -109,6 +120,7 @@ int RunDaemon(DaemonOptions o, const std::vector<std::unique_ptr<tier::TierSetup
   int sig = 0;
   sigwait(&set, &sig);
   DSEC_LOG(info, "daemon: signal {}, stopping", sig);
+  for (auto& f : front_ends) f->Stop();
   (*server)->Stop();
   service.DestroyAll();
   return 0;

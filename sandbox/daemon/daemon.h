@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "sandbox/daemon/front_end.h"
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/daemon/service.h"
 #include "sandbox/tier/setup.h"
@@ -30,6 +31,8 @@ struct DaemonOptions {
   // Place sandboxes created with a qos through sched/ (service.qos, when
   // not given, is made for the host at start).
   bool qos_placement = true;
+  // Front ends the binary registered (dsec-vmmd: --e2b-listen).
+  std::vector<FrontEndStarter> front_ends;
 };
 
 // Makes each tier from its setup (after the flags are parsed). A setup

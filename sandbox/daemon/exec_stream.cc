@@ -2,6 +2,7 @@
 #include "sandbox/daemon/exec_stream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "sandbox/daemon/errors.h"
@@ -78,9 +79,16 @@ absl::Status StreamedExec::WaitStarted() {
   return result_->status();
 }
 
-bool StreamedExec::NextLine(std::string* line) {
+bool StreamedExec::NextLine(std::string* line) { return NextLineWithin(line, -1) == Next::kLine; }
+
+StreamedExec::Next StreamedExec::NextLineWithin(std::string* line, int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !live_.empty() || ended_; });
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !live_.empty() || ended_; };
+  if (timeout_ms < 0) {
+    cv_.wait(lock, ready);
+  } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
+    return Next::kTimeout;
+  }
   if (!live_.empty()) {
     Segment& front = live_.front();
     const int stream = front.stream;
@@ -96,13 +104,13 @@ bool StreamedExec::NextLine(std::string* line) {
     live_bytes_ -= n;
     lock.unlock();
     *line = OutputLine(stream, chunk);
-    return true;
+    return Next::kLine;
   }
   if (!finished_) Finish();
-  if (tail_.empty()) return false;
+  if (tail_.empty()) return Next::kEnd;
   *line = std::move(tail_.front());
   tail_.pop_front();
-  return true;
+  return Next::kLine;
 }
 
 void StreamedExec::Finish() {

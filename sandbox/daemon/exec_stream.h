@@ -57,6 +57,11 @@ class StreamedExec {
   // {"exit": result, "deferred_bytes": n} or {"error": {...}} when the exec
   // failed after starting. False once the last line was taken.
   bool NextLine(std::string* line);
+  // NextLine waiting at most `timeout_ms` (< 0: as long as it takes):
+  // kTimeout when no line came meanwhile, for a caller that keeps a quiet
+  // stream alive (sandbox/e2b sends envd's keepalive events).
+  enum class Next { kLine, kEnd, kTimeout };
+  Next NextLineWithin(std::string* line, int64_t timeout_ms);
   // The client is gone: stop buffering. The exec runs to its end (and is
   // recorded in the trajectory like any other).
   void Abandon();

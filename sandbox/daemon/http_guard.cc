@@ -171,7 +171,7 @@ void GuardedServer::Examine(const std::shared_ptr<Connection>& c) {
     metrics_->bad_head++;
     return Refuse(c, absl::IsResourceExhausted(head.status()) ? 431 : 400, head.status());
   }
-  const size_t limit = BodyLimitFor(*head, options_.body);
+  const size_t limit = options_.body_limit ? options_.body_limit(*head) : BodyLimitFor(*head, options_.body);
   if (head->has_length && head->content_length > limit) {
     metrics_->body_too_large++;
     return Refuse(c, 413, absl::ResourceExhaustedError(absl::StrCat("request body of ", head->content_length,

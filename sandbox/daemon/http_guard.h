@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -34,6 +35,10 @@ namespace dsec::daemon {
 
 struct GuardOptions {
   BodyLimits body;
+  // The largest body of a head's route; null: BodyLimitFor (the node
+  // API's routes). Another API served through a guard (sandbox/e2b) has
+  // its own upload routes.
+  std::function<size_t(const RequestHead& head)> body_limit;
   int header_timeout_ms = 10'000;
   int body_timeout_ms = 120'000;
   int keep_alive_timeout_ms = 5'000;

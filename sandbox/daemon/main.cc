@@ -17,6 +17,7 @@
 #include "sandbox/layers/layer_refs.h"
 #include "base/file_io.h"
 #include "sandbox/daemon/daemon.h"
+#include "sandbox/daemon/front_end.h"
 #include "sandbox/daemon/node_capacity.h"
 #include "sandbox/daemon/node_tiers.h"
 #include "sandbox/layers/layer_store.h"
@@ -106,6 +107,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   for (const auto& t : tiers) t->AddFlags(app);
+  // Other APIs linked into this binary (front_end.h), each with its flags.
+  const std::vector<std::unique_ptr<dsec::daemon::FrontEndSetup>> front_ends = dsec::daemon::LinkedFrontEnds();
+  for (const auto& f : front_ends) f->AddFlags(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -113,6 +117,14 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   dsec::log::SetLevel(log_level);
+  for (const auto& f : front_ends) {
+    auto start = f->Starter();
+    if (!start.ok()) {
+      fprintf(stderr, "dsec-vmmd: %s\n", std::string(start.status().message()).c_str());
+      return 2;
+    }
+    if (*start) o.front_ends.push_back(*std::move(start));
+  }
   for (const std::string& l : capacity_limits) {
     const auto eq = l.find('=');
     const auto r = dsec::daemon::ResourceByName(l.substr(0, eq == std::string::npos ? 0 : eq));

@@ -94,7 +94,7 @@ int Service::ReapExpired() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, e] : sandboxes_) {
-      if (e->expires_ms && *e->expires_ms <= now) expired.push_back(id);
+      if (const int64_t x = e->expires_ms.load(); x != 0 && x <= now) expired.push_back(id);
     }
   }
   int n = 0;
@@ -278,7 +278,8 @@ json Service::Describe(const Entry& e) const {
   }
   j["task_id"] = e.task_id ? json(*e.task_id) : json(nullptr);
   j["created_unix_ms"] = e.created_ms;
-  j["expires_unix_ms"] = e.expires_ms ? json(*e.expires_ms) : json(nullptr);
+  const int64_t expires = e.expires_ms.load();
+  j["expires_unix_ms"] = expires != 0 ? json(expires) : json(nullptr);
   j["execs"] = e.execs.load();
   j["network"] = NetworkJson(e);
   return j;
@@ -493,6 +494,21 @@ absl::Status Service::Delete(const std::string& id) {
     if (it != task_owner_.end() && it->second == e->id) task_owner_.erase(it);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<json> Service::SetTtl(const std::string& id, int64_t ttl_s) {
+  if (ttl_s < 0 || ttl_s > options_.max_ttl_s) {
+    return InvalidField("ttl_s", absl::StrCat("must be in [0, ", options_.max_ttl_s, "]"));
+  }
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  // Not under the entry's lock: a running exec must not delay it. The
+  // reaper reads it atomically; 0 s means "expire now".
+  e->expires_ms = NowMs() + ttl_s * 1000;
+  if (ttl_s == 0) {
+    std::lock_guard<std::mutex> lock(reaper_mu_);
+    reaper_cv_.notify_all();
+  }
+  return Describe(*e);
 }
 
 void Service::DestroyAll() {

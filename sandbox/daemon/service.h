@@ -116,6 +116,10 @@ class Service {
   nlohmann::json List() const;
   absl::StatusOr<nlohmann::json> Get(const std::string& id) const;
   absl::Status Delete(const std::string& id);
+  // Moves a sandbox's TTL end to now + ttl_s (at most the node's max TTL;
+  // a sandbox created without one gets one). For front ends whose clients
+  // extend a sandbox's life (sandbox/e2b: E2B's setTimeout).
+  absl::StatusOr<nlohmann::json> SetTtl(const std::string& id, int64_t ttl_s);
   absl::StatusOr<nlohmann::json> Exec(const std::string& id, const nlohmann::json& body,
                                       const ExecObserver* observer = nullptr);
   absl::StatusOr<nlohmann::json> Pause(const std::string& id);

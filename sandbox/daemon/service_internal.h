@@ -33,7 +33,9 @@ struct Service::Entry {
   std::string qos_reason;               // guarded by qos_mu
   std::optional<std::string> task_id;
   int64_t created_ms = 0;
-  std::optional<int64_t> expires_ms;
+  // TTL end (unix ms), 0 for none; SetTtl moves it while the sandbox
+  // works, so it is read without the entry's lock.
+  std::atomic<int64_t> expires_ms{0};
   std::atomic<uint64_t> execs{0};
   std::atomic<bool> paused{false};
   // The network asked for on create (PATCH replaces it; a re-created

@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: Apache-2.0
+// envd's process service (process.proto) over Connect with the JSON codec:
+// Start runs the command through the node's streamed exec
+// (daemon::StreamedExec: the Service's validation, output cap, timeout,
+// QoS and trajectory, a bounded buffer that never waits for the client)
+// and turns its NDJSON lines into Connect envelopes: a start event, data
+// events as output comes, the end event, the end of the stream. List shows
+// the commands streaming through this server. What needs a handle on a
+// running command (stdin, signals, reattaching, PTY resize) is
+// unimplemented, named in the error (docs/e2b.md).
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/daemon/exec_stream.h"
+#include "base/status.h"
+#include "sandbox/daemon/http_parse.h"
+#include "sandbox/e2b/connect.h"
+#include "sandbox/e2b/server_internal.h"
+
+namespace dsec::e2b {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr char kConnectJson[] = "application/connect+json";
+
+bool ContentTypeIs(const httplib::Request& req, absl::string_view type) {
+  const std::string ct = req.get_header_value("Content-Type");
+  return absl::StartsWithIgnoreCase(ct, type) &&
+         (ct.size() == type.size() || ct[type.size()] == ';' || ct[type.size()] == ' ');
+}
+
+// A streaming call that ends before its first message: HTTP 200 and the
+// end-of-stream envelope carrying the error (the protocol's form).
+void EndStreamNow(httplib::Response& res, const absl::Status& status) {
+  res.status = 200;
+  res.set_content(EndStreamEnvelope(status), kConnectJson);
+}
+
+// The request message of a server-streaming call, or the error answered.
+absl::StatusOr<json> StreamRequest(const E2bServer::State* st, const httplib::Request& req, httplib::Response& res) {
+  if (!ContentTypeIs(req, kConnectJson)) {
+    res.status = 415;  // the protocol's answer to a codec it does not offer
+    res.set_header("Accept-Post", kConnectJson);
+    return absl::InvalidArgumentError("unsupported content type");
+  }
+  auto env = ParseSingleEnvelope(req.body, st->options.max_json_bytes);
+  if (!env.ok()) {
+    EndStreamNow(res, env.status());
+    return env.status();
+  }
+  auto body = daemon::ParseJsonBody(env->payload, st->options.max_json_bytes);
+  if (!body.ok()) {
+    EndStreamNow(res, absl::InvalidArgumentError(absl::StrCat("request message: ", body.status().message())));
+    return body.status();
+  }
+  return body;
+}
+
+void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = EnvdSandboxOf(req);
+  auto body = StreamRequest(st, req, res);
+  if (!body.ok()) return;
+  auto timeout_ms = ParseTimeoutMs(req.get_header_value("Connect-Timeout-Ms"));
+  if (!timeout_ms.ok()) return EndStreamNow(res, timeout_ms.status());
+  auto start = ParseStartRequest(*body);
+  if (!start.ok()) return EndStreamNow(res, start.status());
+  std::shared_ptr<Record> rec = st->Find(id);
+  if (rec == nullptr) return EndStreamNow(res, absl::UnavailableError("the sandbox is gone"));
+  const json exec = NodeExecBody(*start, rec->env_vars, *timeout_ms, st->options.max_command_timeout_s);
+  std::shared_ptr<daemon::StreamedExec> stream = daemon::StreamedExec::Start(st->svc, id, exec);
+  if (absl::Status s = stream->WaitStarted(); !s.ok()) return EndStreamNow(res, s);
+  uint32_t pid = 0;
+  {
+    std::lock_guard<std::mutex> lock(rec->mu);
+    pid = rec->next_pid++;
+    rec->running[pid] = *start;
+  }
+  auto forget = [rec, pid] {
+    std::lock_guard<std::mutex> lock(rec->mu);
+    rec->running.erase(pid);
+  };
+  struct Progress {
+    bool started = false;
+    bool ended = false;
+  };
+  auto progress = std::make_shared<Progress>();
+  // envd's keepalive: an event after each quiet interval the client asks
+  // for (the SDK: Keepalive-Ping-Interval 50 s), so that a silent command
+  // outlives the client's and proxies' idle timeouts (undici: 300 s).
+  int64_t keepalive_ms = -1;
+  if (int64_t s = 0; absl::SimpleAtoi(req.get_header_value("Keepalive-Ping-Interval"), &s) && s > 0) {
+    keepalive_ms = std::min<int64_t>(s, 3600) * 1000;
+  }
+  res.status = 200;
+  res.set_chunked_content_provider(
+      kConnectJson,
+      [stream, progress, pid, forget, keepalive_ms](size_t, httplib::DataSink& sink) {
+        if (progress->ended) {
+          sink.done();
+          return true;
+        }
+        std::string out;
+        if (!progress->started) {
+          progress->started = true;
+          out = MessageEnvelope(json{{"event", {{"start", {{"pid", pid}}}}}});
+        } else {
+          std::string line;
+          const daemon::StreamedExec::Next next = stream->NextLineWithin(&line, keepalive_ms);
+          if (next == daemon::StreamedExec::Next::kTimeout) {
+            out = MessageEnvelope(json{{"event", {{"keepalive", json::object()}}}});
+          } else if (next == daemon::StreamedExec::Next::kEnd) {
+            out = EndStreamEnvelope(absl::InternalError("the exec ended without a result"));
+            progress->ended = true;
+          } else {
+            json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+            if (auto data = DataEventOf(j); data.ok()) {
+              out = MessageEnvelope(*data);
+            } else {
+              const ProcessEnd end = ProcessEndOf(j);
+              out = end.status.ok() ? MessageEnvelope(end.end_event) + EndStreamEnvelope(absl::OkStatus())
+                                    : EndStreamEnvelope(end.status);
+              progress->ended = true;
+              forget();
+            }
+          }
+        }
+        if (!sink.write(out.data(), out.size())) {
+          stream->Abandon();  // the client is gone; the command runs to its end
+          forget();
+          return false;
+        }
+        return true;
+      },
+      [stream, forget](bool success) {
+        if (!success) stream->Abandon();
+        forget();
+      });
+}
+
+json ProcessInfoJson(uint32_t pid, const StartRequest& r) {
+  json config = {{"cmd", r.cmd}, {"args", r.args}, {"envs", r.envs}};
+  if (!r.cwd.empty()) config["cwd"] = r.cwd;
+  json p = {{"config", config}, {"pid", pid}};
+  if (r.tag) p["tag"] = *r.tag;
+  return p;
+}
+
+void NotImplementedStream(httplib::Server& srv, const std::string& path, const std::string& what) {
+  srv.Post(path, [what, path](const httplib::Request&, httplib::Response& res) {
+    EndStreamNow(res, absl::UnimplementedError(absl::StrCat(path, ": ", what,
+                                                            " is not supported by dsec-vmm's E2B API (docs/e2b.md)")));
+  });
+}
+
+}  // namespace
+
+void ServeUnary(E2bServer::State* st, const httplib::Request& req, httplib::Response& res, const UnaryFn& fn) {
+  auto fail = [&res](const absl::Status& s) {
+    res.status = ConnectHttpStatus(s.code());
+    res.set_content(ConnectErrorJson(s).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  };
+  if (!ContentTypeIs(req, "application/json")) {
+    res.status = 415;
+    res.set_header("Accept-Post", "application/json");
+    res.set_content(ConnectErrorJson(absl::InvalidArgumentError("only the JSON codec (application/json) is offered"))
+                        .dump(),
+                    "application/json");
+    return;
+  }
+  auto body = daemon::ParseJsonBody(req.body, st->options.max_json_bytes);
+  if (!body.ok()) return fail(body.status());
+  auto r = fn(EnvdSandboxOf(req), *body);
+  if (!r.ok()) return fail(r.status());
+  res.status = 200;
+  res.set_content(r->dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
+  srv.Post("/process.Process/Start", [st](const httplib::Request& req, httplib::Response& res) { Start(st, req, res); });
+  srv.Post("/process.Process/List", [st](const httplib::Request& req, httplib::Response& res) {
+    ServeUnary(st, req, res, [st](const std::string& id, const json&) -> absl::StatusOr<json> {
+      std::shared_ptr<Record> rec = st->Find(id);
+      if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
+      json list = json::array();
+      std::lock_guard<std::mutex> lock(rec->mu);
+      for (const auto& [pid, r] : rec->running) list.push_back(ProcessInfoJson(pid, r));
+      return json{{"processes", list}};
+    });
+  });
+  const std::pair<const char*, const char*> kUnary[] = {
+      {"/process.Process/SendSignal", "signalling a running command (commands.kill; kill the sandbox instead)"},
+      {"/process.Process/SendInput", "input to a running command"},
+      {"/process.Process/CloseStdin", "closing a running command's stdin"},
+      {"/process.Process/Update", "resizing a PTY"},
+      {"/process.Process/StreamInput", "streamed input to a running command"},
+  };
+  for (const auto& [path, what] : kUnary) {
+    const std::string p = path, w = what;
+    srv.Post(p, [st, p, w](const httplib::Request& req, httplib::Response& res) {
+      ServeUnary(st, req, res, [st, p, w](const std::string& id, const json& body) -> absl::StatusOr<json> {
+        // A command not running here is not_found (the SDK's kill()
+        // answers false for it); one that is cannot be reached.
+        if (auto sel = ParseSelector(body); sel.ok()) {
+          std::shared_ptr<Record> rec = st->Find(id);
+          if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
+          std::lock_guard<std::mutex> lock(rec->mu);
+          bool running = false;
+          for (const auto& [pid, r] : rec->running) running |= sel->pid ? pid == *sel->pid : r.tag == sel->tag;
+          if (!running) return absl::NotFoundError("no such process running");
+        }
+        return absl::UnimplementedError(absl::StrCat(p, ": ", w, " is not supported by dsec-vmm's E2B API"));
+      });
+    });
+  }
+  NotImplementedStream(srv, "/process.Process/Connect", "reattaching to a running command");
+}
+
+}  // namespace dsec::e2b

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+// The real E2B JS SDK (npm `e2b`, unmodified) against dsec-vmmd's E2B API on
+// loopback. run.sh starts the daemon and sets E2B_API_URL and
+// E2B_SANDBOX_URL to it (one URL: the SDK then names the sandbox in the
+// E2b-Sandbox-Id header) and E2B_API_KEY. Each case prints one line,
+// "ok <name>" or "FAIL <name>: <why>"; the exit status is the failures'.
+import assert from 'node:assert/strict'
+import { Sandbox, CommandExitError, SandboxError, NotFoundError, AuthenticationError } from 'e2b'
+
+const template = process.env.E2B_TEST_TEMPLATE || 'base'
+let failures = 0
+const made = []
+
+async function check(name, fn) {
+  try {
+    await fn()
+    console.log(`ok ${name}`)
+  } catch (e) {
+    failures++
+    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`)
+  }
+}
+
+async function create(opts = {}) {
+  const sbx = await Sandbox.create(template, { timeoutMs: 120_000, ...opts })
+  made.push(sbx)
+  return sbx
+}
+
+let sbx
+await check('Sandbox.create', async () => {
+  sbx = await create({ metadata: { suite: 'e2b_sdk_test' }, envs: { FROM_CREATE: 'yes' } })
+  assert.match(sbx.sandboxId, /^sb-[0-9a-f]{16}$/)
+  assert.equal(await sbx.isRunning(), true)
+})
+if (!sbx) {
+  console.log('FAIL: no sandbox, stopping')
+  process.exit(1)
+}
+
+await check('commands.run streams stdout and stderr', async () => {
+  const out = [], err = []
+  const r = await sbx.commands.run('echo hello; echo oops 1>&2; printf "%s" "$FROM_CREATE"', {
+    onStdout: (d) => out.push(d), onStderr: (d) => err.push(d),
+  })
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'hello\nyes')
+  assert.equal(r.stderr, 'oops\n')
+  assert.equal(out.join(''), 'hello\nyes')
+  assert.equal(err.join(''), 'oops\n')
+})
+
+await check('commands.run streams output while the command runs', async () => {
+  const times = []
+  const t0 = Date.now()
+  await sbx.commands.run('echo first; sleep 1; echo second', {
+    onStdout: (d) => times.push([d, Date.now() - t0]),
+  })
+  assert.ok(times.length >= 2, `want two pieces, got ${JSON.stringify(times)}`)
+  assert.ok(times[1][1] - times[0][1] >= 500, `the first piece came late: ${JSON.stringify(times)}`)
+})
+
+await check('commands.run exit codes: CommandExitError', async () => {
+  await assert.rejects(sbx.commands.run('echo bad >&2; exit 3'), (e) => {
+    assert.ok(e instanceof CommandExitError, `got ${e}`)
+    assert.equal(e.exitCode, 3)
+    assert.equal(e.stderr, 'bad\n')
+    return true
+  })
+})
+
+await check('commands.run cwd and envs', async () => {
+  const r = await sbx.commands.run('pwd; echo $X', { cwd: '/tmp', envs: { X: 'from-run' } })
+  assert.equal(r.stdout, '/tmp\nfrom-run\n')
+})
+
+await check('commands.run timeoutMs kills the command', async () => {
+  await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1500 }), (e) => {
+    assert.match(String(e), /timeout|deadline/i)
+    return true
+  })
+})
+
+await check('background command: handle.wait', async () => {
+  const h = await sbx.commands.run('sleep 1; echo done-bg', { background: true })
+  assert.ok(h.pid > 0)
+  const listed = await sbx.commands.list()
+  assert.ok(listed.some((p) => p.pid === h.pid), `pid ${h.pid} not in ${JSON.stringify(listed)}`)
+  const r = await h.wait()
+  assert.equal(r.stdout, 'done-bg\n')
+})
+
+await check('commands.kill of an unknown pid is false', async () => {
+  assert.equal(await sbx.commands.kill(424242), false)
+})
+
+await check('files.write/read/list/exists/getInfo', async () => {
+  const info = await sbx.files.write('/work/dir/hello.txt', 'hi there\n')
+  assert.equal(info.path, '/work/dir/hello.txt')
+  assert.equal(await sbx.files.read('/work/dir/hello.txt'), 'hi there\n')
+  const bytes = await sbx.files.read('/work/dir/hello.txt', { format: 'bytes' })
+  assert.equal(bytes.length, 9)
+  const list = await sbx.files.list('/work/dir')
+  assert.deepEqual(list.map((e) => [e.name, e.type, e.size]), [['hello.txt', 'file', 9]])
+  assert.equal(await sbx.files.exists('/work/dir/hello.txt'), true)
+  assert.equal(await sbx.files.exists('/work/dir/nope'), false)
+  const st = await sbx.files.getInfo('/work/dir')
+  assert.equal(st.type, 'dir')
+  const r = await sbx.commands.run('cat /work/dir/hello.txt')
+  assert.equal(r.stdout, 'hi there\n')
+})
+
+await check('files.write many, makeDir, rename, remove', async () => {
+  await sbx.files.write([{ path: '/m/a.txt', data: 'A' }, { path: '/m/b.txt', data: new Blob(['BB']) }])
+  assert.equal(await sbx.files.read('/m/b.txt'), 'BB')
+  assert.equal(await sbx.files.makeDir('/m/sub'), true)
+  assert.equal(await sbx.files.makeDir('/m/sub'), false)
+  const moved = await sbx.files.rename('/m/a.txt', '/m/sub/a2.txt')
+  assert.equal(moved.path, '/m/sub/a2.txt')
+  const deep = await sbx.files.list('/m', { depth: 2 })
+  assert.deepEqual(deep.map((e) => e.path).sort(), ['/m/b.txt', '/m/sub', '/m/sub/a2.txt'])
+  await sbx.files.remove('/m/sub')
+  assert.equal(await sbx.files.exists('/m/sub'), false)
+})
+
+await check('files.write as application/octet-stream; gzip refused', async () => {
+  const info = await sbx.files.write('/oct/raw.bin', new Uint8Array([0, 1, 2, 255]), { useOctetStream: true })
+  assert.equal(info.path, '/oct/raw.bin')
+  assert.deepEqual([...await sbx.files.read('/oct/raw.bin', { format: 'bytes' })], [0, 1, 2, 255])
+  await assert.rejects(sbx.files.write('/oct/z', 'x', { gzip: true }), /not supported|501/)
+})
+
+await check('files.read of a missing file is NotFoundError', async () => {
+  await assert.rejects(sbx.files.read('/no/such/file'), (e) => e instanceof NotFoundError || /not found|404/i.test(String(e)))
+})
+
+await check('not supported: stdin answers clearly', async () => {
+  await assert.rejects(sbx.commands.run('cat', { stdin: true, background: true }), /not supported/)
+})
+
+await check('getInfo, list, setTimeout', async () => {
+  const info = await Sandbox.getInfo(sbx.sandboxId)
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, template)
+  assert.equal(info.metadata.suite, 'e2b_sdk_test')
+  assert.equal(info.state, 'running')
+  await sbx.setTimeout(600_000)
+  const later = await Sandbox.getInfo(sbx.sandboxId)
+  assert.ok(later.endAt.getTime() - Date.now() > 500_000, `endAt ${later.endAt.toISOString()}`)
+  const page = await Sandbox.list({ query: { metadata: { suite: 'e2b_sdk_test' } } }).nextItems()
+  assert.ok(page.some((s) => s.sandboxId === sbx.sandboxId))
+})
+
+await check('Sandbox.connect to a running sandbox', async () => {
+  const again = await Sandbox.connect(sbx.sandboxId)
+  const r = await again.commands.run('echo connected')
+  assert.equal(r.stdout, 'connected\n')
+})
+
+await check('pause and resume (connect)', async () => {
+  await Sandbox.pause(sbx.sandboxId)
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+  const back = await Sandbox.connect(sbx.sandboxId)
+  assert.equal((await back.commands.run('echo resumed')).stdout, 'resumed\n')
+})
+
+await check('Sandbox.fork', async () => {
+  await sbx.files.write('/forked/state.txt', 'parent-state')
+  // The node keeps a fork's layer in its store; run.sh removes it by this.
+  console.log(`forked-from ${sbx.sandboxId}`)
+  const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 60_000 })
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    assert.ok(f instanceof Sandbox, `fork failed: ${f}`)
+    made.push(f)
+    assert.notEqual(f.sandboxId, sbx.sandboxId)
+    assert.equal(await f.files.read('/forked/state.txt'), 'parent-state')
+    await f.files.write('/forked/state.txt', `child ${f.sandboxId}`)
+  }
+  assert.equal(await sbx.files.read('/forked/state.txt'), 'parent-state')
+  assert.equal((await forks[0].commands.run('cat /forked/state.txt')).stdout, `child ${forks[0].sandboxId}`)
+  for (const f of forks) await f.kill()
+})
+
+await check('errors for bad ids', async () => {
+  await assert.rejects(Sandbox.getInfo('sb-0000000000000000'), /not found/i)
+  assert.equal(await Sandbox.kill('sb-0000000000000000'), false)
+  await assert.rejects(Sandbox.connect('sb-0000000000000000'), /not found/i)
+  await assert.rejects(Sandbox.setTimeout('sb-0000000000000000', 1000), /not found/i)
+})
+
+await check('errors for a bad template and a bad key', async () => {
+  await assert.rejects(Sandbox.create('no-such-template'), /not found/)
+  await assert.rejects(Sandbox.create(template, { apiKey: 'e2b_' + '0'.repeat(40) }), (e) => e instanceof AuthenticationError)
+})
+
+await check('a template added with dsec-vmm template add', async () => {
+  const name = process.env.E2B_FILE_TEMPLATE
+  assert.ok(name, 'run.sh adds one')
+  const t = await Sandbox.create(name, { timeoutMs: 60_000 })
+  made.push(t)
+  assert.equal((await Sandbox.getInfo(t.sandboxId)).templateId, name)
+  assert.equal((await t.commands.run('echo from-file-template')).stdout, 'from-file-template\n')
+  await t.kill()
+})
+
+await check('kill', async () => {
+  const other = await create()
+  await other.kill()
+  assert.equal(await other.isRunning(), false)
+  await assert.rejects(Sandbox.getInfo(other.sandboxId), /not found/i)
+  await assert.rejects(other.commands.run('echo x'), (e) => e instanceof SandboxError || e instanceof Error)
+})
+
+for (const s of made) await s.kill().catch(() => {})
+console.log(failures === 0 ? 'all ok' : `${failures} failed`)
+process.exit(failures === 0 ? 0 : 1)

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared by the E2B server's files: its state (what E2B knows of a sandbox
+// that the node does not: template, metadata, env, access token, the
+// commands started here) and the answer helpers.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "sandbox/daemon/http_guard.h"
+#include "sandbox/e2b/server.h"
+
+namespace dsec::e2b {
+
+// One sandbox made through this API. The node's Service is the truth of
+// whether it lives (its TTL reaper, a DELETE on the node API): a record
+// whose sandbox the node no longer has is dropped when next looked at.
+struct Record {
+  std::string id;
+  std::string template_id;
+  std::string access_token;
+  nlohmann::json metadata = nlohmann::json::object();
+  std::map<std::string, std::string> env_vars;
+  int64_t started_ms = 0;
+
+  std::mutex mu;
+  // Commands started through process.Process/Start and still streaming.
+  std::map<uint32_t, StartRequest> running ABSL_GUARDED_BY(mu);
+  uint32_t next_pid ABSL_GUARDED_BY(mu) = 1000;
+};
+
+struct E2bServer::State {
+  daemon::Service* svc = nullptr;
+  E2bOptions options;
+  std::unique_ptr<daemon::GuardedServer> server;
+  std::shared_ptr<daemon::GuardMetrics> guard_metrics;
+
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<Record>> records ABSL_GUARDED_BY(mu);
+  // Records of sandboxes the node reaped are dropped when looked at, and
+  // by a sweep once the records reach this many (then twice the live
+  // ones): bounded without a lookup per create.
+  size_t sweep_at ABSL_GUARDED_BY(mu) = 64;
+
+  // The record of a sandbox the node still has (else dropped): null if none.
+  std::shared_ptr<Record> Find(const std::string& id);
+  void Forget(const std::string& id);
+  std::vector<std::shared_ptr<Record>> All();
+  // Adds a record (sweeping first when due).
+  void Add(std::shared_ptr<Record> r);
+};
+
+// Control plane answers: E2B's {"code", "message"}.
+void SendApiError(httplib::Response& res, int http_status, absl::string_view message);
+void SendApiStatus(httplib::Response& res, const absl::Status& status);
+void SendJson(httplib::Response& res, const nlohmann::json& j, int status = 200);
+// The HTTP status of a node error for the control plane (Unimplemented: 501).
+int ApiHttpStatus(absl::StatusCode code);
+
+// The sandbox an envd request is for: E2b-Sandbox-Id, else a Host of
+// `<port>-<id>.<domain>`; "" when neither.
+std::string EnvdSandboxOf(const httplib::Request& req);
+
+// A unary Connect call (JSON codec): the request message in, the answer
+// or its error out (the code's HTTP status with {"code", "message"}).
+using UnaryFn = std::function<absl::StatusOr<nlohmann::json>(const std::string& sandbox_id,
+                                                             const nlohmann::json& request)>;
+void ServeUnary(E2bServer::State* st, const httplib::Request& req, httplib::Response& res, const UnaryFn& fn);
+
+void AddControlPlaneRoutes(httplib::Server& srv, E2bServer::State* st);
+void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st);
+void AddFilesystemRoutes(httplib::Server& srv, E2bServer::State* st);
+
+}  // namespace dsec::e2b
