@@ -254,6 +254,13 @@ class ContainerTierSandbox : public tier::TierSandbox {
     return sandbox_->user_namespace() ? "user.overlay." : "trusted.overlay.";
   }
 
+  void KillExecs() override {
+    // Every member of the sandbox's cgroups but its init (a paused sandbox
+    // runs no exec: frozen processes would not die before a thaw).
+    auto killed = sandbox_->cgroups().KillAll(sandbox_->init_pid(), MonotonicNowNs() + 2'000'000'000LL);
+    if (!killed.ok()) DSEC_LOG(warn, "container: kill execs: {}", killed.status().ToString());
+  }
+
   absl::Status Destroy() override {
     if (destroyed_) return absl::OkStatus();
     destroyed_ = true;

@@ -14,10 +14,12 @@
 
 #include <fstream>
 #include <sstream>
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/file_io.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/container_tier.h"
 #include "sandbox/container/test_image.h"
@@ -184,6 +186,56 @@ TEST_F(DaemonHttpTest, LimitsGive429) {
   json busy = testing::JsonOf(x);
   slow.join();
   EXPECT_EQ(busy["error"]["code"], "RESOURCE_EXHAUSTED");
+}
+
+// Whether a process with exactly this argv runs on the host.
+bool ProcessRuns(const std::string& argv0, const std::string& argv1) {
+  const std::string want = argv0 + std::string(1, '\0') + argv1 + std::string(1, '\0');
+  auto entries = dsec::ListDirectory("/proc");
+  if (!entries.ok()) return false;
+  for (const std::string& name : *entries) {
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in("/proc/" + name + "/cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline == want) return true;
+  }
+  return false;
+}
+
+// A delete does not wait for a running command: it kills it (the exec's
+// client gets the killed result) and the sandbox goes at once. Before, the
+// delete waited for the command's end (here 10 minutes).
+TEST_F(DaemonHttpTest, DeleteEndsARunningExec) {
+  const std::string id = Create();
+  const std::string seconds = absl::StrCat(600 + ::getpid() % 97);  // an argv no one else runs
+  json result;
+  std::thread slow([&] {
+    auto c = testing::UnixClient(socket_);
+    c->set_read_timeout(900, 0);
+    auto r = c->Post(absl::StrCat("/v1/sandboxes/", id, "/exec"),
+                     json{{"argv", {"sleep", seconds}}, {"timeout_s", 900}}.dump(), kJson);
+    if (r) result = testing::JsonOf(r);
+  });
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    running = ProcessRuns("sleep", seconds);
+    if (!running) ::usleep(50'000);
+  }
+  ASSERT_TRUE(running) << "the command never started";
+  const auto start = std::chrono::steady_clock::now();
+  auto d = client_->Delete(absl::StrCat("/v1/sandboxes/", id));
+  const double waited_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->status, 204) << d->body;
+  slow.join();
+  EXPECT_LT(waited_s, 60.0);  // not the command's 600+ s
+  ASSERT_TRUE(result.is_object() && result["signal"].is_number()) << result.dump();
+  EXPECT_EQ(result["signal"], SIGKILL) << result.dump();
+  EXPECT_FALSE(ProcessRuns("sleep", seconds));
+  auto g = client_->Get(absl::StrCat("/v1/sandboxes/", id));
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status, 404);
 }
 
 TEST_F(DaemonHttpTest, FilesRoundTripAndEscapesAreRefused) {

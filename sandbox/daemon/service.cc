@@ -377,7 +377,7 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
     e->qos_lease.reset();
     return HostFailure("create", e->id, sb.status());
   }
-  e->sandbox = std::move(*sb);
+  e->ReplaceSandbox(std::move(*sb));
   e->SetNet(e->sandbox->network());
   lease.Commit();
   e->capacity = std::move(lease);
@@ -447,10 +447,15 @@ absl::StatusOr<json> Service::Get(const std::string& id) const {
 }
 
 void Service::DestroyEntry(Entry& e) {
+  // A running exec holds e.mu: end it rather than wait for it (its client
+  // gets the killed result), and refuse the ones queued behind it.
+  e.deleting = true;
+  e.KillExecs();
   std::lock_guard<std::mutex> lock(e.mu);
   if (e.destroyed) return;
   e.destroyed = true;
   if (e.sandbox) {
+    std::lock_guard<std::mutex> kill_lock(e.kill_mu);
     if (absl::Status s = e.sandbox->Destroy(); !s.ok()) {
       DSEC_LOG(warn, "daemon: sandbox={} destroy: {}", e.id, s.ToString());
     }

@@ -152,7 +152,7 @@ absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, cons
     ~SlotRelease() { n->fetch_sub(1); }
   } slot{&running_execs_};
   std::lock_guard<std::mutex> lock(e->mu);
-  if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  if (e->destroyed || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   if (e->paused) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is paused"));
   if (e->sandbox == nullptr) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is broken"));
   if (observer != nullptr && observer->on_start) observer->on_start();
@@ -185,10 +185,13 @@ absl::StatusOr<json> Service::GoLive(Entry& e, const trajectory::ExecRequest& re
     // leaves the sandbox as it was).
     DSEC_ASSIGN_OR_RETURN(std::unique_ptr<tier::TierSandbox> fresh,
                           MakeTierSandbox(e, {*plan.checkpoint_layer}, absl::StrCat(e.id, "-r")));
-    if (absl::Status s = e.sandbox->Destroy(); !s.ok()) {
-      DSEC_LOG(warn, "daemon: sandbox={} replacing: {}", e.id, s.ToString());
+    {
+      std::lock_guard<std::mutex> kill_lock(e.kill_mu);
+      if (absl::Status s = e.sandbox->Destroy(); !s.ok()) {
+        DSEC_LOG(warn, "daemon: sandbox={} replacing: {}", e.id, s.ToString());
+      }
     }
-    e.sandbox = std::move(fresh);
+    e.ReplaceSandbox(std::move(fresh));
     e.SetNet(e.sandbox->network());  // a network of its own (a new lease)
     e.layers.push_back(*plan.checkpoint_layer);
   }

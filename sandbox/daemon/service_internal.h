@@ -61,7 +61,22 @@ struct Service::Entry {
 
   // Serialises every operation on the tier sandbox.
   std::mutex mu;
-  std::unique_ptr<tier::TierSandbox> sandbox;  // guarded by mu
+  // Guarded by mu, and replaced or reset only while holding kill_mu too,
+  // so that KillExecs (kill_mu alone) can reach it while an exec holds mu.
+  std::unique_ptr<tier::TierSandbox> sandbox;
+  std::mutex kill_mu;
+  // A delete is under way: a later exec is refused (the one running is
+  // killed by the delete).
+  std::atomic<bool> deleting{false};
+  // The tier sandbox's processes killed from any thread (tier.h KillExecs).
+  void KillExecs() {
+    std::lock_guard<std::mutex> lock(kill_mu);
+    if (sandbox) sandbox->KillExecs();
+  }
+  void ReplaceSandbox(std::unique_ptr<tier::TierSandbox> next) {
+    std::lock_guard<std::mutex> lock(kill_mu);
+    sandbox = std::move(next);
+  }
   bool destroyed = false;                // guarded by mu
   // What it holds of the node (options_.capacity), released on destroy;
   // guarded by mu.

@@ -115,6 +115,13 @@ class TierSandbox {
   // Thread-safe on its own, so the daemon keeps a reference and reads it
   // without the sandbox's lock; Destroy closes it (sandbox_network.h).
   virtual std::shared_ptr<network::SandboxNetwork> network() const { return nullptr; }
+  // Kills every process the sandbox's execs started; the sandbox itself
+  // (its init, files, network) stays. The one method the daemon calls from
+  // another thread while a method runs (an Exec, which then ends): a
+  // delete does it first, so that a long command does not hold the delete
+  // until it ends. Not while Destroy runs (the daemon's lock orders them).
+  // Default: nothing, the delete waits for the exec to end.
+  virtual void KillExecs() {}
   virtual absl::Status Destroy() = 0;
 };
 

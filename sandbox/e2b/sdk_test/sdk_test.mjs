@@ -204,6 +204,16 @@ await check('a template added with dsec-vmm template add', async () => {
   await t.kill()
 })
 
+await check('kill ends a running background command at once', async () => {
+  const busy = await create()
+  const h = await busy.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  const started = Date.now()
+  await busy.kill()
+  assert.ok(Date.now() - started < 30_000, `kill took ${Date.now() - started} ms`)
+  assert.equal(await busy.isRunning(), false)
+  await h.wait().then(() => { throw new Error('the command ended normally') }, () => {})
+})
+
 await check('kill', async () => {
   const other = await create()
   await other.kill()
