@@ -235,6 +235,11 @@ absl::Status WidenBacklog(const std::atomic<int>& fd, const std::string& where) 
 }
 
 void Configure(GuardedServer& srv, const HttpOptions& o) {
+  // A streamed exec's lines are small writes: with Nagle each one after
+  // the first waited for the TCP client's delayed ACK (a 4-line streamed
+  // exec: 44 ms p50 over TCP, 1.5 ms over the unix socket). Accepted
+  // sockets inherit it from the listener; the unix socket ignores it.
+  srv.set_tcp_nodelay(true);
   srv.set_payload_max_length(o.max_file_bytes + (1u << 20));
   srv.set_keep_alive_timeout((o.keep_alive_timeout_ms + 999) / 1000);
   srv.set_keep_alive_max_count(static_cast<size_t>(GuardOptions{}.max_requests_per_connection));
