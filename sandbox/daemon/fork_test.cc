@@ -196,6 +196,105 @@ TEST_P(DaemonForkTest, AForkOverTheNodesLimitTakesItsChildrenBack) {
   EXPECT_EQ(ok->status, 201) << ok->body;
 }
 
+// With task_ids, each child's trajectory starts with the source's: a
+// resumed child replays the source's commands without running them, then
+// goes live on the forked files; the source's log is left as it was.
+TEST_P(DaemonForkTest, ChildTasksReplayTheSourcesPrefix) {
+  const std::string parent = absl::StrCat("fork-parent-", ::getpid(), "-", GetParam());
+  const std::string kid_task = absl::StrCat("fork-kid-", ::getpid(), "-", GetParam());
+  const std::string other_task = kid_task + "-b";
+  const std::string src = NewSandbox(json{{"task_id", parent}});
+  ASSERT_FALSE(src.empty());
+  const std::string append = "echo x >> /root/f; wc -l < /root/f";
+  ASSERT_EQ(Sh(src, append), "1\n");
+  ASSERT_EQ(Sh(src, append), "2\n");
+
+  auto r = Fork(src, json{{"count", 2}, {"task_ids", {kid_task, other_task}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  json out = testing::JsonOf(r);
+  EXPECT_EQ(out["fork_seq"], 2);
+  const std::string kid = out["sandboxes"][0]["id"];
+  EXPECT_EQ(out["sandboxes"][0]["task_id"], kid_task);
+  EXPECT_EQ(out["sandboxes"][1]["task_id"], other_task);
+  // The child's log: the source's two execs, then the fork's checkpoint.
+  auto log = client_->Get(absl::StrCat("/v1/tasks/", kid_task, "/log"));
+  ASSERT_TRUE(log);
+  json lj = testing::JsonOf(log);
+  ASSERT_EQ(lj["records"].size(), 2u) << log->body;
+  ASSERT_EQ(lj["checkpoints"].size(), 1u) << log->body;
+  EXPECT_EQ(lj["checkpoints"][0]["prefix"], 2);
+  EXPECT_EQ(lj["checkpoints"][0]["layer"], out["layer"]);
+  // A child's own exec continues its log at seq 2, on the forked files.
+  auto live = client_->Post(absl::StrCat("/v1/sandboxes/", kid, "/exec"),
+                            json{{"argv", {"sh", "-c", append}}}.dump(), kJson);
+  ASSERT_TRUE(live);
+  EXPECT_EQ(testing::JsonOf(live)["stdout"], "3\n");
+  EXPECT_EQ(testing::JsonOf(live)["seq"], 2);
+  ASSERT_TRUE(client_->Delete(absl::StrCat("/v1/sandboxes/", kid)));
+
+  // Resumed (after a preemption, say): the prefix replays, nothing runs.
+  auto res = client_->Post(absl::StrCat("/v1/tasks/", kid_task, "/resume"),
+                           json{{"tier", "container"}, {"user_namespace", GetParam()}}.dump(), kJson);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  const std::string rid = testing::JsonOf(res)["id"];
+  for (const char* want : {"1\n", "2\n", "3\n"}) {
+    auto again = client_->Post(absl::StrCat("/v1/sandboxes/", rid, "/exec"),
+                               json{{"argv", {"sh", "-c", append}}}.dump(), kJson);
+    ASSERT_TRUE(again);
+    json a = testing::JsonOf(again);
+    EXPECT_TRUE(a["replayed"].get<bool>()) << a.dump();
+    EXPECT_EQ(a["stdout"], want);
+  }
+  // Diverging after the prefix goes live on the fork's files (2 lines).
+  EXPECT_EQ(Sh(rid, "wc -l < /root/f"), "2\n");
+  // The source's log is its own: two execs, no checkpoint.
+  auto plog = client_->Get(absl::StrCat("/v1/tasks/", parent, "/log"));
+  ASSERT_TRUE(plog);
+  EXPECT_EQ(testing::JsonOf(plog)["records"].size(), 2u);
+  EXPECT_TRUE(testing::JsonOf(plog)["checkpoints"].empty());
+  for (const std::string& t : {parent, kid_task, other_task}) {
+    auto list = client_->Get("/v1/sandboxes");
+    for (const json& sb : testing::JsonOf(list)["sandboxes"]) {
+      if (sb["task_id"] == t) client_->Delete(absl::StrCat("/v1/sandboxes/", sb["id"].get<std::string>()));
+    }
+    client_->Delete(absl::StrCat("/v1/tasks/", t));
+  }
+}
+
+TEST_P(DaemonForkTest, TaskIdsAreCheckedAndAForkOntoAUsedTaskLeavesNothing) {
+  const std::string src = NewSandbox(json::object());
+  ASSERT_FALSE(src.empty());
+  const std::string used = absl::StrCat("fork-used-", ::getpid(), "-", GetParam());
+  const std::string fresh = used + "-fresh";
+  auto expect = [&](const json& body, int status, const std::string& says) {
+    auto r = Fork(src, body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << body.dump() << " -> " << r->body;
+    EXPECT_NE(r->body.find(says), std::string::npos) << r->body;
+  };
+  expect(json{{"count", 2}, {"task_ids", {"a"}}}, 400, "task_ids");
+  expect(json{{"count", 2}, {"task_ids", {"a", "a"}}}, 400, "task_ids[1]");
+  expect(json{{"count", 1}, {"task_ids", {"../x"}}}, 400, "task_ids[0]");
+  // A task with a trajectory of its own is not overwritten: the fork is
+  // refused whole (the first child, made before, goes too).
+  const std::string owner = NewSandbox(json{{"task_id", used}});
+  ASSERT_EQ(Sh(owner, "echo mine"), "mine\n");
+  ASSERT_TRUE(client_->Delete(absl::StrCat("/v1/sandboxes/", owner)));
+  const size_t live = LiveSandboxes();
+  expect(json{{"count", 2}, {"task_ids", {fresh, used}}}, 409, "already has a trajectory");
+  EXPECT_EQ(LiveSandboxes(), live);
+  auto kept = client_->Get(absl::StrCat("/v1/tasks/", used, "/log"));
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(testing::JsonOf(kept)["records"].size(), 1u) << kept->body;
+  auto gone = client_->Get(absl::StrCat("/v1/tasks/", fresh, "/log"));
+  ASSERT_TRUE(gone);
+  EXPECT_TRUE(gone->status == 404 || testing::JsonOf(gone)["records"].empty()) << gone->body;
+  client_->Delete(absl::StrCat("/v1/tasks/", used));
+  client_->Delete(absl::StrCat("/v1/tasks/", fresh));
+}
+
 TEST_P(DaemonForkTest, AFncallSandboxHasNothingToFork) {
   const std::string fn = NewSandbox(json{{"tier", "fncall"}, {"lang", "python"}});
   if (fn.empty()) GTEST_SKIP() << "no fncall sandbox here";

@@ -171,6 +171,24 @@ absl::StatusOr<ForkRequest> ParseForkRequest(const json& body, const RequestLimi
   DSEC_ASSIGN_OR_RETURN(std::optional<int64_t> count, f.OptInt("count", 1, kMaxForkCount));
   if (count) r.count = *count;
   DSEC_ASSIGN_OR_RETURN(r.ttl_s, f.OptInt("ttl_s", 1, limits.max_ttl_s));
+  DSEC_ASSIGN_OR_RETURN(auto tasks, f.OptStringList("task_ids", kMaxForkCount, 128));
+  if (tasks) {
+    if (static_cast<int64_t>(tasks->size()) != r.count) {
+      return InvalidField("task_ids", absl::StrCat("task_ids needs one task per child: ", r.count));
+    }
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      if (!trajectory::ValidateTaskId((*tasks)[i]).ok()) {
+        return InvalidField(JsonFields::ItemPath("task_ids", i),
+                            "a task id is 1-128 characters of [A-Za-z0-9._-], not starting with '.'");
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if ((*tasks)[i] == (*tasks)[j]) {
+          return InvalidField(JsonFields::ItemPath("task_ids", i), "task_ids must be distinct");
+        }
+      }
+    }
+    r.task_ids = std::move(*tasks);
+  }
   DSEC_RETURN_IF_ERROR(f.RejectUnknown());
   return r;
 }

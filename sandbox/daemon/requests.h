@@ -71,11 +71,13 @@ absl::StatusOr<PackDiffRequest> ParsePackDiffRequest(const nlohmann::json& body)
 
 // POST /v1/sandboxes/{id}/fork: `count` sandboxes (1..kMaxForkCount,
 // default 1) in the state of the source's file system; `ttl_s` for each
-// (default none).
+// (default none); `task_ids`, one new task per child (exactly `count`,
+// distinct), whose logs start with the source's trajectory.
 inline constexpr int64_t kMaxForkCount = 64;
 struct ForkRequest {
   int64_t count = 1;
   std::optional<int64_t> ttl_s;
+  std::vector<std::string> task_ids;
 };
 absl::StatusOr<ForkRequest> ParseForkRequest(const nlohmann::json& body, const RequestLimits& limits);
 

@@ -14,6 +14,8 @@
 #include "sandbox/daemon/service_internal.h"
 #include "sandbox/layers/layer_store.h"
 #include "sandbox/network/policy.h"
+#include "sandbox/trajectory/log.h"
+#include "sandbox/trajectory/record.h"
 
 namespace dsec::daemon {
 
@@ -50,6 +52,33 @@ json Service::CloneBody(const Entry& e, const std::string& extra_layer) const {
   return b;
 }
 
+namespace {
+
+// A child's log: the source's trajectory up to the fork (its execs, each
+// with its recorded result, and its checkpoints, in order), then a
+// checkpoint at the fork point naming the fork's layer, so that a resumed
+// child replays the source's prefix and goes live on the forked files.
+absl::Status WriteChildLog(trajectory::TrajectoryLog& log, const std::vector<trajectory::Record>& execs,
+                           const std::vector<trajectory::Record>& checkpoints, const std::string& layer) {
+  if (log.next_seq() != 0 || !log.Checkpoints().empty()) {
+    return absl::AlreadyExistsError("the task already has a trajectory");
+  }
+  auto checkpoints_at = [&](uint64_t seq) -> absl::Status {
+    for (const trajectory::Record& c : checkpoints) {
+      if (c.seq == seq) DSEC_RETURN_IF_ERROR(log.AppendCheckpoint(seq, c.layer));
+    }
+    return absl::OkStatus();
+  };
+  for (uint64_t k = 0; k < execs.size(); ++k) {
+    DSEC_RETURN_IF_ERROR(checkpoints_at(k));
+    DSEC_RETURN_IF_ERROR(log.AppendExec(execs[k].request, execs[k].result).status());
+  }
+  DSEC_RETURN_IF_ERROR(checkpoints_at(execs.size()));
+  return log.AppendCheckpoint(execs.size(), layer);
+}
+
+}  // namespace
+
 absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   DSEC_ASSIGN_OR_RETURN(ForkRequest fork,
                         ParseForkRequest(body, RequestLimits{options_.max_ttl_s, options_.max_timeout_s}));
@@ -62,6 +91,9 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   if (options_.layer_store.empty()) {
     return absl::UnavailableError("this daemon has no layer store (a fork packs the source's files into one)");
   }
+  if (!fork.task_ids.empty() && !trajectories_) {
+    return absl::UnavailableError("this daemon has no trajectory store (task_ids)");
+  }
   DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(options_.layer_store));
 
   // 1. The source's writable layer, packed once (the source frozen while it
@@ -71,6 +103,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   const std::string tag = absl::StrCat(name, ":", version);
   json base;
   bool reused = false;
+  std::vector<trajectory::Record> parent_execs, parent_checkpoints;
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
@@ -83,6 +116,12 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
     // more (and never removed by a failed fork: others may stand on it).
     reused = built.reused;
     base = CloneBody(*e, tag);
+    // The source's trajectory so far, for the children's logs.
+    if (!fork.task_ids.empty() && e->task_id) {
+      DSEC_ASSIGN_OR_RETURN(trajectory::TrajectoryLog * log, trajectories_->Get(*e->task_id));
+      parent_execs = log->Execs();
+      parent_checkpoints = log->Checkpoints();
+    }
   }
   if (fork.ttl_s) base["ttl_s"] = *fork.ttl_s;
 
@@ -90,16 +129,40 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   //    layers and the packed one. All or none: a child that cannot be made
   //    takes the ones made before it back.
   std::vector<std::shared_ptr<Entry>> children;
+  std::vector<std::string> logs_written;
   for (int64_t i = 0; i < fork.count; ++i) {
-    absl::StatusOr<std::shared_ptr<Entry>> child = CreateEntry(base, std::nullopt);
-    if (!child.ok()) {
+    json child_body = base;
+    if (!fork.task_ids.empty()) child_body["task_id"] = fork.task_ids[i];
+    absl::StatusOr<std::shared_ptr<Entry>> child = CreateEntry(child_body, std::nullopt);
+    absl::Status failed = child.status();
+    if (child.ok() && !fork.task_ids.empty()) {
+      // The child's log, before anything can append to it.
+      std::lock_guard<std::mutex> lock((*child)->mu);
+      absl::StatusOr<trajectory::TrajectoryLog*> log = trajectories_->Get(fork.task_ids[i]);
+      failed = log.ok() ? WriteChildLog(**log, parent_execs, parent_checkpoints, tag) : log.status();
+      if (failed.ok()) {
+        logs_written.push_back(fork.task_ids[i]);
+      } else if (!absl::IsAlreadyExists(failed)) {
+        logs_written.push_back(fork.task_ids[i]);  // partly written: it goes
+      }
+      if (!failed.ok()) {
+        failed = Annotate(failed, absl::StrCat("task_ids[", i, "] ", fork.task_ids[i]));
+      }
+    }
+    if (!failed.ok()) {
+      if (child.ok()) children.push_back(*std::move(child));
       for (const std::shared_ptr<Entry>& c : children) (void)Delete(c->id);
+      for (const std::string& t : logs_written) {
+        if (absl::Status s = trajectories_->Remove(t); !s.ok()) {
+          DSEC_LOG(warn, "daemon: fork of {}: removing the log of {}: {}", id, t, s.ToString());
+        }
+      }
       // The layer goes with the fork; one reused (stored before, others
       // may stand on it) only loses this fork's tag.
       if (absl::Status s = reused ? store.Untag(tag) : store.Remove(tag); !s.ok()) {
         DSEC_LOG(warn, "daemon: fork of {}: removing {}: {}", id, tag, s.ToString());
       }
-      return Annotate(child.status(), absl::StrCat("fork of ", id, ": child ", i + 1, " of ", fork.count));
+      return Annotate(failed, absl::StrCat("fork of ", id, ": child ", i + 1, " of ", fork.count));
     }
     children.push_back(*std::move(child));
   }
@@ -108,6 +171,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   for (const std::shared_ptr<Entry>& c : children) list.push_back(Describe(*c));
   return json{{"source", id},
               {"layer", tag},
+              {"fork_seq", parent_execs.size()},
               {"sandboxes", list},
               {"forked", "files"},
               {"processes", kProcessesNotCarried}};

@@ -394,13 +394,19 @@ def set_network(sandbox_id: str, body: JSONObject) -> Call:
     return _json_call("PATCH", sandbox_path(sandbox_id) + "/network", body, expect=(200,))
 
 
-def fork(sandbox_id: str, count: int, ttl_s: Optional[int]) -> Call:
-    """POST .../fork: count new sandboxes from the sandbox's files (1..64)."""
+def fork(sandbox_id: str, count: int, ttl_s: Optional[int],
+         task_ids: Optional[Sequence[str]] = None) -> Call:
+    """POST .../fork: count new sandboxes from the sandbox's files (1..64);
+    task_ids: one new task per child, whose log starts with the source's."""
     if isinstance(count, bool) or not isinstance(count, int):
         raise TypeError("count must be an int, got %r" % (count,))
     body: JSONObject = {"count": count}
     if ttl_s is not None:
         body["ttl_s"] = ttl_s
+    if task_ids is not None:
+        if isinstance(task_ids, (str, bytes)) or not all(isinstance(t, str) for t in task_ids):
+            raise TypeError("task_ids must be a list of str, got %r" % (task_ids,))
+        body["task_ids"] = list(task_ids)
     return _json_call("POST", sandbox_path(sandbox_id) + "/fork", body, expect=(201,))
 
 

@@ -355,9 +355,11 @@ class AsyncSandbox(P.SandboxFields):
         return P.json_object(await self._t.send_json(P.pack_diff(self.id, name, version)),
                              "pack_diff")
 
-    async def fork(self: _A, count: int = 1, *, timeout: Optional[float] = None) -> List[_A]:
+    async def fork(self: _A, count: int = 1, *, timeout: Optional[float] = None,
+                   task_ids: Optional[Sequence[str]] = None) -> List[_A]:
         """As Sandbox.fork: count new sandboxes from this one's files, sharing its client."""
-        obj = await self._t.send_json(P.fork(self.id, count, P.whole_seconds(timeout, "timeout")))
+        obj = await self._t.send_json(P.fork(self.id, count, P.whole_seconds(timeout, "timeout"),
+                                             task_ids))
         return [type(self)(self._client, info, False) for info in P.parse_fork(obj)]
 
     async def pause(self: _A) -> _A:

@@ -275,13 +275,16 @@ class Sandbox:
             name = "diff-%s-%s" % (self.id, secrets.token_hex(3))
         return self.handle.pack_diff(name, version)
 
-    def fork(self: _S, count: int = 1, *, timeout: Optional[float] = None) -> List[_S]:
+    def fork(self: _S, count: int = 1, *, timeout: Optional[float] = None,
+             task_ids: Optional[Sequence[str]] = None) -> List[_S]:
         """Forks the sandbox into count new ones (E2B: fork), each starting
         from this sandbox's files with a writable layer of its own; this one
         runs on. Only files are carried, not processes. timeout: each
-        child's lifetime in seconds (None: no limit). The children share
+        child's lifetime in seconds (None: no limit). task_ids: one new
+        task per child, whose trajectory starts with this sandbox's (see
+        Task: a resumed child replays that prefix). The children share
         this sandbox's client and read files as text; kill() each."""
-        handles = self.handle.fork(count, P.whole_seconds(timeout, "timeout"))
+        handles = self.handle.fork(count, P.whole_seconds(timeout, "timeout"), task_ids)
         return [type(self)._adopt(h, self._client, False, "text") for h in handles]
 
     def pause(self: _S) -> _S:

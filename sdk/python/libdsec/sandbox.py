@@ -181,11 +181,14 @@ class SandboxHandle(P.SandboxFields):
         """
         return P.json_object(self._t.send_json(P.pack_diff(self.id, name, version)), "pack_diff")
 
-    def fork(self, count: int = 1, ttl_s: Optional[int] = None) -> List["SandboxHandle"]:
+    def fork(self, count: int = 1, ttl_s: Optional[int] = None,
+             task_ids: Optional[Sequence[str]] = None) -> List["SandboxHandle"]:
         """Makes count new sandboxes from this one's files (its writable layer
         packed once into a layer under each); this one runs on. Processes
-        are not carried. Returns their handles (same client)."""
-        obj = self._t.send_json(P.fork(self.id, count, ttl_s))
+        are not carried. task_ids: a new task per child, whose trajectory
+        starts with this sandbox's (a resumed child replays it). Returns
+        their handles (same client)."""
+        obj = self._t.send_json(P.fork(self.id, count, ttl_s, task_ids))
         return [SandboxHandle(self._client, info) for info in P.parse_fork(obj)]
 
     def pause(self) -> "SandboxHandle":

@@ -116,6 +116,11 @@ def test_fork_children_start_from_the_files_and_stay_independent(node):
             assert sb.files.read("/work/state") == "prepared %s" % sb.sandbox_id
             with pytest.raises(libdsec.InvalidArgument):
                 sb.fork(0)
+            task = node.new_task("fork")
+            (child,) = sb.fork(1, task_ids=[task])
+            kids.append(node.track(child))
+            assert child.info["task_id"] == task
+            assert child.files.read("/work/state") == "prepared %s" % sb.sandbox_id
         finally:
             for k in kids:
                 k.kill()
