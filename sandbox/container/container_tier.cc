@@ -254,11 +254,12 @@ class ContainerTierSandbox : public tier::TierSandbox {
     return sandbox_->user_namespace() ? "user.overlay." : "trusted.overlay.";
   }
 
-  void KillExecs() override {
+  bool KillExecs() override {
     // Every member of the sandbox's cgroups but its init (a paused sandbox
     // runs no exec: frozen processes would not die before a thaw).
     auto killed = sandbox_->cgroups().KillAll(sandbox_->init_pid(), MonotonicNowNs() + 2'000'000'000LL);
     if (!killed.ok()) DSEC_LOG(warn, "container: kill execs: {}", killed.status().ToString());
+    return true;
   }
 
   absl::Status Destroy() override {

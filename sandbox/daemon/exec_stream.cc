@@ -146,6 +146,11 @@ void StreamedExec::Finish() {
                   "\n");
 }
 
+bool StreamedExec::ExecRunning() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return started_ && !ended_;
+}
+
 void StreamedExec::Abandon() {
   std::lock_guard<std::mutex> lock(mu_);
   abandoned_ = true;

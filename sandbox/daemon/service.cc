@@ -501,6 +501,15 @@ absl::Status Service::Delete(const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::Status Service::KillExecs(const std::string& id) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  if (!e->KillExecs()) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", registry_.name(e->tier), " tier cannot end a running command"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<json> Service::SetTtl(const std::string& id, int64_t ttl_s) {
   if (ttl_s < 0 || ttl_s > options_.max_ttl_s) {
     return InvalidField("ttl_s", absl::StrCat("must be in [0, ", options_.max_ttl_s, "]"));

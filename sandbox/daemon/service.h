@@ -116,6 +116,12 @@ class Service {
   nlohmann::json List() const;
   absl::StatusOr<nlohmann::json> Get(const std::string& id) const;
   absl::Status Delete(const std::string& id);
+  // Ends the sandbox's running exec without waiting for its lock: kills
+  // every process its execs started, as an exec's timeout does (tier.h
+  // KillExecs). Unimplemented where the tier cannot; the exec's own answer
+  // reports the kill. For front ends whose clients signal a running
+  // command (sandbox/e2b: envd's SendSignal).
+  absl::Status KillExecs(const std::string& id);
   // Moves a sandbox's TTL end to now + ttl_s (at most the node's max TTL;
   // a sandbox created without one gets one). For front ends whose clients
   // extend a sandbox's life (sandbox/e2b: E2B's setTimeout).

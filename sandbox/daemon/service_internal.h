@@ -69,9 +69,10 @@ struct Service::Entry {
   // killed by the delete).
   std::atomic<bool> deleting{false};
   // The tier sandbox's processes killed from any thread (tier.h KillExecs).
-  void KillExecs() {
+  // False where the tier cannot (tier.h).
+  bool KillExecs() {
     std::lock_guard<std::mutex> lock(kill_mu);
-    if (sandbox) sandbox->KillExecs();
+    return sandbox != nullptr && sandbox->KillExecs();
   }
   void ReplaceSandbox(std::unique_ptr<tier::TierSandbox> next) {
     std::lock_guard<std::mutex> lock(kill_mu);

@@ -5,9 +5,10 @@
 // QoS and trajectory, a bounded buffer that never waits for the client)
 // and turns its NDJSON lines into Connect envelopes: a start event, data
 // events as output comes, the end event, the end of the stream. List shows
-// the commands streaming through this server. What needs a handle on a
-// running command (stdin, signals, reattaching, PTY resize) is
-// unimplemented, named in the error (docs/e2b.md).
+// the commands streaming through this server; SendSignal ends the one that
+// runs now (Service::KillExecs). The rest that needs a handle on a running
+// command (stdin, reattaching, PTY resize) is unimplemented, named in the
+// error (docs/e2b.md).
 #include <algorithm>
 
 #include "absl/strings/match.h"
@@ -78,10 +79,12 @@ void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response&
     std::lock_guard<std::mutex> lock(rec->mu);
     pid = rec->next_pid++;
     rec->running[pid] = *start;
+    rec->streams[pid] = stream;
   }
   auto forget = [rec, pid] {
     std::lock_guard<std::mutex> lock(rec->mu);
     rec->running.erase(pid);
+    rec->streams.erase(pid);
   };
   struct Progress {
     bool started = false;
@@ -191,8 +194,39 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
       return json{{"processes", list}};
     });
   });
+  // commands.kill: SIGKILL or SIGTERM to the command whose exec runs now
+  // ends it as the node's exec timeout does (every process the sandbox's
+  // commands started, not its init: Service::KillExecs); its stream then
+  // ends with the signal. A command not running here is not_found; one
+  // still queued behind another, or a tier that cannot, unimplemented.
+  srv.Post("/process.Process/SendSignal", [st](const httplib::Request& req, httplib::Response& res) {
+    ServeUnary(st, req, res, [st](const std::string& id, const json& body) -> absl::StatusOr<json> {
+      DSEC_ASSIGN_OR_RETURN(Selector sel, ParseSelector(body));
+      DSEC_RETURN_IF_ERROR(ParseSignal(body).status());
+      std::shared_ptr<Record> rec = st->Find(id);
+      if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
+      std::shared_ptr<daemon::StreamedExec> target;
+      {
+        std::lock_guard<std::mutex> lock(rec->mu);
+        bool known = false;
+        for (const auto& [pid, r] : rec->running) {
+          if (sel.pid ? pid != *sel.pid : r.tag != sel.tag) continue;
+          known = true;
+          auto it = rec->streams.find(pid);
+          if (it != rec->streams.end()) target = it->second.lock();
+        }
+        if (!known) return absl::NotFoundError("no such process running");
+      }
+      if (target == nullptr || !target->ExecRunning()) {
+        return absl::UnimplementedError(
+            "/process.Process/SendSignal: only the command running now can be signalled (this one has "
+            "ended or waits behind another)");
+      }
+      DSEC_RETURN_IF_ERROR(st->svc->KillExecs(id));
+      return json::object();
+    });
+  });
   const std::pair<const char*, const char*> kUnary[] = {
-      {"/process.Process/SendSignal", "signalling a running command (commands.kill; kill the sandbox instead)"},
       {"/process.Process/SendInput", "input to a running command"},
       {"/process.Process/CloseStdin", "closing a running command's stdin"},
       {"/process.Process/Update", "resizing a PTY"},

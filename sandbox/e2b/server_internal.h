@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "sandbox/daemon/exec_stream.h"
 #include "sandbox/daemon/http_guard.h"
 #include "sandbox/e2b/server.h"
 
@@ -36,6 +37,9 @@ struct Record {
   std::mutex mu;
   // Commands started through process.Process/Start and still streaming.
   std::map<uint32_t, StartRequest> running ABSL_GUARDED_BY(mu);
+  // Their node execs: the one whose exec runs now is the one a signal
+  // can end (SendSignal).
+  std::map<uint32_t, std::weak_ptr<daemon::StreamedExec>> streams ABSL_GUARDED_BY(mu);
   uint32_t next_pid ABSL_GUARDED_BY(mu) = 1000;
 };
 

@@ -281,6 +281,22 @@ absl::StatusOr<Selector> ParseSelector(const json& body) {
   return s;
 }
 
+absl::StatusOr<int> ParseSignal(const json& body) {
+  const json* s = Field(body, "signal");
+  if (s == nullptr) return InvalidField("signal", "a signal is required");
+  if (s->is_string()) {
+    const std::string name = s->get<std::string>();
+    if (name == "SIGNAL_SIGKILL") return 9;
+    if (name == "SIGNAL_SIGTERM") return 15;
+    return InvalidField("signal", "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM (9 or 15)");
+  }
+  if (s->is_number_integer()) {
+    const int64_t v = s->get<int64_t>();
+    if (v == 9 || v == 15) return static_cast<int>(v);
+  }
+  return InvalidField("signal", "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM (9 or 15)");
+}
+
 absl::StatusCode CodeOfName(absl::string_view name) {
   static const std::pair<const char*, absl::StatusCode> kCodes[] = {
       {"INVALID_ARGUMENT", absl::StatusCode::kInvalidArgument},

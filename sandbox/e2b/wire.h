@@ -83,6 +83,9 @@ struct Selector {
   std::optional<std::string> tag;
 };
 absl::StatusOr<Selector> ParseSelector(const nlohmann::json& body);
+// SendSignal's `signal`: envd's enum by name ("SIGNAL_SIGKILL",
+// "SIGNAL_SIGTERM") or number (9, 15), as the signal number.
+absl::StatusOr<int> ParseSignal(const nlohmann::json& body);
 
 // The last NDJSON line of a streamed node exec ({"exit": result} or
 // {"error": {...}}) as the end of an E2B process stream: the EndEvent

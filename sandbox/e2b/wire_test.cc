@@ -84,6 +84,19 @@ TEST(Start, RefusesPtyAndStdinByName) {
   EXPECT_FALSE(ParseStartRequest(json::parse(R"({"process":{"cmd":"sh","args":[1]}})")).ok());
 }
 
+TEST(SendSignal, TakesKillAndTermByNameOrNumberOnly) {
+  using nlohmann::json;
+  EXPECT_EQ(*ParseSignal(json{{"signal", "SIGNAL_SIGKILL"}}), 9);
+  EXPECT_EQ(*ParseSignal(json{{"signal", "SIGNAL_SIGTERM"}}), 15);
+  EXPECT_EQ(*ParseSignal(json{{"signal", 9}}), 9);
+  for (const json& bad : {json::object(), json{{"signal", "SIGNAL_SIGHUP"}}, json{{"signal", 1}},
+                          json{{"signal", 9.5}}, json{{"signal", nullptr}}, json{{"signal", {9}}}}) {
+    absl::StatusOr<int> s = ParseSignal(bad);
+    EXPECT_FALSE(s.ok()) << bad.dump();
+    EXPECT_NE(std::string(s.status().message()).find("signal"), std::string::npos) << s.status();
+  }
+}
+
 TEST(ProcessEnd, MapsExitsSignalsAndTimeouts) {
   auto end = ProcessEndOf(json::parse(R"({"exit":{"exit_code":3,"signal":null,"timed_out":false}})"));
   ASSERT_TRUE(end.status.ok());

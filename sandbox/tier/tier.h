@@ -120,8 +120,8 @@ class TierSandbox {
   // another thread while a method runs (an Exec, which then ends): a
   // delete does it first, so that a long command does not hold the delete
   // until it ends. Not while Destroy runs (the daemon's lock orders them).
-  // Default: nothing, the delete waits for the exec to end.
-  virtual void KillExecs() {}
+  // Default: nothing, and false (the delete waits for the exec to end).
+  virtual bool KillExecs() { return false; }
   virtual absl::Status Destroy() = 0;
 };
 

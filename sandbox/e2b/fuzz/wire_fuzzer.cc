@@ -25,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)ParseSecondsField(body, "timeout", 86400);
   if (auto start = ParseStartRequest(body); start.ok()) (void)NodeExecBody(*start, {}, 1000, 3600);
   (void)ParseSelector(body);
+  (void)ParseSignal(body);
   (void)ParsePathField(body, "path");
   (void)ParseDepth(body, 16);
   (void)ParseTemplateFile(body);

@@ -90,6 +90,16 @@ await check('background command: handle.wait', async () => {
   assert.equal(r.stdout, 'done-bg\n')
 })
 
+await check('commands.kill ends a running command', async () => {
+  const h = await sbx.commands.run('echo up; sleep 600', { background: true, timeoutMs: 0 })
+  const started = Date.now()
+  assert.equal(await h.kill(), true)
+  await h.wait().then(() => { throw new Error('the command ended normally') }, () => {})
+  assert.ok(Date.now() - started < 30_000, `kill took ${Date.now() - started} ms`)
+  const r = await sbx.commands.run('echo alive')
+  assert.equal(r.stdout, 'alive\n')
+})
+
 await check('commands.kill of an unknown pid is false', async () => {
   assert.equal(await sbx.commands.kill(424242), false)
 })
