@@ -449,8 +449,10 @@ absl::StatusOr<json> Service::Get(const std::string& id) const {
 void Service::DestroyEntry(Entry& e) {
   // A running exec holds e.mu: end it rather than wait for it (its client
   // gets the killed result), and refuse the ones queued behind it.
+  // (A paused sandbox runs no exec, and its frozen processes would not
+  // die before the tier's destroy thaws them.)
   e.deleting = true;
-  e.KillExecs();
+  if (!e.paused) e.KillExecs();
   std::lock_guard<std::mutex> lock(e.mu);
   if (e.destroyed) return;
   e.destroyed = true;
