@@ -360,6 +360,9 @@ const tier::TierTraits& ContainerTierTraits() {
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     t.network = true;
+    // Files through the sandbox's root from the host (root_files.h), not
+    // through its init: they need not wait for a running command.
+    t.files_beside_exec = true;
     // Measured on idle sandboxes (docs/benchmarks.md, bench density): the
     // init (one task), its memory cgroup and network namespace; the daemon
     // holds the init's control socket only (no pidfd, no BPF link, the

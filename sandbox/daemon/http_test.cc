@@ -238,6 +238,44 @@ TEST_F(DaemonHttpTest, DeleteEndsARunningExec) {
   EXPECT_EQ(g->status, 404);
 }
 
+// The container tier's files go through the sandbox's root on the host,
+// not its init: they do not wait behind a running command (they did: a
+// long command held every files call until it ended).
+TEST_F(DaemonHttpTest, FilesWorkWhileACommandRuns) {
+  const std::string id = Create();
+  const std::string seconds = absl::StrCat(700 + ::getpid() % 97);
+  std::thread slow([&] {
+    auto c = testing::UnixClient(socket_);
+    c->set_read_timeout(900, 0);
+    c->Post(absl::StrCat("/v1/sandboxes/", id, "/exec"),
+            json{{"argv", {"sleep", seconds}}, {"timeout_s", 900}}.dump(), kJson);
+  });
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    running = ProcessRuns("sleep", seconds);
+    if (!running) ::usleep(50'000);
+  }
+  ASSERT_TRUE(running) << "the command never started";
+  client_->set_read_timeout(60, 0);  // far below the command's 700+ s
+  auto put = client_->Put(absl::StrCat("/v1/sandboxes/", id, "/files?path=/work/beside.txt"), "written\n",
+                          "application/octet-stream");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 204) << put->body;
+  auto get = client_->Get(absl::StrCat("/v1/sandboxes/", id, "/files?path=/work/beside.txt"));
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 200) << get->body;
+  EXPECT_EQ(get->body, "written\n");
+  auto list = client_->Get(absl::StrCat("/v1/sandboxes/", id, "/files/list?path=/work"));
+  ASSERT_TRUE(list);
+  EXPECT_NE(list->body.find("beside.txt"), std::string::npos) << list->body;
+  // The command still runs; the delete ends it.
+  EXPECT_TRUE(ProcessRuns("sleep", seconds));
+  auto d = client_->Delete(absl::StrCat("/v1/sandboxes/", id));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->status, 204);
+  slow.join();
+}
+
 TEST_F(DaemonHttpTest, FilesRoundTripAndEscapesAreRefused) {
   const std::string id = Create();
   const std::string secret = dir_->path() + "/host-secret";

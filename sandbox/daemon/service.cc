@@ -558,10 +558,14 @@ absl::StatusOr<json> Service::Resume(const std::string& id) {
   return Describe(*e);
 }
 
+std::unique_lock<std::mutex> Service::FilesLock(Entry& e) const {
+  return std::unique_lock<std::mutex>(registry_.traits(e.tier).files_beside_exec ? e.kill_mu : e.mu);
+}
+
 absl::StatusOr<std::string> Service::ReadFile(const std::string& id, const std::string& path) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  std::lock_guard<std::mutex> lock(e->mu);
-  if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  std::unique_lock<std::mutex> lock = FilesLock(*e);
+  if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   auto r = e->sandbox->ReadFile(path, options_.max_file_bytes);
   if (absl::IsInvalidArgument(r.status())) return InvalidField("path", std::string(r.status().message()));
   return r;
@@ -574,8 +578,8 @@ absl::Status Service::WriteFile(const std::string& id, const std::string& path, 
   if (data.size() > options_.max_file_bytes) {
     return absl::ResourceExhaustedError("file larger than the upload limit");
   }
-  std::lock_guard<std::mutex> lock(e->mu);
-  if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  std::unique_lock<std::mutex> lock = FilesLock(*e);
+  if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   absl::Status s = e->sandbox->WriteFile(path, data, m);
   if (absl::IsInvalidArgument(s)) return InvalidField("path", std::string(s.message()));
   return s;
@@ -583,8 +587,8 @@ absl::Status Service::WriteFile(const std::string& id, const std::string& path, 
 
 absl::StatusOr<json> Service::ListFiles(const std::string& id, const std::string& path) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  std::lock_guard<std::mutex> lock(e->mu);
-  if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  std::unique_lock<std::mutex> lock = FilesLock(*e);
+  if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   auto entries = e->sandbox->ListDir(path);
   if (absl::IsInvalidArgument(entries.status())) {
     return InvalidField("path", std::string(entries.status().message()));

@@ -183,6 +183,9 @@ class Service {
                                          const tier::ExecSpec& spec);
   void DestroyEntry(Entry& e);
   void ReaperLoop();
+  // The lock a files call on e holds: the entry's, or kill_mu alone for a
+  // tier whose files live beside its execs (service_internal.h).
+  std::unique_lock<std::mutex> FilesLock(Entry& e) const;
   // pack_diff's core, under e.mu: packs e's writable layer (frozen while
   // it is read) into `store` as name:version.
   absl::StatusOr<layers::BuildResult> PackLocked(Entry& e, layers::LayerStore& store,

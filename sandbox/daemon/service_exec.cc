@@ -301,7 +301,9 @@ absl::StatusOr<layers::BuildResult> Service::PackLocked(Entry& e, layers::LayerS
       parents.push_back(absl::StrCat("sha256:", img.substr(prefix.size(), img.size() - prefix.size() - 6)));
     }
   }
-  // Frozen while the upper directory is copied.
+  // Frozen while the upper directory is copied, and no files call of the
+  // API writes into it meanwhile (they may run beside an exec: kill_mu).
+  std::lock_guard<std::mutex> files_lock(e.kill_mu);
   const bool was_paused = e.paused;
   if (!was_paused) DSEC_RETURN_IF_ERROR(e.sandbox->Pause());
   layers::BuildRequest req;

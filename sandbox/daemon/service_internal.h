@@ -62,7 +62,10 @@ struct Service::Entry {
   // Serialises every operation on the tier sandbox.
   std::mutex mu;
   // Guarded by mu, and replaced or reset only while holding kill_mu too,
-  // so that KillExecs (kill_mu alone) can reach it while an exec holds mu.
+  // so that KillExecs and the files of a tier whose files live beside its
+  // execs (TierTraits::files_beside_exec) can reach it under kill_mu alone
+  // while an exec holds mu. A pack_diff holds kill_mu too while it copies
+  // the writable layer. Order: mu before kill_mu.
   std::unique_ptr<tier::TierSandbox> sandbox;
   std::mutex kill_mu;
   // A delete is under way: a later exec is refused (the one running is

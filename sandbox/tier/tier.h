@@ -93,7 +93,9 @@ struct FileEntry {
 };
 
 // One sandbox of a tier. Threads: the daemon calls one method at a time
-// per sandbox (its entry lock); Destroy ends its life.
+// per sandbox (its entry lock), except KillExecs, and the file methods of
+// a tier with TierTraits::files_beside_exec, which may come while an Exec
+// runs; Destroy ends its life.
 class TierSandbox {
  public:
   virtual ~TierSandbox() = default;
@@ -174,6 +176,10 @@ struct TierTraits {
   // It gives sandboxes a network when asked (CreateSpec::network); a tier
   // without it refuses "network" on create.
   bool network = false;
+  // Its ReadFile/WriteFile/ListDir work on the host's side, touching
+  // nothing an Exec uses: the daemon runs them while an exec runs (still
+  // never while the sandbox is replaced, destroyed or packed).
+  bool files_beside_exec = false;
   // What an idle sandbox holds of the node, and what a network adds to it
   // (memory_mib is a limit, not a reservation: not counted).
   Footprint footprint;

@@ -90,6 +90,17 @@ await check('background command: handle.wait', async () => {
   assert.equal(r.stdout, 'done-bg\n')
 })
 
+await check('files work while a background command runs', async () => {
+  const h = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  const started = Date.now()
+  await sbx.files.write('/work/beside.txt', 'beside\n')
+  assert.equal(await sbx.files.read('/work/beside.txt'), 'beside\n')
+  assert.ok((await sbx.files.list('/work')).some((e) => e.name === 'beside.txt'))
+  assert.ok(Date.now() - started < 30_000, `files took ${Date.now() - started} ms`)
+  assert.equal(await h.kill(), true)
+  await h.wait().catch(() => {})
+})
+
 await check('commands.kill ends a running command', async () => {
   const h = await sbx.commands.run('echo up; sleep 600', { background: true, timeoutMs: 0 })
   const started = Date.now()
