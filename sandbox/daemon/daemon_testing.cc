@@ -34,6 +34,16 @@ absl::Status BuildBusyboxLayer(const std::string& store_root, const std::string&
   return store.Build(tree, req).status();
 }
 
+absl::Status MakeBusyboxSuiteDir(const std::string& prefix, container::testing::TempDir** dir,
+                                 std::string* skip) {
+  auto made = container::testing::TempDir::Create(prefix);
+  if (!made.ok()) return made.status();
+  *dir = new container::testing::TempDir(std::move(*made));
+  absl::Status s = BuildBusyboxLayer((*dir)->path() + "/store", (*dir)->path());
+  if (!s.ok()) *skip = absl::StrCat("busybox layer: ", s.ToString());
+  return absl::OkStatus();
+}
+
 LayerResolver StoreResolver(const std::string& store_root, const std::string& fncall_image) {
   return [store_root, fncall_image](const std::string& tier, const std::vector<std::string>& refs)
              -> absl::StatusOr<std::vector<std::string>> {

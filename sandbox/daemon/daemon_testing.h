@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "base/scoped_fd.h"
 #include "nlohmann/json.hpp"
+#include "sandbox/container/test_image.h"
 #include "sandbox/daemon/http_server.h"
 #include "sandbox/daemon/service.h"
 
@@ -20,6 +21,13 @@ namespace dsec::daemon::testing {
 
 // Builds a busybox tree and stores it as bb:1 in `store_root`.
 absl::Status BuildBusyboxLayer(const std::string& store_root, const std::string& work_dir);
+
+// A test suite's temporary directory (prefix `prefix`) with bb:1 built in
+// its store/ (BuildBusyboxLayer), for SetUpTestSuite: *dir is the new
+// directory (the suite deletes it), *skip why the layer could not be built
+// ("" when it was). An error when the directory cannot be made.
+absl::Status MakeBusyboxSuiteDir(const std::string& prefix, container::testing::TempDir** dir,
+                                 std::string* skip);
 // refs -> store chains (bottom first); the tiers' default layers map to
 // what tests build: base:bookworm -> bb:1 (none for fncall, whose image is
 // a whole root), python:1 -> `fncall_image`.

@@ -27,11 +27,7 @@ constexpr char kJson[] = "application/json";
 class DaemonForkTest : public ::testing::TestWithParam<bool> {
  protected:
   static void SetUpTestSuite() {
-    auto dir = TempDir::Create("dsec-daemon-fork-");
-    ASSERT_TRUE(dir.ok());
-    dir_ = new TempDir(std::move(*dir));
-    absl::Status s = testing::BuildBusyboxLayer(Store(), dir_->path());
-    if (!s.ok()) skip_ = absl::StrCat("busybox layer: ", s.ToString());
+    ASSERT_TRUE(testing::MakeBusyboxSuiteDir("dsec-daemon-fork-", &dir_, &skip_).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string Store() { return dir_->path() + "/store"; }

@@ -29,11 +29,7 @@ constexpr char kToken[] = "0123456789abcdef-limits";
 class HttpLimitsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto dir = TempDir::Create("dsec-daemon-limits-");
-    ASSERT_TRUE(dir.ok());
-    dir_ = new TempDir(std::move(*dir));
-    absl::Status s = testing::BuildBusyboxLayer(Store(), dir_->path());
-    if (!s.ok()) skip_ = absl::StrCat("busybox layer: ", s.ToString());
+    ASSERT_TRUE(testing::MakeBusyboxSuiteDir("dsec-daemon-limits-", &dir_, &skip_).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string Store() { return dir_->path() + "/store"; }

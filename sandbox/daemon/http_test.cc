@@ -42,11 +42,7 @@ std::string Decode(const json& b64) { return Base64Decode(b64.get<std::string>()
 class DaemonHttpTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto dir = TempDir::Create("dsec-daemon-http-");
-    ASSERT_TRUE(dir.ok());
-    dir_ = new TempDir(std::move(*dir));
-    absl::Status s = testing::BuildBusyboxLayer(Store(), dir_->path());
-    if (!s.ok()) skip_ = absl::StrCat("busybox layer: ", s.ToString());
+    ASSERT_TRUE(testing::MakeBusyboxSuiteDir("dsec-daemon-http-", &dir_, &skip_).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string Store() { return dir_->path() + "/store"; }

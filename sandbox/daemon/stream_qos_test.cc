@@ -94,11 +94,7 @@ struct Streamed {
 class StreamQosTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto dir = TempDir::Create("dsec-daemon-sq-");
-    ASSERT_TRUE(dir.ok());
-    dir_ = new TempDir(std::move(*dir));
-    absl::Status s = testing::BuildBusyboxLayer(Store(), dir_->path());
-    if (!s.ok()) skip_ = absl::StrCat("busybox layer: ", s.ToString());
+    ASSERT_TRUE(testing::MakeBusyboxSuiteDir("dsec-daemon-sq-", &dir_, &skip_).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string Store() { return dir_->path() + "/store"; }
