@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -73,6 +74,46 @@ absl::StatusOr<std::string> JsonFields::String(std::string_view key, size_t max_
     return InvalidField(path, absl::StrCat(path, " is required"));
   }
   return **s;
+}
+
+absl::StatusOr<uint64_t> JsonFields::Uint(std::string_view key, uint64_t lo, uint64_t hi) {
+  absl::StatusOr<std::optional<uint64_t>> v = OptUint(key, lo, hi);
+  if (!v.ok()) return v.status();
+  if (!v->has_value()) {
+    const std::string path = Path(key);
+    return InvalidField(path, absl::StrCat(path, " is required"));
+  }
+  return **v;
+}
+
+absl::StatusOr<bool> JsonFields::Bool(std::string_view key) {
+  absl::StatusOr<std::optional<bool>> v = OptBool(key);
+  if (!v.ok()) return v.status();
+  if (!v->has_value()) {
+    const std::string path = Path(key);
+    return InvalidField(path, absl::StrCat(path, " is required"));
+  }
+  return **v;
+}
+
+absl::StatusOr<std::string> JsonFields::Bytes(std::string_view key, size_t min_bytes,
+                                              size_t max_bytes) {
+  // Base64 is 4 characters per 3 bytes.
+  absl::StatusOr<std::string> text = String(key, (max_bytes + 2) / 3 * 4);
+  if (!text.ok()) return text.status();
+  const std::string path = Path(key);
+  std::string out;
+  if (!absl::Base64Unescape(*text, &out)) {
+    return InvalidField(path, absl::StrCat(path, " is not valid base64"));
+  }
+  if (out.size() < min_bytes || out.size() > max_bytes) {
+    return InvalidField(path, min_bytes == max_bytes
+                                  ? absl::StrCat(path, " must hold ", min_bytes, " bytes, not ",
+                                                 out.size())
+                                  : absl::StrCat(path, " must hold ", min_bytes, "..", max_bytes,
+                                                 " bytes, not ", out.size()));
+  }
+  return out;
 }
 
 absl::StatusOr<std::optional<int64_t>> JsonFields::OptInt(std::string_view key, int64_t lo,

@@ -52,6 +52,11 @@ class JsonFields {
                                                   const std::vector<std::string_view>& allowed);
   // Required forms: a missing or null field is an error naming it.
   absl::StatusOr<std::string> String(std::string_view key, size_t max_bytes = 4096);
+  absl::StatusOr<uint64_t> Uint(std::string_view key, uint64_t lo, uint64_t hi);
+  absl::StatusOr<bool> Bool(std::string_view key);
+  // A base64 string (RFC 4648 with padding) of min_bytes..max_bytes bytes,
+  // decoded; for binary state (snapshots).
+  absl::StatusOr<std::string> Bytes(std::string_view key, size_t min_bytes, size_t max_bytes);
 
   // The raw value (nullptr when absent or null), marked as read; for nested
   // objects and arrays the caller reads with their own JsonFields.

@@ -65,6 +65,11 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
   registry.Add(ctl_balloon, [ctl_opts] {
     return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "balloon"}, {"target_mib", ctl_opts->target_mib}});
   });
+  CLI::App* ctl_snapshot = ctl->add_subcommand(
+      "snapshot",
+      "Write a snapshot of the VM into the monitor's --snapshot-dir (pausing it meanwhile)");
+  registry.Add(ctl_snapshot,
+               [ctl_opts] { return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "snapshot"}}); });
   CLI::App* ctl_pause = ctl->add_subcommand("pause", "Stop every vCPU (the guest's clock runs on)");
   registry.Add(ctl_pause, [ctl_opts] { return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "pause"}}); });
   CLI::App* ctl_resume = ctl->add_subcommand("resume", "Restart the vCPUs of a paused VM");

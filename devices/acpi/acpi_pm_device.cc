@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "base/little_endian.h"
+#include "base/json_fields.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 
@@ -80,4 +82,20 @@ void AcpiPmDevice::WriteControl(uint64_t offset, std::span<const uint8_t> data) 
   if (soft_off && on_soft_off_) on_soft_off_();
 }
 
+
+nlohmann::json AcpiPmDevice::SaveState() const {
+  absl::MutexLock lock(&mu_);
+  return {{"enable", enable_}, {"control", control_value_}};
+}
+
+absl::Status AcpiPmDevice::RestoreState(const nlohmann::json& state) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, "acpi_pm"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t enable, f.Uint("enable", 0, 0xffff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t control, f.Uint("control", 0, 0xffff));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  absl::MutexLock lock(&mu_);
+  enable_ = static_cast<uint16_t>(enable);
+  control_value_ = static_cast<uint16_t>(control);
+  return absl::OkStatus();
+}
 }  // namespace dsec::devices

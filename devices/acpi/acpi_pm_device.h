@@ -11,6 +11,8 @@
 #include <span>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 #include "absl/synchronization/mutex.h"
 #include "platform/bus/bus.h"
 
@@ -45,6 +47,12 @@ class AcpiPmDevice {
   std::shared_ptr<bus::BusDevice> event_block() const { return event_; }
   std::shared_ptr<bus::BusDevice> control_block() const { return control_; }
   Metrics metrics() const;
+
+  // Snapshots (vmm/vm): the device's state as JSON, and back into a device
+  // that no vCPU uses yet. A snapshot is untrusted input: every field is
+  // checked and an error names it.
+  nlohmann::json SaveState() const;
+  absl::Status RestoreState(const nlohmann::json& state);
 
   // PM1_CNT bits.
   static constexpr uint16_t kSciEn = 1u << 0;

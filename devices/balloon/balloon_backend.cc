@@ -44,6 +44,11 @@ absl::StatusOr<std::unique_ptr<MemfdBalloonBackend>> MemfdBalloonBackend::ForGue
   for (size_t i = 0; i < memory.regions().size(); ++i) {
     const memory::GuestRegion& g = memory.regions()[i];
     struct stat st;
+    if (memory.private_file()) {
+      // Punching holes would change the snapshot file every restored VM maps.
+      return absl::FailedPreconditionError(
+          "guest RAM mapped from a snapshot file cannot be released by the balloon");
+    }
     if (::fstat(memory.RegionFd(i), &st) != 0) return ErrnoStatus("fstat(guest RAM memfd)");
     const uint64_t page = st.st_blksize > 4096 ? static_cast<uint64_t>(st.st_blksize) : 4096;
     regions.push_back({g.gpa, g.size, memory.RegionFd(i), 0, g.host, page});

@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "devices/i8042/i8042_device.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include <utility>
+
+#include "base/json_fields.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 namespace {
@@ -203,4 +209,48 @@ bool I8042Device::WriteCommand(uint8_t command) {
   }
 }
 
+
+nlohmann::json I8042Device::SaveState() const {
+  absl::MutexLock lock(&mu_);
+  nlohmann::json out = nlohmann::json::array();
+  for (const OutByte& b : output_) out.push_back({{"value", b.value}, {"aux", b.aux}});
+  return {{"command_byte", command_byte_},
+          {"output_port", output_port_},
+          {"pending_command", pending_command_},
+          {"last_write_was_command", last_write_was_command_},
+          {"last_read", last_read_},
+          {"output", std::move(out)}};
+}
+
+absl::Status I8042Device::RestoreState(const nlohmann::json& state) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, "i8042"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t command_byte, f.Uint("command_byte", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t output_port, f.Uint("output_port", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t pending_command, f.Uint("pending_command", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(bool last_write_was_command, f.Bool("last_write_was_command"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t last_read, f.Uint("last_read", 0, 0xff));
+  const nlohmann::json* out = f.Raw("output");
+  const std::string out_path = f.Path("output");
+  if (out == nullptr || !out->is_array() || out->size() > kMaxOutput) {
+    return InvalidField(out_path, absl::StrCat(out_path, " must be a list of at most ", kMaxOutput,
+                                               " bytes"));
+  }
+  std::deque<OutByte> output;
+  for (size_t i = 0; i < out->size(); ++i) {
+    DSEC_ASSIGN_OR_RETURN(JsonFields b, JsonFields::Of((*out)[i], JsonFields::ItemPath(out_path, i)));
+    DSEC_ASSIGN_OR_RETURN(uint64_t value, b.Uint("value", 0, 0xff));
+    DSEC_ASSIGN_OR_RETURN(bool aux, b.Bool("aux"));
+    DSEC_RETURN_IF_ERROR(b.RejectUnknown());
+    output.push_back(OutByte{static_cast<uint8_t>(value), aux});
+  }
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  absl::MutexLock lock(&mu_);
+  command_byte_ = static_cast<uint8_t>(command_byte);
+  output_port_ = static_cast<uint8_t>(output_port);
+  pending_command_ = static_cast<uint8_t>(pending_command);
+  last_write_was_command_ = last_write_was_command;
+  last_read_ = static_cast<uint8_t>(last_read);
+  output_ = std::move(output);
+  return absl::OkStatus();
+}
 }  // namespace dsec::devices

@@ -8,6 +8,8 @@
 #include <span>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 #include "absl/synchronization/mutex.h"
 #include "platform/bus/bus.h"
 
@@ -48,6 +50,12 @@ class I8042Device : public bus::BusDevice {
   void Write(uint64_t offset, std::span<const uint8_t> data) override;
 
   Metrics metrics() const;
+
+  // Snapshots (vmm/vm): the device's state as JSON, and back into a device
+  // that no vCPU uses yet. A snapshot is untrusted input: every field is
+  // checked and an error names it.
+  nlohmann::json SaveState() const;
+  absl::Status RestoreState(const nlohmann::json& state);
 
  private:
   struct OutByte {

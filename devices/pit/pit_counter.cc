@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "base/json_fields.h"
+#include "base/status.h"
+
 namespace dsec::devices {
 namespace {
 
@@ -316,4 +319,74 @@ PitCounter::EdgePlan PitCounter::PlanEdges(int64_t now_ns) const {
   }
 }
 
+
+nlohmann::json PitCounter::Save(int64_t now_ns) const {
+  return {{"mode", mode_},
+          {"mode_field", mode_field_},
+          {"access", static_cast<int>(access_)},
+          {"bcd", bcd_},
+          {"gate", gate_},
+          {"reload", reload_},
+          {"active", active_},
+          {"pending_lsb", pending_lsb_},
+          {"write_msb_next", write_msb_next_},
+          {"read_msb_next", read_msb_next_},
+          {"armed", armed_},
+          {"loaded", loaded_},
+          {"null_count", null_count_},
+          {"idle_count", idle_count_},
+          {"running", running_},
+          {"run_ns", running_ ? std::max<int64_t>(0, now_ns - run_start_ns_) : 0},
+          {"base_ticks", base_ticks_},
+          {"count_latched", count_latched_},
+          {"latched_count", latched_count_},
+          {"latch_msb_next", latch_msb_next_},
+          {"status_latched", status_latched_},
+          {"latched_status", latched_status_}};
+}
+
+absl::Status PitCounter::Restore(const nlohmann::json& state, const std::string& path,
+                                 int64_t now_ns) {
+  // About 245 years of counting: far beyond any guest, and no overflow in
+  // the arithmetic on it.
+  constexpr uint64_t kMaxNs = uint64_t{1} << 62;
+  constexpr uint64_t kMaxTicks = uint64_t{1} << 62;
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, path));
+  PitCounter c(false);
+  DSEC_ASSIGN_OR_RETURN(uint64_t mode, f.Uint("mode", 0, 5));
+  DSEC_ASSIGN_OR_RETURN(uint64_t mode_field, f.Uint("mode_field", 0, 7));
+  DSEC_ASSIGN_OR_RETURN(uint64_t access, f.Uint("access", kLsb, kLsbMsb));
+  DSEC_ASSIGN_OR_RETURN(c.bcd_, f.Bool("bcd"));
+  DSEC_ASSIGN_OR_RETURN(c.gate_, f.Bool("gate"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t reload, f.Uint("reload", 1, 65'536));
+  DSEC_ASSIGN_OR_RETURN(uint64_t active, f.Uint("active", 1, 65'536));
+  DSEC_ASSIGN_OR_RETURN(uint64_t pending_lsb, f.Uint("pending_lsb", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(c.write_msb_next_, f.Bool("write_msb_next"));
+  DSEC_ASSIGN_OR_RETURN(c.read_msb_next_, f.Bool("read_msb_next"));
+  DSEC_ASSIGN_OR_RETURN(c.armed_, f.Bool("armed"));
+  DSEC_ASSIGN_OR_RETURN(c.loaded_, f.Bool("loaded"));
+  DSEC_ASSIGN_OR_RETURN(c.null_count_, f.Bool("null_count"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t idle_count, f.Uint("idle_count", 0, 65'536));
+  DSEC_ASSIGN_OR_RETURN(c.running_, f.Bool("running"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t run_ns, f.Uint("run_ns", 0, kMaxNs));
+  DSEC_ASSIGN_OR_RETURN(c.base_ticks_, f.Uint("base_ticks", 0, kMaxTicks));
+  DSEC_ASSIGN_OR_RETURN(c.count_latched_, f.Bool("count_latched"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t latched_count, f.Uint("latched_count", 0, 0xffff));
+  DSEC_ASSIGN_OR_RETURN(c.latch_msb_next_, f.Bool("latch_msb_next"));
+  DSEC_ASSIGN_OR_RETURN(c.status_latched_, f.Bool("status_latched"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t latched_status, f.Uint("latched_status", 0, 0xff));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  c.mode_ = static_cast<int>(mode);
+  c.mode_field_ = static_cast<uint8_t>(mode_field);
+  c.access_ = static_cast<Access>(access);
+  c.reload_ = static_cast<uint32_t>(reload);
+  c.active_ = static_cast<uint32_t>(active);
+  c.pending_lsb_ = static_cast<uint8_t>(pending_lsb);
+  c.idle_count_ = static_cast<uint32_t>(idle_count);
+  c.run_start_ns_ = c.running_ ? now_ns - static_cast<int64_t>(run_ns) : 0;
+  c.latched_count_ = static_cast<uint16_t>(latched_count);
+  c.latched_status_ = static_cast<uint8_t>(latched_status);
+  *this = c;
+  return absl::OkStatus();
+}
 }  // namespace dsec::devices

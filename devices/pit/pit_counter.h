@@ -2,6 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 
 namespace dsec::devices {
 
@@ -77,6 +81,13 @@ class PitCounter {
   int mode() const { return mode_; }
 
   EdgePlan PlanEdges(int64_t now_ns) const;
+
+  // Snapshot form: every field, with a running counter's start given as the
+  // nanoseconds it had run at `now_ns`, so that a restore against another
+  // clock resumes counting where it stopped. Restore checks every field
+  // (`path` names the counter in errors) and changes nothing on error.
+  nlohmann::json Save(int64_t now_ns) const;
+  absl::Status Restore(const nlohmann::json& state, const std::string& path, int64_t now_ns);
 
   static int64_t TicksToNs(uint64_t ticks);
   static uint64_t NsToTicks(int64_t ns);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/json_fields.h"
 #include "base/logging.h"
 #include "base/status.h"
 
@@ -214,4 +215,41 @@ void PitDevice::OnTimer(uint64_t generation, bool once) {
   }
 }
 
+
+nlohmann::json PitDevice::SaveState() const {
+  absl::MutexLock lock(&mu_);
+  const int64_t now = clock_->NowNs();
+  nlohmann::json counters = nlohmann::json::array();
+  for (const PitCounter& c : counters_) counters.push_back(c.Save(now));
+  return {{"counters", std::move(counters)},
+          {"port_b", port_b_bits_},
+          {"refresh_toggle", refresh_toggle_}};
+}
+
+absl::Status PitDevice::RestoreState(const nlohmann::json& state) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, "pit"));
+  const nlohmann::json* counters = f.Raw("counters");
+  const std::string path = f.Path("counters");
+  if (counters == nullptr || !counters->is_array() || counters->size() != 3) {
+    return InvalidField(path, path + " must be a list of 3 counters");
+  }
+  DSEC_ASSIGN_OR_RETURN(uint64_t port_b, f.Uint("port_b", 0, 0x0f));
+  DSEC_ASSIGN_OR_RETURN(bool refresh_toggle, f.Bool("refresh_toggle"));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t now = clock_->NowNs();
+    std::array<PitCounter, 3> restored = counters_;
+    for (size_t i = 0; i < 3; ++i) {
+      DSEC_RETURN_IF_ERROR(
+          restored[i].Restore((*counters)[i], JsonFields::ItemPath(path, i), now));
+    }
+    counters_ = restored;
+    port_b_bits_ = static_cast<uint8_t>(port_b);
+    refresh_toggle_ = refresh_toggle;
+    Replan(now);
+  }
+  if (timers_ != nullptr) PostSync();
+  return absl::OkStatus();
+}
 }  // namespace dsec::devices

@@ -2,6 +2,11 @@
 #include "devices/serial/serial_device.h"
 
 #include <algorithm>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "base/json_fields.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 namespace {
@@ -279,6 +284,47 @@ void SerialDevice::Pulse() {
   interrupts_.fetch_add(1, std::memory_order_relaxed);
   if (irq_ == nullptr) return;
   if (!irq_->Trigger().ok()) interrupt_errors_.fetch_add(1, std::memory_order_relaxed);
+}
+
+nlohmann::json SerialDevice::SaveState() const {
+  absl::MutexLock lock(&mu_);
+  std::string rx(rx_.begin(), rx_.end());
+  return {{"ier", ier_},   {"lcr", lcr_},         {"mcr", mcr_},
+          {"fcr", fcr_},   {"scr", scr_},         {"dll", dll_},
+          {"dlm", dlm_},   {"msr", msr_},         {"overrun", overrun_},
+          {"thre_pending", thre_pending_},        {"irq_level", irq_level_},
+          {"rx", absl::Base64Escape(rx)}};
+}
+
+absl::Status SerialDevice::RestoreState(const nlohmann::json& state) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, "serial"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t ier, f.Uint("ier", 0, kIerMask));
+  DSEC_ASSIGN_OR_RETURN(uint64_t lcr, f.Uint("lcr", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t mcr, f.Uint("mcr", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t fcr, f.Uint("fcr", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t scr, f.Uint("scr", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t dll, f.Uint("dll", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t dlm, f.Uint("dlm", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t msr, f.Uint("msr", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(bool overrun, f.Bool("overrun"));
+  DSEC_ASSIGN_OR_RETURN(bool thre_pending, f.Bool("thre_pending"));
+  DSEC_ASSIGN_OR_RETURN(bool irq_level, f.Bool("irq_level"));
+  DSEC_ASSIGN_OR_RETURN(std::string rx, f.Bytes("rx", 0, rx_capacity_));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  absl::MutexLock lock(&mu_);
+  ier_ = static_cast<uint8_t>(ier);
+  lcr_ = static_cast<uint8_t>(lcr);
+  mcr_ = static_cast<uint8_t>(mcr);
+  fcr_ = static_cast<uint8_t>(fcr);
+  scr_ = static_cast<uint8_t>(scr);
+  dll_ = static_cast<uint8_t>(dll);
+  dlm_ = static_cast<uint8_t>(dlm);
+  msr_ = static_cast<uint8_t>(msr);
+  overrun_ = overrun;
+  thre_pending_ = thre_pending;
+  irq_level_ = irq_level;
+  rx_.assign(rx.begin(), rx.end());
+  return absl::OkStatus();
 }
 
 }  // namespace dsec::devices

@@ -8,6 +8,8 @@
 #include <span>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 #include "absl/synchronization/mutex.h"
 #include "platform/interrupt/interrupt_line.h"
 #include "devices/serial/byte_sink.h"
@@ -65,6 +67,12 @@ class SerialDevice : public bus::BusDevice {
   size_t RxSpace() const;
 
   Metrics metrics() const;
+
+  // Snapshots (vmm/vm): the device's state as JSON, and back into a device
+  // that no vCPU uses yet. A snapshot is untrusted input: every field is
+  // checked and an error names it.
+  nlohmann::json SaveState() const;
+  absl::Status RestoreState(const nlohmann::json& state);
 
  private:
   uint8_t ReadRegister(uint64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

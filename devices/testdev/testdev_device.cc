@@ -7,7 +7,9 @@
 
 #include "devices/testdev/testdev_regs.h"
 #include "base/little_endian.h"
+#include "base/json_fields.h"
 #include "base/logging.h"
+#include "base/status.h"
 
 namespace dsec::devices {
 namespace {
@@ -166,4 +168,31 @@ TestDevice::Metrics TestDevice::metrics() const {
   return m;
 }
 
+
+nlohmann::json TestDevice::SaveState() const {
+  absl::MutexLock lock(&mu_);
+  return {{"msg_addr", msg_addr_},
+          {"messages", budget_messages_},
+          {"message_bytes", budget_bytes_},
+          {"events", budget_events_},
+          {"shutdown_sent", shutdown_sent_}};
+}
+
+absl::Status TestDevice::RestoreState(const nlohmann::json& state) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, "testdev"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t msg_addr, f.Uint("msg_addr", 0, UINT64_MAX));
+  // The budgets carry on from where the snapshot's guest had used them.
+  DSEC_ASSIGN_OR_RETURN(uint64_t messages, f.Uint("messages", 0, limits_.max_messages));
+  DSEC_ASSIGN_OR_RETURN(uint64_t bytes, f.Uint("message_bytes", 0, limits_.max_message_bytes));
+  DSEC_ASSIGN_OR_RETURN(uint64_t events, f.Uint("events", 0, limits_.max_events));
+  DSEC_ASSIGN_OR_RETURN(bool shutdown_sent, f.Bool("shutdown_sent"));
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  absl::MutexLock lock(&mu_);
+  msg_addr_ = msg_addr;
+  budget_messages_ = messages;
+  budget_bytes_ = bytes;
+  budget_events_ = events;
+  shutdown_sent_ = shutdown_sent;
+  return absl::OkStatus();
+}
 }  // namespace dsec::devices

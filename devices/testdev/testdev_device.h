@@ -6,6 +6,8 @@
 #include <span>
 #include <string_view>
 
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
@@ -73,6 +75,12 @@ class TestDevice : public bus::BusDevice {
 
   Metrics metrics() const;
 
+  // Snapshots (vmm/vm): the device's state as JSON, and back into a device
+  // that no vCPU uses yet. A snapshot is untrusted input: every field is
+  // checked and an error names it.
+  nlohmann::json SaveState() const;
+  absl::Status RestoreState(const nlohmann::json& state);
+
  private:
   void SendMessage(uint64_t len);
   void SendEvent(uint32_t code);
@@ -83,7 +91,7 @@ class TestDevice : public bus::BusDevice {
   const Clock* const clock_;
   const Limits limits_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   uint64_t msg_addr_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t budget_messages_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t budget_bytes_ ABSL_GUARDED_BY(mu_) = 0;

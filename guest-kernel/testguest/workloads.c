@@ -6,6 +6,7 @@
 #include "fmt.h"
 #include "layout.h"
 #include "memload.h"
+#include "pagealloc.h"
 #include "smp.h"
 #include "syscall.h"
 #include "virtio_workloads.h"
@@ -113,6 +114,78 @@ static int run_ticks(const struct tg_boot_info *bi, uint64_t n, struct tg_line *
 	return TG_EXIT_OK;
 }
 
+/* snap:TICKS: state a snapshot must carry. Fills 4 MiB of page-allocator
+ * memory with an xorshift stream, prints "snap ready", then sleeps (hlt)
+ * tick by tick; every 10 ticks it re-sums the buffer and prints
+ * "snap tick=K sum=0x.. ok=0|1", the tick number counted in a register
+ * and on the stack. A guest restored from a snapshot goes on from the
+ * tick it was at (no second "snap ready"), with the same sum. */
+#define kSnapBytes (4ull << 20)
+
+static uint64_t snap_sum(const uint64_t *buf, uint64_t words)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (uint64_t i = 0; i < words; i++)
+		h = (h ^ buf[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static int run_snap(const struct tg_boot_info *bi, uint64_t n, struct tg_line *out)
+{
+	struct tg_line note;
+	uint64_t words = kSnapBytes / 8, x = 0x9e3779b97f4a7c15ull;
+
+	if (!pagealloc_init(bi)) {
+		line_reset(out);
+		line_str(out, "error snap-no-memory");
+		return TG_EXIT_ERROR;
+	}
+	uint64_t *buf = page_alloc(kSnapBytes);
+	if (!buf) {
+		line_reset(out);
+		line_str(out, "error snap-no-memory");
+		return TG_EXIT_ERROR;
+	}
+	for (uint64_t i = 0; i < words; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		buf[i] = x;
+	}
+	uint64_t want = snap_sum(buf, words), bad = 0, lines = 0;
+	line_reset(&note);
+	line_str(&note, "snap ready");
+	line_kv(&note, "ticks", n);
+	line_str(&note, " sum=");
+	line_hex(&note, want);
+	console_send(&note);
+	for (uint64_t k = 1; k <= n; k++) {
+		uint64_t t = tg_ticks;
+		while (tg_ticks == t)
+			sys_halt();
+		if (k % 10 != 0 && k != n)
+			continue;
+		uint64_t got = snap_sum(buf, words);
+		if (got != want)
+			bad++;
+		line_reset(&note);
+		line_str(&note, "snap tick=");
+		line_u64(&note, k);
+		line_str(&note, " sum=");
+		line_hex(&note, got);
+		line_kv(&note, "ok", got == want ? 1 : 0);
+		console_send(&note);
+		lines++;
+	}
+	result_start(out, "snap");
+	line_kv(out, "ticks", n);
+	line_kv(out, "lines", lines);
+	line_kv(out, "mismatches", bad);
+	line_str(out, " sum=");
+	line_hex(out, want);
+	return bad == 0 ? TG_EXIT_OK : TG_EXIT_ERROR;
+}
+
 /* Console text for flood: 64-byte numbered lines, so a capped log shows how
  * far it got. */
 static char flood_buf[4096];
@@ -180,6 +253,7 @@ static const struct workload kWorkloads[] = {
 	{ "idle", true, workload_idle, 0 },
 	{ "phases", true, 0, workload_phases },
 	{ "ticks", true, run_ticks, 0 },
+	{ "snap", true, run_snap, 0 },
 	{ "flood", true, run_flood, 0 },
 	{ "triple-fault", false, run_triple_fault, 0 },
 	{ "reset", false, run_reset, 0 },

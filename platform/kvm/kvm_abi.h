@@ -48,6 +48,7 @@ inline constexpr unsigned long kSetGsiRouting = _IOW(kKvmIo, 0x6a, IrqRoutingHea
 inline constexpr unsigned long kGetMsrs = _IOWR(kKvmIo, 0x88, MsrsHeader);
 inline constexpr unsigned long kSetMsrs = _IOW(kKvmIo, 0x89, MsrsHeader);
 inline constexpr unsigned long kSetCpuid2 = _IOW(kKvmIo, 0x90, CpuidHeader);
+inline constexpr unsigned long kGetCpuid2 = _IOWR(kKvmIo, 0x91, CpuidHeader);
 
 static_assert(kGetMsrIndexList == 0xc004ae02);
 static_assert(kGetSupportedCpuid == 0xc008ae05);
@@ -55,5 +56,6 @@ static_assert(kSetGsiRouting == 0x4008ae6a);
 static_assert(kGetMsrs == 0xc008ae88);
 static_assert(kSetMsrs == 0x4008ae89);
 static_assert(kSetCpuid2 == 0x4008ae90);
+static_assert(kGetCpuid2 == 0xc008ae91);
 
 }  // namespace dsec::kvm::abi

@@ -3,6 +3,8 @@
 
 #include <linux/kvm.h>
 
+#include "platform/kvm/kvm_abi.h"
+
 namespace dsec::kvm {
 
 namespace {
@@ -21,10 +23,18 @@ constexpr unsigned long kTeardown[] = {
     KVM_GET_DIRTY_LOG,
 };
 
+constexpr unsigned long kSnapshot[] = {
+    KVM_GET_REGS,      KVM_GET_SREGS,       KVM_GET_FPU,      KVM_GET_XSAVE,   KVM_GET_XSAVE2,
+    KVM_GET_XCRS,      KVM_GET_DEBUGREGS,   abi::kGetMsrs,    KVM_GET_LAPIC,
+    KVM_GET_VCPU_EVENTS, KVM_GET_MP_STATE,  abi::kGetCpuid2,  KVM_GET_TSC_KHZ,
+    KVM_GET_IRQCHIP,   KVM_GET_CLOCK,
+};
+
 }  // namespace
 
 std::span<const unsigned long> VcpuRunIoctls() { return kVcpuRun; }
 std::span<const unsigned long> InterruptIoctls() { return kInterrupt; }
 std::span<const unsigned long> TeardownIoctls() { return kTeardown; }
+std::span<const unsigned long> SnapshotIoctls() { return kSnapshot; }
 
 }  // namespace dsec::kvm

@@ -25,5 +25,9 @@ std::span<const unsigned long> InterruptIoctls();
 // KVM_GET_REGS/SREGS (where each vCPU was), unwiring irqfds and ioeventfds,
 // deleting memslots, KVM_GET_DIRTY_LOG (final statistics).
 std::span<const unsigned long> TeardownIoctls();
+// What saving a paused VM's state issues (a snapshot, vmm/vm): the KVM_GET_*
+// of every vCPU's registers, FPU/XSAVE/XCRS, debug registers, MSRs, LAPIC,
+// events, MP state, CPUID and TSC frequency, and the VM's irqchip and clock.
+std::span<const unsigned long> SnapshotIoctls();
 
 }  // namespace dsec::kvm

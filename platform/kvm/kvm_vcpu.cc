@@ -3,6 +3,7 @@
 
 #include <linux/kvm.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -50,6 +51,15 @@ static_assert(sizeof(LapicState) == sizeof(kvm_lapic_state));
 static_assert(LapicState::kSize == KVM_APIC_REG_SIZE);
 static_assert(sizeof(VcpuEvents) == sizeof(kvm_vcpu_events));
 static_assert(alignof(VcpuEvents) >= alignof(kvm_vcpu_events));
+static_assert(sizeof(FpuRegs) == sizeof(kvm_fpu));
+// struct kvm_xsave ends in a flexible array (empty in C, a 4-byte wrapper
+// under g++): the legacy area is its first 4 KiB.
+static_assert(offsetof(kvm_xsave, region) == 0 &&
+              sizeof(kvm_xsave::region) == KvmVcpu::kLegacyXsaveSize);
+static_assert(sizeof(XcrsState) == sizeof(kvm_xcrs));
+static_assert(sizeof(DebugRegs) == sizeof(kvm_debugregs));
+static_assert(sizeof(IrqchipState) == sizeof(kvm_irqchip));
+static_assert(sizeof(ClockData) == sizeof(kvm_clock_data));
 static_assert(kMpStateRunnable == KVM_MP_STATE_RUNNABLE);
 static_assert(kMpStateUninitialized == KVM_MP_STATE_UNINITIALIZED);
 static_assert(kMpStateInitReceived == KVM_MP_STATE_INIT_RECEIVED);
@@ -322,6 +332,104 @@ absl::StatusOr<uint32_t> KvmVcpu::GetTscKhz() const {
   int khz = IoctlRetry(fd_.get(), KVM_GET_TSC_KHZ, 0);
   if (khz < 0) return ErrnoToStatus(absl::StrCat("KVM_GET_TSC_KHZ(vcpu ", id_, ")"), -khz);
   return static_cast<uint32_t>(khz);
+}
+
+absl::Status KvmVcpu::SetTscKhz(uint32_t khz) {
+  if (int r = IoctlRetry(fd_.get(), KVM_SET_TSC_KHZ, static_cast<unsigned long>(khz)); r < 0) {
+    return ErrnoToStatus(absl::StrCat("KVM_SET_TSC_KHZ(vcpu ", id_, ", ", khz, ")"), -r);
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// KVM_GET_<X> / KVM_SET_<X> of one whole structure.
+// (The state's first kSize bytes are the structure's; checked above.)
+template <typename State, typename Kernel>
+absl::StatusOr<State> GetWhole(int fd, unsigned long request, const char* name, uint32_t id) {
+  static_assert(sizeof(Kernel) >= State::kSize);
+  Kernel k{};
+  if (int r = IoctlRetry(fd, request, &k); r < 0) {
+    return ErrnoToStatus(absl::StrCat(name, "(vcpu ", id, ")"), -r);
+  }
+  State out;
+  std::memcpy(out.bytes, static_cast<const void*>(&k), State::kSize);
+  return out;
+}
+template <typename State, typename Kernel>
+absl::Status SetWhole(int fd, unsigned long request, const char* name, uint32_t id,
+                      const State& state) {
+  static_assert(sizeof(Kernel) >= State::kSize);
+  Kernel k{};
+  std::memcpy(static_cast<void*>(&k), state.bytes, State::kSize);
+  if (int r = IoctlRetry(fd, request, &k); r < 0) {
+    return ErrnoToStatus(absl::StrCat(name, "(vcpu ", id, ")"), -r);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<FpuRegs> KvmVcpu::GetFpuRegs() const {
+  return GetWhole<FpuRegs, kvm_fpu>(fd_.get(), KVM_GET_FPU, "KVM_GET_FPU", id_);
+}
+absl::Status KvmVcpu::SetFpuRegs(const FpuRegs& fpu) {
+  return SetWhole<FpuRegs, kvm_fpu>(fd_.get(), KVM_SET_FPU, "KVM_SET_FPU", id_, fpu);
+}
+absl::StatusOr<std::vector<uint8_t>> KvmVcpu::GetXsave(size_t size) const {
+  size = std::max(size, kLegacyXsaveSize);
+  std::vector<uint8_t> buf(size);
+  const bool legacy = size == kLegacyXsaveSize;
+  if (int r = IoctlRetry(fd_.get(), legacy ? KVM_GET_XSAVE : KVM_GET_XSAVE2, buf.data()); r < 0) {
+    return ErrnoToStatus(absl::StrCat(legacy ? "KVM_GET_XSAVE" : "KVM_GET_XSAVE2", "(vcpu ", id_,
+                                      ", ", size, " bytes)"),
+                         -r);
+  }
+  return buf;
+}
+absl::Status KvmVcpu::SetXsave(const std::vector<uint8_t>& xsave) {
+  if (xsave.size() < kLegacyXsaveSize) {
+    return absl::InvalidArgumentError("KVM_SET_XSAVE: an XSAVE area is at least 4 KiB");
+  }
+  std::vector<uint8_t> buf = xsave;  // KVM_SET_XSAVE reads through a non-const pointer
+  if (int r = IoctlRetry(fd_.get(), KVM_SET_XSAVE, buf.data()); r < 0) {
+    return ErrnoToStatus(absl::StrCat("KVM_SET_XSAVE(vcpu ", id_, ")"), -r);
+  }
+  return absl::OkStatus();
+}
+absl::StatusOr<XcrsState> KvmVcpu::GetXcrs() const {
+  return GetWhole<XcrsState, kvm_xcrs>(fd_.get(), KVM_GET_XCRS, "KVM_GET_XCRS", id_);
+}
+absl::Status KvmVcpu::SetXcrs(const XcrsState& xcrs) {
+  return SetWhole<XcrsState, kvm_xcrs>(fd_.get(), KVM_SET_XCRS, "KVM_SET_XCRS", id_, xcrs);
+}
+absl::StatusOr<DebugRegs> KvmVcpu::GetDebugRegs() const {
+  return GetWhole<DebugRegs, kvm_debugregs>(fd_.get(), KVM_GET_DEBUGREGS, "KVM_GET_DEBUGREGS",
+                                            id_);
+}
+absl::Status KvmVcpu::SetDebugRegs(const DebugRegs& regs) {
+  return SetWhole<DebugRegs, kvm_debugregs>(fd_.get(), KVM_SET_DEBUGREGS, "KVM_SET_DEBUGREGS",
+                                            id_, regs);
+}
+
+absl::StatusOr<std::vector<CpuidEntry>> KvmVcpu::GetCpuid() const {
+  // KVM answers E2BIG when nent is too small; the table a monitor sets is
+  // well under 256 entries.
+  for (uint32_t nent = 64; nent <= 4096; nent *= 4) {
+    std::vector<uint8_t> buf(sizeof(abi::CpuidHeader) + nent * sizeof(CpuidEntry));
+    auto* cpuid = reinterpret_cast<abi::CpuidHeader*>(buf.data());
+    cpuid->nent = nent;
+    int r = IoctlRetry(fd_.get(), abi::kGetCpuid2, cpuid);
+    if (r == -E2BIG) continue;
+    if (r < 0) return ErrnoToStatus(absl::StrCat("KVM_GET_CPUID2(vcpu ", id_, ")"), -r);
+    std::vector<CpuidEntry> out(std::min(cpuid->nent, nent));
+    if (!out.empty()) {
+      std::memcpy(static_cast<void*>(out.data()), buf.data() + sizeof(abi::CpuidHeader),
+                  out.size() * sizeof(CpuidEntry));
+    }
+    return out;
+  }
+  return absl::InternalError(absl::StrCat("KVM_GET_CPUID2(vcpu ", id_, "): more than 4096 entries"));
 }
 
 }  // namespace dsec::kvm

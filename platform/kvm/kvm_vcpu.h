@@ -129,6 +129,26 @@ class KvmVcpu {
   absl::Status SetMpState(uint32_t state);
   // KVM_GET_TSC_KHZ: the guest TSC frequency.
   absl::StatusOr<uint32_t> GetTscKhz() const;
+  // KVM_SET_TSC_KHZ (KVM_CAP_TSC_CONTROL).
+  absl::Status SetTscKhz(uint32_t khz);
+
+  // What a snapshot saves, for a vCPU outside KVM_RUN (paused or not yet
+  // started). KVM_GET/SET_FPU (all of it), KVM_GET/SET_XSAVE
+  // (KVM_CAP_XSAVE), KVM_GET/SET_XCRS (KVM_CAP_XCRS), KVM_GET/SET_DEBUGREGS,
+  // and KVM_GET_CPUID2 (the table KVM_SET_CPUID2 gave this vCPU).
+  absl::StatusOr<FpuRegs> GetFpuRegs() const;
+  static constexpr size_t kLegacyXsaveSize = 4096;
+  absl::Status SetFpuRegs(const FpuRegs& fpu);
+  // The XSAVE area: `size` bytes, KvmVm::XsaveSize() (KVM_GET_XSAVE2 when
+  // above the legacy 4 KiB, as on hosts with AVX-512 or AMX state).
+  absl::StatusOr<std::vector<uint8_t>> GetXsave(size_t size) const;
+  // `xsave` must be at least KvmVm::XsaveSize() bytes (KVM reads that many).
+  absl::Status SetXsave(const std::vector<uint8_t>& xsave);
+  absl::StatusOr<XcrsState> GetXcrs() const;
+  absl::Status SetXcrs(const XcrsState& xcrs);
+  absl::StatusOr<DebugRegs> GetDebugRegs() const;
+  absl::Status SetDebugRegs(const DebugRegs& regs);
+  absl::StatusOr<std::vector<CpuidEntry>> GetCpuid() const;
 
  private:
   friend class KvmVm;

@@ -275,6 +275,55 @@ absl::Status KvmVm::CreateIrqchip() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<IrqchipState> KvmVm::GetIrqchip(uint32_t chip) const {
+  kvm_irqchip k{};
+  k.chip_id = chip;
+  if (int r = IoctlRetry(fd_.get(), KVM_GET_IRQCHIP, &k); r < 0) {
+    return ErrnoToStatus(absl::StrCat("KVM_GET_IRQCHIP(chip ", chip, ")"), -r);
+  }
+  IrqchipState out;
+  std::memcpy(out.bytes, &k, sizeof(k));
+  return out;
+}
+
+absl::Status KvmVm::SetIrqchip(const IrqchipState& state) {
+  kvm_irqchip k;
+  std::memcpy(&k, state.bytes, sizeof(k));
+  if (int r = IoctlRetry(fd_.get(), KVM_SET_IRQCHIP, &k); r < 0) {
+    return ErrnoToStatus(absl::StrCat("KVM_SET_IRQCHIP(chip ", k.chip_id, ")"), -r);
+  }
+  return absl::OkStatus();
+}
+
+size_t KvmVm::XsaveSize() const {
+  if (CheckExtension(KVM_CAP_XSAVE) <= 0) return 0;
+  const int size = CheckExtension(KVM_CAP_XSAVE2);
+  return size > 4096 ? static_cast<size_t>(size) : 4096;
+}
+
+absl::StatusOr<ClockData> KvmVm::GetClock() const {
+  kvm_clock_data k{};
+  if (int r = IoctlRetry(fd_.get(), KVM_GET_CLOCK, &k); r < 0) {
+    return ErrnoToStatus("KVM_GET_CLOCK", -r);
+  }
+  ClockData out;
+  std::memcpy(out.bytes, &k, sizeof(k));
+  return out;
+}
+
+absl::Status KvmVm::SetClock(const ClockData& clock) {
+  kvm_clock_data k;
+  std::memcpy(&k, clock.bytes, sizeof(k));
+  // Only the clock value: the flags KVM_GET_CLOCK reported (TSC_STABLE,
+  // REALTIME, HOST_TSC) describe the source host, and KVM_SET_CLOCK refuses
+  // flags it does not accept.
+  k.flags = 0;
+  if (int r = IoctlRetry(fd_.get(), KVM_SET_CLOCK, &k); r < 0) {
+    return ErrnoToStatus("KVM_SET_CLOCK", -r);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KvmVm::CreatePit2() {
   kvm_pit_config config{};
   config.flags = KVM_PIT_SPEAKER_DUMMY;

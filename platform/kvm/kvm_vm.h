@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "base/eventfd.h"
 #include "base/scoped_fd.h"
+#include "platform/kvm/x86_types.h"
 #include "platform/memory/guest_memory.h"
 
 namespace dsec::kvm {
@@ -189,6 +190,17 @@ class KvmVm {
   // KVM_CREATE_PIT2 with KVM_PIT_SPEAKER_DUMMY (port 0x61 emulated without a
   // PC speaker). Needs the irqchip.
   absl::Status CreatePit2();
+
+  // KVM_GET_IRQCHIP / KVM_SET_IRQCHIP for chip GsiRoute::kPicMaster,
+  // kPicSlave or kIoapic (the in-kernel irqchip), and KVM_GET_CLOCK /
+  // KVM_SET_CLOCK (kvmclock's base): what a snapshot saves of the VM.
+  absl::StatusOr<IrqchipState> GetIrqchip(uint32_t chip) const;
+  absl::Status SetIrqchip(const IrqchipState& state);
+  absl::StatusOr<ClockData> GetClock() const;
+  // The size of a vCPU's XSAVE area for KVM_GET_XSAVE2 (KVM_CAP_XSAVE2 on
+  // this VM), at least the legacy 4 KiB; 0 without KVM_CAP_XSAVE.
+  size_t XsaveSize() const;
+  absl::Status SetClock(const ClockData& clock);
   // KVM_SET_TSS_ADDR: three pages of guest-physical space below 4 GiB that
   // KVM may use for real-mode emulation on Intel; must not overlap RAM used
   // by the guest.

@@ -81,6 +81,24 @@ struct VcpuEvents {
   alignas(8) uint8_t bytes[kSize] = {};
 };
 
+
+// Whole-state blobs a snapshot saves and restores without interpreting
+// them, each the byte image of its kernel structure (platform/kvm checks the
+// sizes): struct kvm_fpu, kvm_xsave (the legacy 4 KiB area), kvm_xcrs,
+// kvm_debugregs, kvm_irqchip (one chip: PIC master, PIC slave or IOAPIC) and
+// kvm_clock_data. (The XSAVE area is a byte vector: its size is the host's,
+// KVM_CAP_XSAVE2, 4 KiB or more.)
+template <uint32_t N>
+struct OpaqueState {
+  static constexpr uint32_t kSize = N;
+  alignas(8) uint8_t bytes[N] = {};
+};
+using FpuRegs = OpaqueState<416>;
+using XcrsState = OpaqueState<392>;
+using DebugRegs = OpaqueState<128>;
+using IrqchipState = OpaqueState<520>;
+using ClockData = OpaqueState<48>;
+
 // KVM_MP_STATE_* values (Documentation/virt/kvm/api.rst, KVM_GET_MP_STATE).
 inline constexpr uint32_t kMpStateRunnable = 0;
 inline constexpr uint32_t kMpStateUninitialized = 1;

@@ -3,6 +3,7 @@
 
 #include <linux/memfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/str_format.h"
@@ -39,6 +40,36 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::Create(
                              MAP_SHARED | MAP_NORESERVE, 0));
     mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
     mem->fds_.push_back(std::move(fd));
+    mem->maps_.push_back(std::move(map));
+  }
+  DSEC_RETURN_IF_ERROR(ValidateRegionLayout(mem->regions_));
+  return mem;
+}
+
+absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapPrivateFile(
+    std::vector<Range> ranges, int file, std::vector<uint64_t> offsets) {
+  if (offsets.size() != ranges.size()) {
+    return absl::InvalidArgumentError("one file offset per guest RAM region is needed");
+  }
+  struct stat st;
+  if (::fstat(file, &st) != 0) return ErrnoStatus("fstat(guest RAM file)");
+  std::unique_ptr<MemfdGuestMemory> mem(new MemfdGuestMemory());
+  mem->private_file_ = true;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const Range& range = ranges[i];
+    if (range.size == 0 || range.size % kPageSize != 0 || range.gpa % kPageSize != 0 ||
+        offsets[i] % kPageSize != 0 || offsets[i] > static_cast<uint64_t>(st.st_size) ||
+        range.size > static_cast<uint64_t>(st.st_size) - offsets[i]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "guest RAM region %d [0x%x, +0x%x) at file offset 0x%x: not page-aligned, or past the "
+          "end of a file of %d bytes",
+          i, range.gpa, range.size, offsets[i], st.st_size));
+    }
+    DSEC_ASSIGN_OR_RETURN(Mmap map, Mmap::File(file, range.size, PROT_READ | PROT_WRITE,
+                                               MAP_PRIVATE | MAP_NORESERVE,
+                                               static_cast<off_t>(offsets[i])));
+    mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
+    mem->fds_.emplace_back();
     mem->maps_.push_back(std::move(map));
   }
   DSEC_RETURN_IF_ERROR(ValidateRegionLayout(mem->regions_));

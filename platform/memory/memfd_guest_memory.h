@@ -28,8 +28,20 @@ class MemfdGuestMemory : public GuestMemory {
   static absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> Create(std::vector<Range> ranges,
                                                                   Options options);
 
-  // The memfd backing region i (same order as regions()).
+  // Guest RAM restored from a snapshot: region i is `file` from byte
+  // offsets[i], mapped MAP_PRIVATE (copy-on-write): every VM restored from
+  // one file shares the pages it has not written in the host's page cache,
+  // and nothing a VM writes reaches the file. Offsets must be page-aligned
+  // and the file long enough (checked). Such memory has no memfd:
+  // RegionFd() is -1 and private_file() true (hole punching would change
+  // the shared file; the balloon refuses it).
+  static absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MapPrivateFile(
+      std::vector<Range> ranges, int file, std::vector<uint64_t> offsets);
+
+  // The memfd backing region i (same order as regions()); -1 for memory
+  // mapped from a snapshot file.
   int RegionFd(size_t i) const { return fds_[i].get(); }
+  bool private_file() const { return private_file_; }
   // Bytes of region i resident in the host (mincore over the mapping).
   absl::StatusOr<uint64_t> ResidentBytes() const;
 
@@ -37,6 +49,7 @@ class MemfdGuestMemory : public GuestMemory {
   MemfdGuestMemory() = default;
   std::vector<ScopedFd> fds_;
   std::vector<Mmap> maps_;
+  bool private_file_ = false;
 };
 
 }  // namespace dsec::memory

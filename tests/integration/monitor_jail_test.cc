@@ -222,6 +222,47 @@ TEST_F(MonitorJailTest, TheControlSocketAnswersUnderTheFilters) {
   EXPECT_EQ(WEXITSTATUS(status), 7);  // stopped on request
 }
 
+// Snapshots through the jailed monitor: `vm ctl snapshot` writes into
+// --snapshot-dir from the filtered control thread (as the dropped uid), and
+// a second jailed monitor started with --restore runs the guest to its end.
+TEST_F(MonitorJailTest, SnapshotAndRestoreUnderTheFilters) {
+  const std::string sock = dir_.path() + "/control.sock";
+  const std::string snap = dir_.path() + "/snap";
+  ASSERT_EQ(::mkdir(snap.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(snap.c_str(), TestUid(), TestUid()), 0);
+  dsec::SpawnOptions spawn;
+  spawn.argv = Jailed(Base("snap:200", "60000"));
+  for (const std::string& a : {std::string("--control"), sock, std::string("--snapshot-dir"), snap}) {
+    spawn.argv.push_back(a);
+  }
+  spawn.err = dsec::Stdio::Inherit();
+  auto monitor = dsec::Subprocess::Spawn(spawn);
+  ASSERT_TRUE(monitor.ok()) << monitor.status();
+  ASSERT_TRUE(WaitForListeningSocket(sock, monitor->pid(), 5000)) << "the control socket did not answer";
+  const std::string vmm = dsec::testing::VmmBinaryPath();
+  auto r = RunCommand({vmm, "vm", "ctl", "--socket", sock, "snapshot"});
+  EXPECT_EQ(r.exit_status, 0) << r.out << r.err;
+  nlohmann::json answer = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(answer.is_object() && answer.value("ok", false)) << r.out;
+  EXPECT_EQ(answer.value("memory_bytes", 0ull), 128ull << 20) << r.out;
+  // A second one into the same directory is refused, the first kept.
+  r = RunCommand({vmm, "vm", "ctl", "--socket", sock, "snapshot"});
+  EXPECT_EQ(r.exit_status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("ALREADY_EXISTS"), std::string::npos) << r.out;
+  ASSERT_TRUE(monitor->Signal(SIGTERM).ok());
+  auto ended = monitor->Wait();
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  ASSERT_TRUE(WIFEXITED(ended->wait_status)) << "the monitor was killed (a call off its list?)";
+  EXPECT_EQ(WEXITSTATUS(ended->wait_status), 7);
+
+  auto argv = Jailed({mon_, "--console", "none", "--restore", snap, "--timeout-ms", "60000"});
+  auto restored = RunCommand(argv);
+  EXPECT_EQ(restored.exit_status, 0) << restored.out << restored.err;
+  EXPECT_NE(restored.out.find("testguest: result workload=snap ticks=200"), std::string::npos)
+      << restored.out << restored.err;
+  EXPECT_NE(restored.out.find("mismatches=0"), std::string::npos) << restored.out;
+}
+
 TEST_F(MonitorJailTest, BadJailFlagsAreOneClearLine) {
   struct Case {
     std::vector<std::string> extra;

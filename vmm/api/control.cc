@@ -52,13 +52,14 @@ absl::StatusOr<ControlRequest> ParseControlRequest(std::string_view line) {
   if (!j.is_object()) return absl::InvalidArgumentError("request must be a JSON object");
   auto op = j.find("op");
   if (op == j.end() || !op->is_string()) {
-    return absl::InvalidArgumentError("request needs \"op\" (a string): stats, balloon, pause or resume");
+    return absl::InvalidArgumentError("request needs \"op\" (a string): stats, balloon, pause, resume or snapshot");
   }
   ControlRequest req;
   const std::string name = op->get<std::string>();
   for (auto [op_name, op_value] : {std::pair{"stats", ControlRequest::Op::kStats},
                                    std::pair{"pause", ControlRequest::Op::kPause},
-                                   std::pair{"resume", ControlRequest::Op::kResume}}) {
+                                   std::pair{"resume", ControlRequest::Op::kResume},
+                                   std::pair{"snapshot", ControlRequest::Op::kSnapshot}}) {
     if (name != op_name) continue;
     req.op = op_value;
     for (auto it = j.begin(); it != j.end(); ++it) {
@@ -94,7 +95,7 @@ absl::StatusOr<ControlRequest> ParseControlRequest(std::string_view line) {
     return req;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown op \"", name, "\" (known: stats, balloon, pause, resume)"));
+      absl::StrCat("unknown op \"", name, "\" (known: stats, balloon, pause, resume, snapshot)"));
 }
 
 nlohmann::json ControlErrorJson(const absl::Status& status) {

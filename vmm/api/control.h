@@ -32,7 +32,7 @@ namespace dsec::api {
 inline constexpr size_t kMaxControlRequestBytes = 4096;
 
 struct ControlRequest {
-  enum class Op { kStats, kBalloon, kPause, kResume };
+  enum class Op { kStats, kBalloon, kPause, kResume, kSnapshot };
   Op op = Op::kStats;
   uint64_t target_mib = 0;  // kBalloon
 };

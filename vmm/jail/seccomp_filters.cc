@@ -101,6 +101,10 @@ enum class Cond {
   kNoExec,       // mmap/mprotect: arg2 (prot) without PROT_EXEC
   kOwnProcess,   // tgkill(getpid(), ...)
   kReadOnly,     // openat: no O_WRONLY/O_RDWR/O_CREAT/O_TRUNC in arg2
+  // Snapshot files (FilterExtras::snapshot_dir_fd, passed to AddRule):
+  kCreateInDir,  // openat(dir, ..., O_WRONLY|O_CREAT|O_EXCL[|O_CLOEXEC])
+  kInDir,        // unlinkat(dir, ...)
+  kBothInDir,    // renameat(dir, ..., dir, ...), renameat2 likewise
 };
 
 struct Rule {
@@ -181,6 +185,18 @@ constexpr Rules kControl = {
     {"getdents64", Cond::kAny, "/proc/self listings"},
 };
 
+// The control thread with --snapshot-dir (FilterExtras::snapshot_dir_fd):
+// writing a snapshot of the paused VM into that directory.
+constexpr Rules kControlSnapshot = {
+    {"openat", Cond::kCreateInDir, "create the snapshot's files, in its directory only"},
+    {"pwrite64", Cond::kAny, "write guest RAM and the manifest"},
+    {"ftruncate", Cond::kAny, "size the memory file"},
+    {"fsync", Cond::kAny, "make the snapshot durable"},
+    {"renameat", Cond::kBothInDir, "publish the manifest"},
+    {"renameat2", Cond::kBothInDir, "publish the manifest"},
+    {"unlinkat", Cond::kInDir, "remove a snapshot that failed half-way"},
+};
+
 // The reclaim controller: its timer loop, /proc and DAMON's sysfs files
 // (DAMON only as root: openat may write), madvise on guest RAM.
 constexpr Rules kReclaim = {
@@ -235,6 +251,10 @@ std::vector<unsigned long> BaseIoctls(ThreadKind kind) {
   return out;
 }
 
+bool SnapshotWrites(ThreadKind kind, const FilterExtras& extras) {
+  return kind == ThreadKind::kControl && extras.snapshot_dir_fd >= 0;
+}
+
 // Calls no thread of the monitor makes, whatever its devices: an extra that
 // names one is refused (the jail's promise in its README, and the calls an
 // escaped guest would want most).
@@ -272,7 +292,8 @@ absl::Status SeccompError(const char* what, int rc) {
   return absl::InternalError(absl::StrCat("seccomp: ", what, ": ", std::strerror(-rc)));
 }
 
-absl::Status AddRule(scmp_filter_ctx ctx, const Rule& rule, const std::vector<unsigned long>& ioctls) {
+absl::Status AddRule(scmp_filter_ctx ctx, const Rule& rule, const std::vector<unsigned long>& ioctls,
+                     int dir_fd = -1) {
   const int nr = seccomp_syscall_resolve_name(rule.name);
   if (nr == __NR_SCMP_ERROR) {
     return absl::InternalError(absl::StrCat("seccomp: unknown system call ", rule.name));
@@ -305,6 +326,22 @@ absl::Status AddRule(scmp_filter_ctx ctx, const Rule& rule, const std::vector<un
       rc = seccomp_rule_add(
           ctx, SCMP_ACT_ALLOW, nr, 1,
           SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND, O_RDONLY));
+      break;
+    case Cond::kCreateInDir:
+      rc = seccomp_rule_add(
+          ctx, SCMP_ACT_ALLOW, nr, 2, SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(dir_fd)),
+          SCMP_A2(SCMP_CMP_MASKED_EQ,
+                  O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_DIRECTORY | O_PATH,
+                  O_WRONLY | O_CREAT | O_EXCL));
+      break;
+    case Cond::kInDir:
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(dir_fd)));
+      break;
+    case Cond::kBothInDir:
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 2,
+                            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(dir_fd)),
+                            SCMP_A2(SCMP_CMP_EQ, static_cast<scmp_datum_t>(dir_fd)));
       break;
   }
   if (rc != 0) return SeccompError(rule.name, rc);
@@ -389,6 +426,9 @@ std::vector<std::string> AllowedSyscalls(ThreadKind kind, const FilterExtras& ex
   for (const ExtraSyscall& e : extras.syscalls) {
     if (e.thread == kind) out.push_back(e.name);
   }
+  if (SnapshotWrites(kind, extras)) {
+    for (const Rule& r : kControlSnapshot) out.emplace_back(r.name);
+  }
   if (!AllowedIoctls(kind, extras).empty()) out.emplace_back("ioctl");
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -399,6 +439,9 @@ std::vector<unsigned long> AllowedIoctls(ThreadKind kind, const FilterExtras& ex
   std::vector<unsigned long> out = BaseIoctls(kind);
   for (const ExtraIoctl& e : extras.ioctls) {
     if (e.thread == kind) out.push_back(e.request);
+  }
+  if (SnapshotWrites(kind, extras)) {
+    for (unsigned long r : kvm::SnapshotIoctls()) out.push_back(r);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -423,6 +466,12 @@ absl::Status InstallThreadFilter(ThreadKind kind, SeccompMode mode, const Filter
   for (const Rules* rules : RulesFor(kind)) {
     for (const Rule& r : *rules) {
       DSEC_RETURN_IF_ERROR(AddRule(ctx.get(), r, ioctls));
+      listed.insert(r.name);
+    }
+  }
+  if (SnapshotWrites(kind, extras)) {
+    for (const Rule& r : kControlSnapshot) {
+      DSEC_RETURN_IF_ERROR(AddRule(ctx.get(), r, ioctls, extras.snapshot_dir_fd));
       listed.insert(r.name);
     }
   }

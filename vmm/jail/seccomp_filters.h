@@ -54,6 +54,13 @@ struct ExtraIoctl {
 struct FilterExtras {
   std::vector<ExtraSyscall> syscalls;
   std::vector<ExtraIoctl> ioctls;
+  // Snapshots (--snapshot-dir): the directory's fd, opened before the jail.
+  // The control thread may then create files in that directory only
+  // (openat with this dirfd and O_WRONLY|O_CREAT|O_EXCL, never truncating
+  // or opening an existing file for writing), write, size and sync them,
+  // rename and unlink within it, and read the VM's state (the KVM_GET_*
+  // requests of kvm::SnapshotIoctls). -1: none of this.
+  int snapshot_dir_fd = -1;
 };
 
 // InvalidArgument naming the call for an extra that libseccomp does not

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "vmm/monitor/monitor.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -158,7 +159,20 @@ int RunMonitor(const MonitorOptions& opts) {
   // Everything the monitor opens, it opens before the jail: the stats file
   // too (a dropped uid could not create it).
   const bool jailed = opts.jail.uid.has_value() || opts.jail.seccomp != jail::SeccompMode::kOff;
-  jail::MonitorJail monitor_jail(opts.jail);
+  // Snapshots go into a directory opened now; once jailed, the control
+  // thread may create files in it and nowhere else (vmm/jail).
+  ScopedFd snapshot_dir;
+  if (!opts.snapshot_dir.empty()) {
+    snapshot_dir.Reset(::open(opts.snapshot_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!snapshot_dir.valid()) {
+      std::fprintf(stderr, "dsec-monitor: --snapshot-dir %s: %s\n", opts.snapshot_dir.c_str(),
+                   std::strerror(errno));
+      return kExitUsage;
+    }
+  }
+  jail::JailOptions jail_options = opts.jail;
+  jail_options.extras.snapshot_dir_fd = snapshot_dir.get();
+  jail::MonitorJail monitor_jail(jail_options);
   if (jailed) PrepareForJail();
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> stats_file(nullptr, &std::fclose);
   if (!opts.stats_json.empty()) {
@@ -171,10 +185,12 @@ int RunMonitor(const MonitorOptions& opts) {
   }
 
   CpuFrequencyWarmup frequency_warmup;
-  auto created = vm::Vm::Create(config);
+  auto created = opts.restore.empty() ? vm::Vm::Create(config) : vm::Vm::Restore(opts.restore, config);
   if (!created.ok()) {
-    std::fprintf(stderr, "dsec-monitor: %s\n", std::string(created.status().message()).c_str());
+    std::fprintf(stderr, "dsec-monitor: %s%s\n", opts.restore.empty() ? "" : "--restore: ",
+                 std::string(created.status().message()).c_str());
     return created.status().code() == absl::StatusCode::kInvalidArgument ||
+                   created.status().code() == absl::StatusCode::kFailedPrecondition ||
                    created.status().code() == absl::StatusCode::kNotFound ||
                    created.status().code() == absl::StatusCode::kPermissionDenied
                ? kExitUsage
@@ -228,8 +244,12 @@ int RunMonitor(const MonitorOptions& opts) {
   std::unique_ptr<api::ControlServer> control;
   if (!opts.control.empty()) {
     VmReclaim* r = reclaim.get();
+    const int snap_fd = snapshot_dir.get();
     auto server = api::ControlServer::Start(
-        opts.control, [m, r](const api::ControlRequest& req) { return HandleVmControl(*m, r, req); },
+        opts.control,
+        [m, r, snap_fd](const api::ControlRequest& req) {
+          return HandleVmControl(*m, r, req, snap_fd);
+        },
         side_hook(jail::ThreadKind::kControl));
     if (!server.ok()) {
       monitor_jail.Abort(server.status());

@@ -50,6 +50,10 @@ absl::Status ReadMonitorKeys(const nlohmann::json& j, const std::string& path, M
   if (control) o->control = *control;
   DSEC_ASSIGN_OR_RETURN(auto stats, f.OptString("stats_json", 4096));
   if (stats) o->stats_json = *stats;
+  DSEC_ASSIGN_OR_RETURN(auto snapshot_dir, f.OptString("snapshot_dir", 4096));
+  if (snapshot_dir) o->snapshot_dir = *snapshot_dir;
+  DSEC_ASSIGN_OR_RETURN(auto restore, f.OptString("restore", 4096));
+  if (restore) o->restore = *restore;
   DSEC_ASSIGN_OR_RETURN(auto level,
                         f.OptEnum("log_level", {"trace", "debug", "info", "warn", "error", "off"}));
   if (level) o->log_level = *level;
@@ -208,6 +212,8 @@ nlohmann::json MonitorOptionsToJson(const MonitorOptions& o) {
   nlohmann::json j = vm::VmConfigToJson(o.config);
   j["monitor"] = {{"control", o.control},
                   {"stats_json", o.stats_json},
+                  {"snapshot_dir", o.snapshot_dir},
+                  {"restore", o.restore},
                   {"log_level", o.log_level},
                   {"quiet_report", o.quiet_report},
                   {"reclaim",
@@ -288,6 +294,12 @@ void AddMonitorFlags(CLI::App& app, MonitorFlags& flags) {
   app.add_option("--reclaim-interval-ms", opts.reclaim.interval_ms, "Controller tick period")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{600'000}));
+  app.add_option("--snapshot-dir", opts.snapshot_dir,
+                 "Directory the control socket's \"snapshot\" writes a snapshot into (memory, "
+                 "manifest.json; one at a time)");
+  app.add_option("--restore", opts.restore,
+                 "Start from the snapshot in this directory instead of booting (its memory is "
+                 "mapped copy-on-write; guest settings are the snapshot's)");
   app.add_option("--control", opts.control,
                  "Control socket (unix, 0600, removed at exit): one JSON request per line, see `vm ctl`");
   app.add_option("--uid", flags.uid,

@@ -30,6 +30,11 @@ struct MonitorOptions {
   vm::VmConfig config;
   std::string control;     // control socket path ("" = none)
   std::string stats_json;  // written at exit ("" = none)
+  // Snapshots: the directory the control socket's "snapshot" writes into
+  // ("" = snapshots off), and a snapshot directory to start from instead of
+  // booting ("" = boot; the guest-visible settings are then the snapshot's).
+  std::string snapshot_dir;
+  std::string restore;
   std::string log_level = "warn";
   bool quiet_report = false;  // do not print test-device messages
   ReclaimRunOptions reclaim;

@@ -174,7 +174,8 @@ nlohmann::json VmReclaim::MetricsJson() const {
 }
 
 absl::StatusOr<nlohmann::json> HandleVmControl(vm::Vm& vm, VmReclaim* reclaim,
-                                               const api::ControlRequest& request) {
+                                               const api::ControlRequest& request,
+                                               int snapshot_dir_fd) {
   devices::BalloonControl* b = vm.virtio()->Find<devices::BalloonControl>();
   const uint64_t ram_mib = vm.memory().TotalSize() / kMiB;
   switch (request.op) {
@@ -216,6 +217,26 @@ absl::StatusOr<nlohmann::json> HandleVmControl(vm::Vm& vm, VmReclaim* reclaim,
     case api::ControlRequest::Op::kResume:
       if (vm.paused()) DSEC_RETURN_IF_ERROR(vm.Resume());
       return nlohmann::json{{"ok", true}, {"paused", false}};
+    case api::ControlRequest::Op::kSnapshot: {
+      if (snapshot_dir_fd < 0) {
+        return absl::FailedPreconditionError(
+            "snapshots are off: start the monitor with --snapshot-dir DIR");
+      }
+      // Paused for the snapshot, then as it was.
+      const bool was_paused = vm.paused();
+      if (!was_paused) DSEC_RETURN_IF_ERROR(vm.Pause());
+      absl::StatusOr<vm::SnapshotResult> r = vm.SaveSnapshot(snapshot_dir_fd);
+      if (!was_paused) (void)vm.Resume();
+      if (!r.ok()) return r.status();
+      return nlohmann::json{{"ok", true},
+                            {"paused", was_paused},
+                            {"memory_bytes", r->memory_bytes},
+                            {"memory_bytes_written", r->memory_bytes_written},
+                            {"manifest_bytes", r->manifest_bytes},
+                            {"capture_ms", r->capture_ns / 1e6},
+                            {"memory_ms", r->memory_ns / 1e6},
+                            {"total_ms", r->total_ns / 1e6}};
+    }
   }
   return absl::InternalError("unhandled control op");
 }

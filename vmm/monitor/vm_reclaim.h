@@ -60,8 +60,10 @@ class VmReclaim {
   std::unique_ptr<balloon::ReclaimThread> thread_;
 };
 
-// The control socket's handler for one VM (`reclaim` may be null).
+// The control socket's handler for one VM (`reclaim` may be null;
+// `snapshot_dir_fd` is --snapshot-dir's directory, -1 without one).
 absl::StatusOr<nlohmann::json> HandleVmControl(vm::Vm& vm, VmReclaim* reclaim,
-                                               const api::ControlRequest& request);
+                                               const api::ControlRequest& request,
+                                               int snapshot_dir_fd = -1);
 
 }  // namespace dsec::monitor

@@ -134,8 +134,15 @@ void VcpuThread::Loop() {
     }
   }
   metrics_.first_run_ns.store(MonotonicNowNs());
+  // A vCPU parks only after KVM_RUN returned "interrupted": KVM completes
+  // an exit's I/O (the data a port or MMIO read returns, the instruction's
+  // end) on the next KVM_RUN, before it looks at immediate_exit, so a parked
+  // vCPU has no operation half done and its registers are whole (what a
+  // snapshot saves; Documentation/virt/kvm/api.rst, "kvm_run").
+  bool may_park = true;
   for (;;) {
-    if (!control_->WaitWhilePaused()) return;
+    if (may_park && !control_->WaitWhilePaused()) return;
+    may_park = false;
     absl::StatusOr<kvm::VcpuExit> exit = vcpu_->Run();
     if (!exit.ok()) {
       sink_->OnVcpuStop(id(), VcpuStopCause::kInternalError, exit.status().ToString());
@@ -145,6 +152,7 @@ void VcpuThread::Loop() {
     if (std::holds_alternative<kvm::vcpu_exit::Interrupted>(*exit)) {
       // Clear before looking at the requests (kvm_vcpu.h explains why).
       vcpu_->SetImmediateExit(false);
+      may_park = true;
       continue;
     }
     if (!HandleExit(*exit)) return;

@@ -183,19 +183,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   DSEC_ASSIGN_OR_RETURN(vm->ram_slots_, vm->kvm_vm_->AddGuestMemory(*vm->memory_));
   vm->timestamps_.memory_ready_ns = MonotonicNowNs();
 
-  DSEC_RETURN_IF_ERROR(vm->kvm_vm_->SetTssAddress(kKvmTssAddress));
-  DSEC_RETURN_IF_ERROR(vm->kvm_vm_->CreateIrqchip());
-  if (config.pit == PitChoice::kKernel) {
-    DSEC_RETURN_IF_ERROR(vm->kvm_->RequireExtensions({kvm::Capability::kPit2}));
-    DSEC_RETURN_IF_ERROR(vm->kvm_vm_->CreatePit2());
-  }
-
-  DSEC_ASSIGN_OR_RETURN(vm->loop_, EventLoop::Create());
-  DSEC_RETURN_IF_ERROR(vm->SetUpDevices(config));
-  VirtioDevices::Context vctx{vm->kvm_vm_.get(), vm->memory_.get(), vm->loop_.get(),
-                              &vm->mmio_bus_};
-  DSEC_ASSIGN_OR_RETURN(vm->virtio_, VirtioDevices::Create(config.devices, vctx));
-  vm->cmdline_ = config.cmdline + vm->virtio_->CommandLine();
+  DSEC_RETURN_IF_ERROR(vm->SetUpMachine(config));
 
   arch::BootConfig boot;
   boot.kernel = kernel.bytes();
@@ -214,6 +202,21 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   DSEC_LOG(debug, "vm created kernel={} protocol={} mem_mib={} vcpus={}", config.kernel_path,
            arch::BootProtocolName(plan.protocol), config.mem_mib, config.vcpus);
   return vm;
+}
+
+absl::Status Vm::SetUpMachine(const VmConfig& config) {
+  DSEC_RETURN_IF_ERROR(kvm_vm_->SetTssAddress(kKvmTssAddress));
+  DSEC_RETURN_IF_ERROR(kvm_vm_->CreateIrqchip());
+  if (config.pit == PitChoice::kKernel) {
+    DSEC_RETURN_IF_ERROR(kvm_->RequireExtensions({kvm::Capability::kPit2}));
+    DSEC_RETURN_IF_ERROR(kvm_vm_->CreatePit2());
+  }
+  DSEC_ASSIGN_OR_RETURN(loop_, EventLoop::Create());
+  DSEC_RETURN_IF_ERROR(SetUpDevices(config));
+  VirtioDevices::Context vctx{kvm_vm_.get(), memory_.get(), loop_.get(), &mmio_bus_};
+  DSEC_ASSIGN_OR_RETURN(virtio_, VirtioDevices::Create(config.devices, vctx));
+  cmdline_ = config.cmdline + virtio_->CommandLine();
+  return absl::OkStatus();
 }
 
 absl::Status Vm::SetUpDevices(const VmConfig& config) {
@@ -313,6 +316,9 @@ absl::Status Vm::SetUpVcpus(const VmConfig& config, const void* boot_plan) {
   const auto& plan = *static_cast<const arch::BootPlan*>(boot_plan);
   DSEC_ASSIGN_OR_RETURN(std::vector<kvm::CpuidEntry> supported, kvm_->GetSupportedCpuid());
   DSEC_ASSIGN_OR_RETURN(std::vector<uint32_t> msr_list, kvm_->GetMsrIndexList());
+  msr_index_list_ = msr_list;
+  xsave_size_ = kvm_vm_->XsaveSize();
+  has_xcrs_ = kvm_->CheckExtension(kvm::Capability::kXcrs) > 0;
   // Only MSRs this KVM can set: the boot set is the architectural minimum,
   // and an MSR KVM does not know would fail the whole KVM_SET_MSRS.
   std::vector<kvm::MsrEntry> msrs;
@@ -338,22 +344,27 @@ absl::Status Vm::SetUpVcpus(const VmConfig& config, const void* boot_plan) {
       DSEC_RETURN_IF_ERROR(vcpu->SetSregs(plan.sregs));
       DSEC_RETURN_IF_ERROR(vcpu->SetRegs(plan.regs));
     }
-    auto thread = std::make_unique<vcpu::VcpuThread>(std::move(vcpu), &pio_bus_, &mmio_bus_,
-                                                     &control_,
-                                                     static_cast<vcpu::VcpuStopSink*>(this));
-    std::optional<sched::ThreadPlacement> tp;
-    if (isolation_) tp = isolation_->ForVcpu(id);
-    thread->SetPreRunHook([this, tp]() -> absl::Status {
-      // Pinned and isolated on its own thread, before the first KVM_RUN;
-      // then the owner's hook (the monitor's jail).
-      if (tp) {
-        DSEC_RETURN_IF_ERROR(sched::ApplyToCurrentThread(*tp));
-      }
-      return thread_hook_ ? thread_hook_(VmThread::kVcpu) : absl::OkStatus();
-    });
-    vcpus_.push_back(std::move(thread));
+    AddVcpuThread(std::move(vcpu));
   }
   return absl::OkStatus();
+}
+
+void Vm::AddVcpuThread(std::unique_ptr<kvm::KvmVcpu> vcpu) {
+  const uint32_t id = vcpu->id();
+  auto thread = std::make_unique<vcpu::VcpuThread>(std::move(vcpu), &pio_bus_, &mmio_bus_,
+                                                   &control_,
+                                                   static_cast<vcpu::VcpuStopSink*>(this));
+  std::optional<sched::ThreadPlacement> tp;
+  if (isolation_) tp = isolation_->ForVcpu(id);
+  thread->SetPreRunHook([this, tp]() -> absl::Status {
+    // Pinned and isolated on its own thread, before the first KVM_RUN;
+    // then the owner's hook (the monitor's jail).
+    if (tp) {
+      DSEC_RETURN_IF_ERROR(sched::ApplyToCurrentThread(*tp));
+    }
+    return thread_hook_ ? thread_hook_(VmThread::kVcpu) : absl::OkStatus();
+  });
+  vcpus_.push_back(std::move(thread));
 }
 
 absl::Status Vm::SetUpTimers(const VmConfig& config) {
@@ -451,6 +462,10 @@ absl::Status Vm::Resume() {
     return absl::FailedPreconditionError("VM is not paused");
   control_.Resume();
   return absl::OkStatus();
+}
+
+int64_t Vm::first_run_ns() const {
+  return vcpus_.empty() ? 0 : vcpus_[0]->metrics().first_run_ns.load();
 }
 
 bool Vm::paused() const { return control_.state() == vcpu::VcpuControl::State::kPaused; }
@@ -567,6 +582,8 @@ std::vector<std::string> Vm::TestMessages() const {
   absl::MutexLock lock(&mu_);
   return messages_;
 }
+
+Vm::Vm() = default;
 
 Vm::~Vm() {
   bool started;

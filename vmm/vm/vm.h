@@ -23,6 +23,7 @@
 #include "platform/memory/memfd_guest_memory.h"
 #include "vmm/vcpu/vcpu_thread.h"
 #include "sched/isolation.h"
+#include "vmm/snapshot/snapshot_format.h"
 #include "vmm/vm/vm_config.h"
 
 namespace dsec::devices {
@@ -104,6 +105,16 @@ struct VmStats {
   std::vector<int> vcpu_cpls;
 };
 
+// What SaveSnapshot wrote.
+struct SnapshotResult {
+  uint64_t memory_bytes = 0;          // guest RAM in the snapshot (file size)
+  uint64_t memory_bytes_written = 0;  // of it, data (the rest are holes)
+  uint64_t manifest_bytes = 0;
+  int64_t capture_ns = 0;  // vCPU, VM and device state
+  int64_t memory_ns = 0;   // writing and syncing guest RAM
+  int64_t total_ns = 0;
+};
+
 // One microVM: guest memory, the KVM VM and its vCPU threads, the device
 // buses, and the event-loop thread that runs device back-ends and timers.
 //
@@ -125,6 +136,31 @@ class Vm : private vcpu::VcpuStopSink {
   static absl::StatusOr<std::unique_ptr<Vm>> Create(const VmConfig& config);
   ~Vm() override;
 
+  // Snapshots (vm_snapshot.cc; the format is vmm/snapshot).
+  //
+  // CaptureState: the state of every vCPU, the irqchip, the clock and the
+  // devices, for a VM that is paused or not started (FailedPrecondition
+  // otherwise, and for what cannot be snapshotted yet: virtio devices and
+  // the in-kernel PIT, each named). Any thread.
+  absl::StatusOr<snapshot::Manifest> CaptureState();
+  // Writes a snapshot of this paused VM into the directory `dir_fd`: guest
+  // RAM as `memory` (holes where the guest never wrote), then
+  // `manifest.json`, published last by a rename, both synced and read-only.
+  // AlreadyExists if the directory holds a snapshot; a failure removes what
+  // it wrote. The VM stays paused.
+  absl::StatusOr<SnapshotResult> SaveSnapshot(int dir_fd);
+  // A VM in the state the snapshot in `dir` saved, ready to Start(): guest
+  // RAM is the snapshot's memory file mapped copy-on-write (MAP_PRIVATE),
+  // so VMs restored from one snapshot share its pages in the page cache;
+  // vCPUs, irqchip, clock and devices as saved. The guest-visible settings
+  // come from the snapshot; of `host` only the host-side ones count
+  // (console, timeout_ms, qos). Everything read is checked before anything
+  // is mapped (InvalidArgument naming the field; FailedPrecondition for a
+  // foreign format, or CPU features the guest saw that this host lacks,
+  // named).
+  static absl::StatusOr<std::unique_ptr<Vm>> Restore(const std::string& dir,
+                                                     const VmConfig& host);
+
   // Called on the event-loop thread for each test-device message, in order.
   // Set before Start().
   void SetTestMessageCallback(std::function<void(std::string_view)> callback);
@@ -141,6 +177,8 @@ class Vm : private vcpu::VcpuStopSink {
   VmStats Wait();
 
   bool paused() const;
+  // CLOCK_MONOTONIC of the boot vCPU's first KVM_RUN (0 until it ran).
+  int64_t first_run_ns() const;
   std::vector<std::string> TestMessages() const;
   // Kernel thread ids of the vCPU threads (0 until a thread started).
   std::vector<pid_t> VcpuThreadIds() const;
@@ -156,9 +194,16 @@ class Vm : private vcpu::VcpuStopSink {
 
  private:
   class TestListener;
-  Vm() = default;
+  Vm();
 
   absl::Status SetUpVcpus(const VmConfig& config, const void* boot_plan);
+  // The VcpuThread for a configured vCPU (placement, the owner's hook).
+  void AddVcpuThread(std::unique_ptr<kvm::KvmVcpu> vcpu);
+  absl::Status SetUpRestoredVcpus(const snapshot::Manifest& manifest);
+  absl::Status RestoreDevices(const nlohmann::json& devices);
+  // After guest RAM: the TSS, irqchip (and KVM's PIT), the event loop, the
+  // legacy devices and the virtio devices (Create and Restore alike).
+  absl::Status SetUpMachine(const VmConfig& config);
   absl::Status SetUpDevices(const VmConfig& config);
   absl::Status SetUpTimers(const VmConfig& config);
   absl::Status SetUpPlacement(const VmConfig& config);
@@ -181,6 +226,12 @@ class Vm : private vcpu::VcpuStopSink {
   std::vector<kvm::MemSlot> ram_slots_;
   std::unique_ptr<kvm::KvmSystem> kvm_;
   std::unique_ptr<kvm::KvmVm> kvm_vm_;
+  // Known at creation, for CaptureState on threads that may not issue
+  // system ioctls (the jailed control thread): the MSRs KVM lists, and
+  // whether it has KVM_GET_XSAVE / KVM_GET_XCRS.
+  std::vector<uint32_t> msr_index_list_;
+  size_t xsave_size_ = 0;  // KvmVm::XsaveSize()
+  bool has_xcrs_ = false;
 
   bus::Bus pio_bus_{"pio"};
   bus::Bus mmio_bus_{"mmio"};

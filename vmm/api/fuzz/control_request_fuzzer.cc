@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (req.ok()) {
     using Op = dsec::api::ControlRequest::Op;
     DSEC_CHECK(req->op == Op::kStats || req->op == Op::kBalloon || req->op == Op::kPause ||
-               req->op == Op::kResume);
+               req->op == Op::kResume || req->op == Op::kSnapshot);
     DSEC_CHECK(req->target_mib <= (uint64_t{1} << 20));
     DSEC_CHECK(req->op == Op::kBalloon || req->target_mib == 0);
   } else {

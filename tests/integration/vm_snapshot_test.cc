@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: Apache-2.0
+// microVM snapshots on real KVM (vmm/vm/vm_snapshot.cc): the test guest's
+// `snap` workload (4 MiB of xorshift data summed every 10 ticks, a tick
+// counter in registers and on the stack) is paused, saved, and restored into
+// new VMs. Checked: the restored state equals the saved one (registers,
+// memory, devices) before it runs; the restored guest goes on from the tick
+// it was at with its data intact and ends as the original would; clones
+// restored from one snapshot are independent and leave the snapshot
+// unchanged; and snapshots that are damaged, hostile, or from a CPU with
+// features this host lacks are refused before anything runs.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/clock.h"
+#include "base/scoped_fd.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_support.h"
+#include "vmm/snapshot/snapshot_format.h"
+#include "vmm/vm/vm.h"
+
+namespace dsec::vm {
+namespace {
+
+
+std::string ReadAll(const std::string& path);
+
+class VmSnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = dsec::testing::KvmUnavailableReason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    char tmpl[] = "/tmp/dsec-snapshot-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    if (!root_.empty()) {
+      std::string cmd = "rm -rf '" + root_ + "'";
+      (void)std::system(cmd.c_str());
+    }
+  }
+  VmConfig Config(const std::string& workload) {
+    VmConfig c;
+    c.kernel_path = dsec::testing::TestGuestPath();
+    c.cmdline = "testguest.run=" + workload;
+    c.mem_mib = 64;
+    c.console.kind = ConsoleConfig::Kind::kNone;
+    c.timeout_ms = 120'000;
+    return c;
+  }
+  // A fresh directory under the test's root.
+  std::string Dir(const std::string& name) {
+    std::string d = root_ + "/" + name;
+    EXPECT_EQ(::mkdir(d.c_str(), 0700), 0) << d;
+    return d;
+  }
+  // Runs `snap:TICKS` until it reported tick `at` or later, pauses it and
+  // saves it into `dir`. Returns the VM (paused), or null on failure.
+  std::unique_ptr<Vm> RunAndSnapshot(const std::string& dir, int ticks, int at,
+                                     uint64_t* tick_at_snapshot) {
+    auto vm = Vm::Create(Config(absl::StrCat("snap:", ticks)));
+    EXPECT_TRUE(vm.ok()) << vm.status();
+    if (!vm.ok()) return nullptr;
+    EXPECT_TRUE((*vm)->Start().ok());
+    const bool reached = WaitFor(
+        **vm, [&] { return LastTick((*vm)->TestMessages()) >= static_cast<uint64_t>(at); },
+                                 60'000);
+    EXPECT_TRUE(reached) << "the guest did not reach tick " << at;
+    if (!reached) return nullptr;
+    EXPECT_TRUE((*vm)->Pause().ok());
+    *tick_at_snapshot = LastTick((*vm)->TestMessages());
+    ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return nullptr;
+    EXPECT_EQ(r->memory_bytes, 64ull << 20);
+    // The guest wrote its 4 MiB buffer, page tables and its image: some
+    // data, far less than all of RAM (untouched pages stay holes).
+    EXPECT_GE(r->memory_bytes_written, 4ull << 20);
+    EXPECT_LT(r->memory_bytes_written, 64ull << 20);
+    return std::move(*vm);
+  }
+
+  template <typename Pred>
+  static bool WaitFor(Vm& vm, Pred pred, int deadline_ms) {
+    const int64_t end = MonotonicNowNs() + int64_t{deadline_ms} * 1'000'000;
+    while (!pred()) {
+      if (MonotonicNowNs() >= end) return false;
+      pollfd p{vm.stop_requested_fd(), POLLIN, 0};
+      ::poll(&p, 1, 5);
+    }
+    return true;
+  }
+  // The highest "snap tick=K" reported so far (0: none).
+  static uint64_t LastTick(const std::vector<std::string>& messages) {
+    uint64_t last = 0;
+    for (const std::string& line : messages) {
+      if (line.rfind("snap tick=", 0) != 0) continue;
+      uint64_t k = 0;
+      if (absl::SimpleAtoi(dsec::testing::ParseReport(line).Get("tick"), &k)) {
+        last = std::max(last, k);
+      }
+    }
+    return last;
+  }
+
+  std::string root_;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteManifest(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/manifest.json";
+  ::chmod(path.c_str(), 0600);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+TEST_F(VmSnapshotTest, RestoredStateEqualsTheSavedOneAndTheGuestGoesOn) {
+  const std::string dir = Dir("snap");
+  uint64_t at = 0;
+  std::unique_ptr<Vm> original = RunAndSnapshot(dir, 300, 30, &at);
+  ASSERT_NE(original, nullptr);
+  // What was saved (the paused original's PIT still raises ticks into its
+  // irqchip: its state now is not the snapshot's).
+  absl::StatusOr<snapshot::Manifest> saved =
+      snapshot::ParseManifest(ReadAll(dir + "/manifest.json"));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  host.timeout_ms = 120'000;
+  absl::StatusOr<std::unique_ptr<Vm>> restored = Vm::Restore(dir, host);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+
+  // Before it runs, the restored VM holds what was saved.
+  absl::StatusOr<snapshot::Manifest> now = (*restored)->CaptureState();
+  ASSERT_TRUE(now.ok()) << now.status();
+  ASSERT_EQ(now->vcpus.size(), saved->vcpus.size());
+  for (size_t i = 0; i < saved->vcpus.size(); ++i) {
+    const snapshot::VcpuState& a = saved->vcpus[i];
+    const snapshot::VcpuState& b = now->vcpus[i];
+    EXPECT_EQ(std::memcmp(&a.regs, &b.regs, sizeof(a.regs)), 0) << "vcpu " << i << " registers";
+    EXPECT_EQ(std::memcmp(&a.sregs, &b.sregs, sizeof(a.sregs)), 0)
+        << "vcpu " << i << " special registers";
+    EXPECT_EQ(std::memcmp(a.fpu.bytes, b.fpu.bytes, sizeof(a.fpu.bytes)), 0) << "vcpu " << i;
+    EXPECT_EQ(a.mp_state, b.mp_state);
+    EXPECT_EQ(a.cpuid.size(), b.cpuid.size());
+    // Every MSR but the time stamp counter (it counts on) reads back as
+    // saved.
+    for (const kvm::MsrEntry& m : a.msrs) {
+      if (m.index == 0x10) continue;  // IA32_TSC
+      for (const kvm::MsrEntry& n : b.msrs) {
+        if (n.index == m.index) {
+          EXPECT_EQ(n.data, m.data) << "MSR 0x" << std::hex << m.index;
+        }
+      }
+    }
+  }
+  for (size_t c = 0; c < 3; ++c) {
+    EXPECT_EQ(std::memcmp(saved->irqchips[c].bytes, now->irqchips[c].bytes,
+                          sizeof(saved->irqchips[c].bytes)),
+              0)
+        << "irqchip " << c;
+  }
+  // Device state, but for the PIT's elapsed run time (the clock runs on).
+  auto without_time = [](nlohmann::json d) {
+    for (auto& c : d["pit"]["counters"]) c.erase("run_ns");
+    return d;
+  };
+  EXPECT_EQ(without_time(saved->devices), without_time(now->devices));
+  // Guest RAM, byte for byte.
+  const auto a = original->memory().regions();
+  const auto b = (*restored)->memory().regions();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size, b[i].size);
+    EXPECT_EQ(std::memcmp(a[i].host, b[i].host, a[i].size), 0) << "RAM region " << i;
+  }
+  original->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
+  original->Wait();
+  original.reset();
+
+  // Run: the guest goes on from where it was, with its data intact.
+  ASSERT_TRUE((*restored)->Start().ok());
+  VmStats stats = (*restored)->Wait();
+  const std::vector<std::string> messages = (*restored)->TestMessages();
+  std::string all;
+  for (const auto& m : messages) all += m + "\n";
+  EXPECT_EQ(stats.stop.reason, StopReason::kGuestShutdown) << stats.stop.detail << "\n" << all;
+  EXPECT_EQ(stats.stop.guest_exit_code, 0u) << all;
+  int tick_lines = 0;
+  for (const std::string& line : messages) {
+    EXPECT_NE(line.rfind("snap ready", 0), 0u)
+        << "the restored guest started its workload again:\n" << all;
+    if (line.rfind("snap tick=", 0) != 0) continue;
+    ++tick_lines;
+    auto r = dsec::testing::ParseReport(line);
+    uint64_t k = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(r.Get("tick"), &k)) << all;
+    EXPECT_GT(k, at) << "tick " << k << " was reported before the snapshot (at " << at << ")";
+    EXPECT_EQ(r.Get("ok"), "1") << all;
+  }
+  EXPECT_GT(tick_lines, 0) << all;
+  auto result = dsec::testing::FirstReportOf(messages, "result");
+  ASSERT_TRUE(result.has_value()) << all;
+  EXPECT_EQ(result->Get("workload"), "snap");
+  EXPECT_EQ(result->Get("ticks"), "300");
+  EXPECT_EQ(result->Get("mismatches"), "0");
+}
+
+TEST_F(VmSnapshotTest, ClonesAreIndependentAndLeaveTheSnapshotAlone) {
+  const std::string dir = Dir("snap");
+  uint64_t at = 0;
+  std::unique_ptr<Vm> original = RunAndSnapshot(dir, 100, 10, &at);
+  ASSERT_NE(original, nullptr);
+  original.reset();
+  const std::string memory_before = ReadAll(dir + "/memory");
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  host.timeout_ms = 120'000;
+  auto a = Vm::Restore(dir, host);
+  auto b = Vm::Restore(dir, host);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  // A write in one clone is seen by it alone, and not by the file.
+  const uint64_t gpa = 60ull << 20;
+  const uint64_t marker = 0x636c6f6e65414141ull;
+  ASSERT_TRUE((*a)->memory().WriteObj(gpa, marker).ok());
+  EXPECT_EQ(*(*a)->memory().ReadObj<uint64_t>(gpa), marker);
+  EXPECT_NE(*(*b)->memory().ReadObj<uint64_t>(gpa), marker);
+  // Both run to the end on their own.
+  ASSERT_TRUE((*a)->Start().ok());
+  ASSERT_TRUE((*b)->Start().ok());
+  for (std::unique_ptr<Vm>* vm : {&*a, &*b}) {
+    VmStats stats = (*vm)->Wait();
+    EXPECT_EQ(stats.stop.reason, StopReason::kGuestShutdown) << stats.stop.detail;
+    EXPECT_EQ(stats.stop.guest_exit_code, 0u);
+    auto result = dsec::testing::FirstReportOf((*vm)->TestMessages(), "result");
+    ASSERT_TRUE(result.has_value());
+    EXPECT_EQ(result->Get("mismatches"), "0");
+  }
+  EXPECT_TRUE(ReadAll(dir + "/memory") == memory_before) << "a clone changed the snapshot file";
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/memory").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0400u);
+}
+
+TEST_F(VmSnapshotTest, RefusesWhatItCannotSave) {
+  // Running (not paused).
+  auto vm = Vm::Create(Config("snap:1000"));
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->Start().ok());
+  const std::string dir = Dir("snap");
+  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("paused"), std::string::npos) << r.status();
+  // A directory that already holds a snapshot: refused, the first intact.
+  ASSERT_TRUE((*vm)->Pause().ok());
+  ASSERT_TRUE((*vm)->SaveSnapshot(dfd.get()).ok());
+  const std::string manifest = ReadAll(dir + "/manifest.json");
+  r = (*vm)->SaveSnapshot(dfd.get());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists) << r.status();
+  EXPECT_EQ(ReadAll(dir + "/manifest.json"), manifest);
+  (*vm)->RequestStop(StopReason::kHostRequest, "test");
+  (*vm)->Wait();
+  // The in-kernel PIT's state is not saved: such a VM is refused, named.
+  VmConfig kernel_pit = Config("snap:1000");
+  kernel_pit.pit = PitChoice::kKernel;
+  auto kvm_pit = Vm::Create(kernel_pit);
+  ASSERT_TRUE(kvm_pit.ok()) << kvm_pit.status();
+  absl::StatusOr<snapshot::Manifest> m = (*kvm_pit)->CaptureState();
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("in-kernel PIT"), std::string::npos) << m.status();
+}
+
+TEST_F(VmSnapshotTest, DamagedAndHostileSnapshotsAreRefusedBeforeAnythingRuns) {
+  const std::string good = Dir("good");
+  uint64_t at = 0;
+  ASSERT_NE(RunAndSnapshot(good, 1000, 10, &at), nullptr);
+  const std::string manifest = ReadAll(good + "/manifest.json");
+  const std::string body = manifest.substr(manifest.find('\n') + 1);
+  absl::StatusOr<snapshot::Manifest> parsed = snapshot::ParseManifest(manifest);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+
+  // A copy of the good snapshot, with `edit` applied.
+  int n = 0;
+  auto copy = [&](const std::function<void(const std::string&)>& edit) {
+    const std::string d = Dir(absl::StrCat("bad", n++));
+    std::string cmd = "cp -a '" + good + "/memory' '" + good + "/manifest.json' '" + d + "/'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    edit(d);
+    return d;
+  };
+  struct Case {
+    std::string what;
+    std::function<void(const std::string&)> edit;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"a flipped byte",
+       [&](const std::string& d) {
+         std::string t = manifest;
+         t[t.size() / 2] ^= 0x20;
+         WriteManifest(d, t);
+       },
+       absl::StatusCode::kInvalidArgument, "CRC-32"},
+      {"a truncated manifest",
+       [&](const std::string& d) { WriteManifest(d, manifest.substr(0, manifest.size() / 2)); },
+       absl::StatusCode::kInvalidArgument, "truncated"},
+      {"another version",
+       [&](const std::string& d) {
+         std::string t = manifest;
+         t.replace(t.find("\"version\":1"), 11, "\"version\":9");
+         WriteManifest(d, t);
+       },
+       absl::StatusCode::kFailedPrecondition, "version 9 is not supported"},
+      {"a short memory file",
+       [&](const std::string& d) {
+         ::chmod((d + "/memory").c_str(), 0600);
+         EXPECT_EQ(::truncate((d + "/memory").c_str(), (64ll << 20) - 4096), 0);
+       },
+       absl::StatusCode::kInvalidArgument, "want a regular file of"},
+      {"no memory file",
+       [&](const std::string& d) { ::unlink((d + "/memory").c_str()); },
+       absl::StatusCode::kNotFound, "memory"},
+      {"a region past the file's end",
+       [&](const std::string& d) {
+         snapshot::Manifest m = *parsed;
+         m.regions[0].offset = 1ull << 30;
+         m.memory_file_bytes = 2ull << 30;
+         WriteManifest(d, snapshot::SerializeManifest(m));
+       },
+       absl::StatusCode::kInvalidArgument, "memory"},
+      {"more vCPU states than the VM has",
+       [&](const std::string& d) {
+         snapshot::Manifest m = *parsed;
+         m.vcpus.push_back(m.vcpus[0]);
+         m.vcpus.back().id = 1;
+         WriteManifest(d, snapshot::SerializeManifest(m));
+       },
+       absl::StatusCode::kInvalidArgument, "vCPU states"},
+      {"a device the VM does not have",
+       [&](const std::string& d) {
+         snapshot::Manifest m = *parsed;
+         m.devices["gpu"] = nlohmann::json::object();
+         WriteManifest(d, snapshot::SerializeManifest(m));
+       },
+       absl::StatusCode::kInvalidArgument, "gpu"},
+      {"a device state out of range",
+       [&](const std::string& d) {
+         snapshot::Manifest m = *parsed;
+         m.devices["pit"]["counters"][0]["mode"] = 9;
+         WriteManifest(d, snapshot::SerializeManifest(m));
+       },
+       absl::StatusCode::kInvalidArgument, "pit.counters[0].mode"},
+  };
+  for (const Case& c : cases) {
+    const std::string d = copy(c.edit);
+    absl::StatusOr<std::unique_ptr<Vm>> vm = Vm::Restore(d, host);
+    ASSERT_FALSE(vm.ok()) << c.what << " was restored";
+    EXPECT_EQ(vm.status().code(), c.code) << c.what << ": " << vm.status();
+    EXPECT_NE(vm.status().message().find(c.says), std::string::npos) << c.what << ": "
+                                                                        << vm.status();
+  }
+  // The good one still restores: each case failed for its edit alone.
+  EXPECT_TRUE(Vm::Restore(good, host).ok());
+}
+
+TEST_F(VmSnapshotTest, CpuFeaturesThisHostLacksAreNamed) {
+  const std::string good = Dir("good");
+  uint64_t at = 0;
+  ASSERT_NE(RunAndSnapshot(good, 1000, 10, &at), nullptr);
+  absl::StatusOr<snapshot::Manifest> m = snapshot::ParseManifest(ReadAll(good + "/manifest.json"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  // A feature bit of leaf 7 EBX that this guest did not see (so this host's
+  // KVM does not offer it): claim the guest saw it.
+  kvm::CpuidEntry* leaf7 = nullptr;
+  for (auto& e : m->vcpus[0].cpuid) {
+    if (e.function == 7 && e.index == 0) leaf7 = &e;
+  }
+  if (leaf7 == nullptr) GTEST_SKIP() << "this host's KVM offers no CPUID leaf 7";
+  int bit = -1;
+  for (int b = 0; b < 32; ++b) {
+    if ((leaf7->ebx & (1u << b)) == 0) {
+      bit = b;
+      break;
+    }
+  }
+  if (bit < 0) GTEST_SKIP() << "this host offers every leaf-7 EBX feature";
+  leaf7->ebx |= 1u << bit;
+  const std::string d = Dir("foreign");
+  std::string cmd = "cp -a '" + good + "/memory' '" + d + "/'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  WriteManifest(d, snapshot::SerializeManifest(*m));
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  auto vm = Vm::Restore(d, host);
+  ASSERT_FALSE(vm.ok());
+  EXPECT_EQ(vm.status().code(), absl::StatusCode::kFailedPrecondition) << vm.status();
+  EXPECT_NE(vm.status().message().find(absl::StrCat("leaf 0x7.0 ebx bit ", bit)),
+            std::string::npos)
+      << vm.status();
+}
+
+}  // namespace
+}  // namespace dsec::vm

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// The on-disk form of a microVM snapshot: a directory with
+//
+//   memory         guest RAM, one region after another at the offsets the
+//                  manifest gives (sparse: never-touched pages are holes)
+//   manifest.json  everything else: the VM's configuration, each vCPU's
+//                  state, the irqchip and clock, each device's state
+//
+// manifest.json is one header line, then the body:
+//
+//   {"format":"dsec-vm-snapshot","version":1,"body_bytes":N,"crc32":C}\n
+//   <N bytes of JSON: the body>
+//
+// The header is read first, so that a foreign or newer format is named as
+// such; the CRC-32 (zlib's) covers the body's bytes exactly as written.
+// Everything in a snapshot is untrusted input: ParseManifest checks every
+// size, count and offset before the caller maps or allocates anything, and
+// every error names the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "platform/kvm/x86_types.h"
+
+namespace dsec::snapshot {
+
+inline constexpr std::string_view kFormatName = "dsec-vm-snapshot";
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr char kManifestFile[] = "manifest.json";
+inline constexpr char kMemoryFile[] = "memory";
+
+// Bounds on what a manifest may ask for.
+inline constexpr uint64_t kMaxManifestBytes = 16ull << 20;
+inline constexpr uint32_t kMaxVcpus = 255;
+inline constexpr uint32_t kMaxRegions = 16;
+inline constexpr uint32_t kMaxMsrs = 1024;
+inline constexpr uint32_t kMaxCpuidEntries = 256;
+inline constexpr uint32_t kMaxXsaveBytes = 64 << 10;
+inline constexpr uint64_t kPageSize = 4096;
+// 1 TiB: above any VM this monitor makes (VmConfig caps at 1 TiB too).
+inline constexpr uint64_t kMaxMemoryBytes = 1ull << 40;
+
+struct MemoryRegion {
+  uint64_t gpa = 0;
+  uint64_t size = 0;
+  uint64_t offset = 0;  // in the memory file
+};
+
+struct VcpuState {
+  uint32_t id = 0;
+  kvm::Registers regs;
+  kvm::SpecialRegisters sregs;
+  kvm::FpuRegs fpu;
+  // Where KVM has KVM_CAP_XSAVE: the area as KVM_GET_XSAVE2 gives it
+  // (4 KiB or more: the host's size, which restoring needs at least).
+  std::optional<std::vector<uint8_t>> xsave;
+  std::optional<kvm::XcrsState> xcrs;   // where KVM has KVM_CAP_XCRS
+  kvm::DebugRegs debugregs;
+  kvm::LapicState lapic;
+  kvm::VcpuEvents events;
+  uint32_t mp_state = 0;
+  std::vector<kvm::MsrEntry> msrs;
+  std::vector<kvm::CpuidEntry> cpuid;  // what the guest saw
+  uint32_t tsc_khz = 0;                // 0: unknown
+};
+
+struct Manifest {
+  int64_t created_unix_ms = 0;
+  // The VM's configuration in the monitor's JSON form (vmm/vm's
+  // VmConfigToJson): what the restoring side rebuilds the VM from. Its own
+  // checks are the VM's.
+  nlohmann::json config;
+  uint64_t memory_file_bytes = 0;
+  std::vector<MemoryRegion> regions;
+  std::vector<VcpuState> vcpus;
+  std::vector<kvm::IrqchipState> irqchips;  // PIC master, PIC slave, IOAPIC
+  kvm::ClockData clock;
+  // Device name ("serial", "pit", ...) -> that device's state; each device
+  // checks its own.
+  nlohmann::json devices = nlohmann::json::object();
+};
+
+// The manifest file's bytes.
+std::string SerializeManifest(const Manifest& manifest);
+// Checks the header, the CRC, and every field; InvalidArgument naming the
+// field (FailedPrecondition for a format or version this code does not
+// read).
+absl::StatusOr<Manifest> ParseManifest(std::string_view bytes);
+
+}  // namespace dsec::snapshot
