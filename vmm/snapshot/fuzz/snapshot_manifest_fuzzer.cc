@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint32_t crc = static_cast<uint32_t>(
         crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size())));
     Exercise(absl::StrCat(R"({"format":"dsec-vm-snapshot","version":1,"body_bytes":)",
-                          body.size(), R"(,"crc32":)", crc, "}\n", body));
+                          body.size(), R"(,"crc32":)", crc, "}\n", std::string(body)));
   } else {
     Exercise(in);
   }
