@@ -168,6 +168,7 @@ int RunDaemonScript(const DaemonScriptOptions& o) {
   daemon_spawn.argv = {daemon, "--socket", d.socket, "--container-state-dir", d.container_state_dir,
                        "--fncall-state-dir", tmp + "/fncall", "--microvm-state-dir", tmp + "/microvm",
                        "--trajectory-dir", tmp + "/trajectory", "--store", tmp + "/layers",
+                       "--snapshot-dir", tmp + "/snapshots",
                        // The fncall python layer the scripts build (harness.py) is an
                        // image file outside the store.
                        "--layer-image-dir", d.work + "/fncall-layers", "--log-level", "warn"};

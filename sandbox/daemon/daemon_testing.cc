@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<LocalDaemon>> LocalDaemon::Start(const std::strin
   if (auto l = fncall::testing::EnsureTestLayers(); l.ok()) fncall_image = l->runtime;
   so.resolve_layers = StoreResolver(store, fncall_image);
   if (so.layer_store.empty()) so.layer_store = store;
+  if (so.snapshot_dir.empty()) so.snapshot_dir = run_dir + "/snapshots";
   std::vector<std::unique_ptr<tier::Tier>> tiers;
   tiers.push_back(std::make_unique<container::ContainerTier>(
       container::ContainerTierOptions{run_dir + "/ctr", 16 << 20}));

@@ -35,7 +35,8 @@ class DaemonForkTest : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
     static int n = 0;
-    auto d = testing::LocalDaemon::Start(absl::StrCat(dir_->path(), "/run", n++), Store(), ServiceOptions{});
+    run_dir_ = absl::StrCat(dir_->path(), "/run", n++);
+    auto d = testing::LocalDaemon::Start(run_dir_, Store(), ServiceOptions{});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = std::move(*d);
     client_ = testing::UnixClient(daemon_->socket());
@@ -78,8 +79,13 @@ class DaemonForkTest : public ::testing::TestWithParam<bool> {
     return r ? testing::JsonOf(r)["sandboxes"].size() : 0;
   }
 
+  httplib::Result Post(const std::string& path, const json& body) {
+    return client_->Post(path, body.dump(), kJson);
+  }
+
   static TempDir* dir_;
   static std::string skip_;
+  std::string run_dir_;
   std::unique_ptr<testing::LocalDaemon> daemon_;
   std::unique_ptr<httplib::Client> client_;
 };
@@ -140,6 +146,105 @@ TEST_P(DaemonForkTest, ChildrenStartFromTheSourcesFilesAndStayIndependent) {
   ASSERT_EQ(again->status, 201) << again->body;
   const std::string grandchild = testing::JsonOf(again)["sandboxes"][0]["id"];
   EXPECT_EQ(Sh(grandchild, "cat /work/state"), "mine\n");
+}
+
+// POST /v1/sandboxes/{id}/snapshot, create with {"snapshot": id}, the
+// snapshot list, and delete: sandboxes made from a snapshot start from the
+// files it held, whatever the source did after; records outlive the daemon.
+TEST_P(DaemonForkTest, SnapshotsMakeSandboxesAndOutliveTheDaemon) {
+  const std::string src = NewSandbox(json{{"memory_mib", 80}});
+  ASSERT_FALSE(src.empty());
+  ASSERT_EQ(Sh(src, absl::StrCat("mkdir -p /work && echo saved > /work/state && echo ", src,
+                                 " > /work/id; echo ok")),
+            "ok\n");
+  auto r = Post(absl::StrCat("/v1/sandboxes/", src, "/snapshot"), json::object());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  json snap = testing::JsonOf(r);
+  const std::string sid = snap.value("id", "");
+  EXPECT_EQ(sid.rfind("snap-", 0), 0u) << r->body;
+  EXPECT_EQ(snap["source"], src);
+  EXPECT_EQ(snap["captured"], "files");
+  EXPECT_NE(snap["processes"].get<std::string>().find("not carried"), std::string::npos);
+  EXPECT_FALSE(snap.contains("create")) << "the record's internals are not the API's";
+  // The source runs on and changes; the snapshot does not.
+  EXPECT_EQ(Sh(src, "echo later > /work/state; cat /work/state"), "later\n");
+
+  auto listed = client_->Get("/v1/snapshots");
+  ASSERT_TRUE(listed);
+  EXPECT_NE(listed->body.find(sid), std::string::npos) << listed->body;
+  auto one = client_->Get(absl::StrCat("/v1/snapshots/", sid));
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200) << one->body;
+
+  // Two sandboxes from it: the snapshot's files and settings, each its own.
+  std::vector<std::string> made;
+  for (int i = 0; i < 2; ++i) {
+    auto c = Post("/v1/sandboxes", json{{"snapshot", sid}, {"ttl_s", 600}});
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 201) << c->body;
+    json d = testing::JsonOf(c);
+    EXPECT_EQ(d["memory_mib"], 80) << d.dump();
+    EXPECT_EQ(d["user_namespace"], GetParam()) << d.dump();
+    made.push_back(d["id"]);
+  }
+  EXPECT_EQ(Sh(made[0], "cat /work/state; echo mine > /work/state"), "saved\n");
+  EXPECT_EQ(Sh(made[1], "cat /work/state"), "saved\n");
+
+  // Bad creates: fields the snapshot decides, an unknown snapshot.
+  auto bad = Post("/v1/sandboxes", json{{"snapshot", sid}, {"layers", {"bb:1"}}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("layers"), std::string::npos) << bad->body;
+  bad = Post("/v1/sandboxes", json{{"snapshot", "snap-0000000000000000"}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  bad = Post("/v1/sandboxes", json{{"snapshot", "../../etc/passwd"}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+
+  // The daemon restarts: the snapshot is still there and still makes
+  // sandboxes.
+  client_.reset();
+  daemon_.reset();
+  auto d = testing::LocalDaemon::Start(run_dir_, Store(), ServiceOptions{});
+  ASSERT_TRUE(d.ok()) << d.status();
+  daemon_ = std::move(*d);
+  client_ = testing::UnixClient(daemon_->socket());
+  auto after = Post("/v1/sandboxes", json{{"snapshot", sid}});
+  ASSERT_TRUE(after);
+  ASSERT_EQ(after->status, 201) << after->body;
+  EXPECT_EQ(Sh(testing::JsonOf(after)["id"], "cat /work/state"), "saved\n");
+
+  // Deleted, it is gone from the list, makes nothing, and its layer's tag
+  // goes with it.
+  auto del = client_->Delete(absl::StrCat("/v1/snapshots/", sid));
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 204) << del->body;
+  auto gone = client_->Get(absl::StrCat("/v1/snapshots/", sid));
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404) << gone->body;
+  bad = Post("/v1/sandboxes", json{{"snapshot", sid}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto layers = client_->Get("/v1/layers");
+  ASSERT_TRUE(layers);
+  EXPECT_EQ(layers->body.find(snap["layer"].get<std::string>()), std::string::npos) << layers->body;
+}
+
+TEST_P(DaemonForkTest, SnapshotsOfStatelessTiersAreRefused) {
+  const std::string fn = NewSandbox(json{{"tier", "fncall"}, {"lang", "python"}});
+  if (fn.empty()) GTEST_SKIP() << "no fncall sandbox here";
+  auto r = Post(absl::StrCat("/v1/sandboxes/", fn, "/snapshot"), json::object());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("nothing to snapshot"), std::string::npos) << r->body;
+  r = Post(absl::StrCat("/v1/sandboxes/", fn, "/snapshot"), json{{"memory", true}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  auto listed = client_->Get("/v1/snapshots");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(testing::JsonOf(listed)["snapshots"].size(), 0u) << listed->body;
 }
 
 TEST_P(DaemonForkTest, BadRequestsAreRefusedBeforeAnythingIsMade) {

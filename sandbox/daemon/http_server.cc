@@ -164,6 +164,19 @@ void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o,
            WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
              Reply(res, svc->Fork(req.matches[1], b), 201);
            }));
+  srv.Post(R"(/v1/sandboxes/([^/]+)/snapshot)",
+           WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
+             Reply(res, svc->Snapshot(req.matches[1], b), 201);
+           }));
+  srv.Get("/v1/snapshots", [svc](const httplib::Request&, httplib::Response& res) {
+    Reply(res, svc->ListSnapshots());
+  });
+  srv.Get(R"(/v1/snapshots/([^/]+))", [svc](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, svc->GetSnapshot(req.matches[1]));
+  });
+  srv.Delete(R"(/v1/snapshots/([^/]+))", [svc](const httplib::Request& req, httplib::Response& res) {
+    ReplyEmpty(res, svc->DeleteSnapshot(req.matches[1]));
+  });
   srv.Patch(R"(/v1/sandboxes/([^/]+)/network)",
             WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
               Reply(res, svc->SetNetwork(req.matches[1], b));

@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   app.add_option("--task-quota-mib", task_quota_mib, "Trajectory bytes per task")->capture_default_str();
   app.add_option("--node-quota-mib", node_quota_mib, "Trajectory bytes per node")->capture_default_str();
   app.add_option("--store", store, "Layer store (env DSEC_LAYER_STORE)")->capture_default_str();
+  o.service.snapshot_dir = dsec::daemon::kDefaultSnapshotDir;
+  app.add_option("--snapshot-dir", o.service.snapshot_dir,
+                 "Sandbox snapshots' records (their files are layers of the store; \"\" = none)")
+      ->capture_default_str();
   std::vector<std::string> image_dirs;
   app.add_option("--layer-image-dir", image_dirs,
                  "A directory whose EROFS images creates may name by absolute path (repeatable; the "

@@ -430,6 +430,11 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
 }
 
 absl::StatusOr<json> Service::Create(const json& body) {
+  if (body.is_object() && body.contains("snapshot")) {
+    DSEC_ASSIGN_OR_RETURN(json made, FromSnapshot(body));
+    DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, CreateEntry(made, std::nullopt));
+    return Describe(*e);
+  }
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, CreateEntry(body, std::nullopt));
   return Describe(*e);
 }

@@ -41,6 +41,7 @@ namespace dsec::daemon {
 
 inline constexpr char kVersion[] = "0.1.0";
 inline constexpr char kDefaultTrajectoryDir[] = "/var/lib/dsec-vmm/trajectories";
+inline constexpr char kDefaultSnapshotDir[] = "/var/lib/dsec-vmm/snapshots";
 
 // Turns a sandbox's layer references (the request's, or the tier's
 // defaults from its tier::TierTraits, a checkpoint layer possibly on top) into
@@ -57,6 +58,9 @@ struct ServiceOptions {
   uint64_t output_cap_bytes = 4u << 20;  // per exec, stdout + stderr
   uint64_t max_file_bytes = 64u << 20;   // files read/write
   std::string layer_store;               // for pack_diff and /v1/layers ("" = none)
+  // Sandbox snapshots' records (snapshot_store.h; "" = no snapshots): the
+  // files live in the layer store, the records here.
+  std::string snapshot_dir;
   // pack_diff: a layer's size at most, and what the store's disk keeps
   // free (sandbox/layers/pack_diff.h); 429 RESOURCE_EXHAUSTED beyond.
   uint64_t max_layer_bytes = 4ull << 30;
@@ -141,6 +145,19 @@ class Service {
   // layers, each with a fresh writable layer; the source runs on. Files
   // only: processes are not carried (the answer says so).
   absl::StatusOr<nlohmann::json> Fork(const std::string& id, const nlohmann::json& body);
+  // POST /v1/sandboxes/{id}/snapshot: the source's writable layer packed
+  // into the layer store as a fork does (source frozen meanwhile, then
+  // running on), and a record in the snapshot store of how to make a
+  // sandbox from it: the source's settings with that layer on top. Create
+  // with {"snapshot": id} makes one; records outlive the daemon. Files
+  // only (the answer says so); fncall: 400.
+  absl::StatusOr<nlohmann::json> Snapshot(const std::string& id, const nlohmann::json& body);
+  absl::StatusOr<nlohmann::json> ListSnapshots() const;
+  absl::StatusOr<nlohmann::json> GetSnapshot(const std::string& snapshot_id) const;
+  // Removes the record and the layer's tag (a sandbox running from it
+  // keeps its files; `dsec-vmm layer gc` reclaims an image nothing tags).
+  absl::Status DeleteSnapshot(const std::string& snapshot_id);
+
   // PATCH /v1/sandboxes/{id}/network: replaces the egress policy of a
   // sandbox created with a network (new connections at once).
   absl::StatusOr<nlohmann::json> SetNetwork(const std::string& id, const nlohmann::json& body);
@@ -164,6 +181,8 @@ class Service {
   struct Parsed;
   absl::StatusOr<std::shared_ptr<Entry>> Find(const std::string& id) const;
   int64_t NowMs() const;
+  // A create body with {"snapshot": id} as the snapshot's record makes it.
+  absl::StatusOr<nlohmann::json> FromSnapshot(const nlohmann::json& body) const;
   absl::StatusOr<std::shared_ptr<Entry>> CreateEntry(const nlohmann::json& body,
                                                      std::optional<std::string> forced_task);
   // Resolves e's layers (plus extra_refs on top) and creates the tier

@@ -23,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 echo "e2b_$(od -An -tx1 -N20 /dev/urandom | tr -d ' \n')" >"$dir/keys"
 mkfifo "$dir/ready"
-"$build/dsec-vmmd" --socket "$dir/api.sock" --trajectory-dir "$dir/trj" --container-state-dir "$dir/ctr" \
+"$build/dsec-vmmd" --socket "$dir/api.sock" --trajectory-dir "$dir/trj" --snapshot-dir "$dir/snap" --container-state-dir "$dir/ctr" \
   --fncall-state-dir "$dir/fn" --microvm-state-dir "$dir/mvm" --store "$store" --log-level warn \
   --e2b-listen 127.0.0.1:0 --e2b-api-key-file "$dir/keys" --e2b-templates "$dir/templates.json" \
   >"$dir/ready" 2>"$dir/daemon.log" &

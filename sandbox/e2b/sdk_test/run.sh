@@ -38,7 +38,7 @@ cleanup() {
 trap cleanup EXIT
 echo "e2b_$(od -An -tx1 -N20 /dev/urandom | tr -d ' \n')" >"$dir/keys"
 mkfifo "$dir/ready"
-"$vmmd" --socket "$dir/api.sock" --trajectory-dir "$dir/trj" --container-state-dir "$dir/ctr" \
+"$vmmd" --socket "$dir/api.sock" --trajectory-dir "$dir/trj" --snapshot-dir "$dir/snap" --container-state-dir "$dir/ctr" \
   --fncall-state-dir "$dir/fn" --microvm-state-dir "$dir/mvm" --store "$store" --upper-mib 64 \
   --container-init-pool 0 --net-netns-ahead 0 --log-level warn \
   --e2b-listen 127.0.0.1:0 --e2b-api-key-file "$dir/keys" --e2b-templates "$dir/templates.json" \

@@ -245,6 +245,34 @@ def sandbox_body(tier: str, layers: Optional[Sequence[str]] = None, lang: Option
     return body
 
 
+def create_body(tier: Optional[str], snapshot: Optional[str], layers: Optional[Sequence[str]],
+                lang: Optional[str], cpus: Optional[float], memory_mib: Optional[int],
+                pids: Optional[int], qos: Optional[str], ttl_s: Optional[int],
+                user_namespace: Optional[bool], task_id: Optional[str],
+                network: Optional[JSONObject]) -> JSONObject:
+    """The create body: sandbox_body, or with snapshot= a sandbox made from
+    that snapshot, beside which only ttl_s and task_id may be given (the
+    snapshot decides the rest; anything else is a TypeError)."""
+    if snapshot is None:
+        return sandbox_body("container" if tier is None else tier, layers, lang, cpus,
+                            memory_mib, pids, qos, ttl_s, user_namespace, task_id, network)
+    if not isinstance(snapshot, str) or not snapshot:
+        raise TypeError("snapshot must be a snapshot id (str), got %r" % (snapshot,))
+    given = [name for name, value in (("tier", tier), ("layers", layers), ("lang", lang),
+                                      ("cpus", cpus), ("memory_mib", memory_mib), ("pids", pids),
+                                      ("qos", qos), ("user_namespace", user_namespace),
+                                      ("network", network)) if value is not None]
+    if given:
+        raise TypeError("%s cannot be given with snapshot= (the snapshot decides it)"
+                        % ", ".join(given))
+    body: JSONObject = {"snapshot": snapshot}
+    if ttl_s is not None:
+        body["ttl_s"] = ttl_s
+    if task_id is not None:
+        body["task_id"] = task_id
+    return body
+
+
 def exec_body(tier: Optional[str], argv_or_code: Command, args: Optional[Sequence[Any]] = None,
               stdin: Optional[Stdin] = None, env: Optional[Mapping[str, Any]] = None,
               cwd: Optional[str] = None, timeout_s: Optional[int] = None,
@@ -413,6 +441,26 @@ def fork(sandbox_id: str, count: int, ttl_s: Optional[int],
 def parse_fork(obj: Any) -> List[JSONObject]:
     """The children of a fork answer, each as GET describes a sandbox."""
     return [parse_sandbox(s) for s in json_object(obj, "fork").get("sandboxes", [])]
+
+
+def snapshot(sandbox_id: str) -> Call:
+    """POST .../snapshot: the sandbox's files kept as a snapshot; answers
+    the snapshot ({"id": "snap-...", "layer", "source", ...})."""
+    return _json_call("POST", sandbox_path(sandbox_id) + "/snapshot", {}, expect=(201,))
+
+
+def list_snapshots() -> Call:
+    return Call("GET", "/v1/snapshots")
+
+
+def delete_snapshot(snapshot_id: str) -> Call:
+    if not isinstance(snapshot_id, str) or not snapshot_id:
+        raise TypeError("snapshot_id must be a str, got %r" % (snapshot_id,))
+    return Call("DELETE", "/v1/snapshots/" + quote_segment(snapshot_id))
+
+
+def parse_snapshot_list(obj: Any) -> List[JSONObject]:
+    return list(json_object(obj, "snapshot list").get("snapshots", []))
 
 
 def pause(sandbox_id: str) -> Call:

@@ -193,7 +193,7 @@ class AsyncClient:
     async def metrics(self) -> str:
         return P.parse_metrics(await self._transport.send(P.metrics()))
 
-    async def create(self, tier: str = "container", layers: Optional[Sequence[str]] = None,
+    async def create(self, tier: Optional[str] = None, layers: Optional[Sequence[str]] = None,
                      lang: Optional[str] = None, cpus: Optional[float] = None,
                      memory_mib: Optional[int] = None, pids: Optional[int] = None,
                      qos: Optional[str] = None, ttl_s: Optional[int] = None,
@@ -201,10 +201,11 @@ class AsyncClient:
                      user_namespace: Optional[bool] = None, *,
                      network: Optional[NetworkSpec] = None,
                      allow: Optional[Sequence[str]] = None,
-                     deny: Optional[Sequence[str]] = None) -> "AsyncSandbox":
+                     deny: Optional[Sequence[str]] = None,
+                     snapshot: Optional[str] = None) -> "AsyncSandbox":
         """Creates a sandbox (as Client.create); it does not own this client."""
-        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
-                              user_namespace, task_id, P.network_body(network, allow, deny))
+        body = P.create_body(tier, snapshot, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
+                             user_namespace, task_id, P.network_body(network, allow, deny))
         return AsyncSandbox(self, await self._transport.send_json(P.create_sandbox(body)))
 
     async def get(self, sandbox_id: str) -> "AsyncSandbox":
@@ -219,6 +220,13 @@ class AsyncClient:
 
     async def layers(self) -> List[JSONObject]:
         return P.parse_layer_list(await self._transport.send_json(P.layers()))
+
+    async def snapshots(self) -> List[JSONObject]:
+        """As Client.snapshots."""
+        return P.parse_snapshot_list(await self._transport.send_json(P.list_snapshots()))
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        await self._transport.send(P.delete_snapshot(snapshot_id))
 
     async def build_layer(self, name: str, version: str, path: str,
                           parent: Optional[str] = None) -> Any:
@@ -269,7 +277,7 @@ class AsyncSandbox(P.SandboxFields):
         self.files = AsyncFiles(self)
 
     @classmethod
-    async def create(cls: Type[_A], tier: str = "container",
+    async def create(cls: Type[_A], tier: Optional[str] = None,
                      layers: Optional[Sequence[str]] = None, *, timeout: Optional[float] = None,
                      qos: Optional[str] = None, lang: Optional[str] = None,
                      cpus: Optional[float] = None, memory_mib: Optional[int] = None,
@@ -280,12 +288,14 @@ class AsyncSandbox(P.SandboxFields):
                      deny: Optional[Sequence[str]] = None, socket: Optional[str] = None,
                      url: Optional[str] = None, token: Optional[str] = None,
                      client: Optional[AsyncClient] = None,
-                     request_timeout: Optional[float] = 60.0) -> _A:
+                     request_timeout: Optional[float] = 60.0,
+                     snapshot: Optional[str] = None) -> _A:
         """As Sandbox.create: timeout is the sandbox's lifetime (ttl_s);
-        network= or allow=/deny= give it a network with an egress policy."""
-        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos,
-                              P.whole_seconds(timeout, "timeout"), user_namespace, task_id,
-                              P.network_body(network, allow, deny))
+        network= or allow=/deny= give it a network with an egress policy;
+        snapshot= makes it from a snapshot (only timeout= and task_id= beside)."""
+        body = P.create_body(tier, snapshot, layers, lang, cpus, memory_mib, pids, qos,
+                             P.whole_seconds(timeout, "timeout"), user_namespace, task_id,
+                             P.network_body(network, allow, deny))
         client_, owns = _async_client(client, socket, url, token, request_timeout)
         try:
             info = await client_._transport.send_json(P.create_sandbox(body))
@@ -361,6 +371,12 @@ class AsyncSandbox(P.SandboxFields):
         obj = await self._t.send_json(P.fork(self.id, count, P.whole_seconds(timeout, "timeout"),
                                              task_ids))
         return [type(self)(self._client, info, False) for info in P.parse_fork(obj)]
+
+    async def snapshot(self) -> str:
+        """As Sandbox.snapshot: keeps this sandbox's files as a snapshot;
+        returns its id, for AsyncSandbox.create(snapshot=id)."""
+        obj = P.json_object(await self._t.send_json(P.snapshot(self.id)), "snapshot")
+        return str(obj["id"])
 
     async def pause(self: _A) -> _A:
         self._update(await self._t.send_json(P.pause(self.id)))

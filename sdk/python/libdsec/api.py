@@ -109,7 +109,7 @@ class Sandbox:
     # -- E2B's idiom --------------------------------------------------------
 
     @classmethod
-    def create(cls: Type[_S], tier: str = "container", layers: Optional[Sequence[str]] = None,
+    def create(cls: Type[_S], tier: Optional[str] = None, layers: Optional[Sequence[str]] = None,
                *, timeout: Optional[float] = None, qos: Optional[str] = None,
                lang: Optional[str] = None, cpus: Optional[float] = None,
                memory_mib: Optional[int] = None, pids: Optional[int] = None,
@@ -118,8 +118,12 @@ class Sandbox:
                deny: Optional[Sequence[str]] = None,
                socket: Optional[str] = None, url: Optional[str] = None,
                token: Optional[str] = None, client: Optional[Client] = None,
-               request_timeout: Optional[float] = 60.0) -> _S:
+               request_timeout: Optional[float] = 60.0, snapshot: Optional[str] = None) -> _S:
         """Creates a sandbox and returns it (E2B: Sandbox.create()).
+
+        tier: "container" unless given. snapshot: a snapshot id
+        (sb.snapshot()): the sandbox starts from its files and settings;
+        only timeout= and task_id= may be given beside it (TypeError).
 
         timeout: the sandbox's lifetime in seconds, as in E2B (the daemon
         deletes it then; sent as ttl_s, rounded up); None: no limit.
@@ -142,7 +146,7 @@ class Sandbox:
                                     memory_mib=memory_mib, pids=pids, qos=qos,
                                     ttl_s=P.whole_seconds(timeout, "timeout"), task_id=task_id,
                                     user_namespace=user_namespace, network=network,
-                                    allow=allow, deny=deny)
+                                    allow=allow, deny=deny, snapshot=snapshot)
         except BaseException:
             if owns:
                 client_.close()
@@ -286,6 +290,14 @@ class Sandbox:
         this sandbox's client and read files as text; kill() each."""
         handles = self.handle.fork(count, P.whole_seconds(timeout, "timeout"), task_ids)
         return [type(self)._adopt(h, self._client, False, "text") for h in handles]
+
+    def snapshot(self) -> str:
+        """Keeps this sandbox's files as a snapshot and returns its id, for
+        Sandbox.create(snapshot=id); this sandbox runs on. Files only:
+        sandboxes made from it start with no processes. The snapshot stays
+        on the node (it outlives the daemon) until
+        Client.delete_snapshot(id)."""
+        return str(self.handle.snapshot()["id"])
 
     def pause(self: _S) -> _S:
         """Freezes the sandbox (cgroup freezer); exec on it is a Conflict."""

@@ -65,14 +65,15 @@ class Client:
 
     # -- sandboxes ------------------------------------------------------------
 
-    def create(self, tier: str = "container", layers: Optional[Sequence[str]] = None,
+    def create(self, tier: Optional[str] = None, layers: Optional[Sequence[str]] = None,
                lang: Optional[str] = None, cpus: Optional[float] = None,
                memory_mib: Optional[int] = None, pids: Optional[int] = None,
                qos: Optional[str] = None, ttl_s: Optional[int] = None,
                task_id: Optional[str] = None,
                user_namespace: Optional[bool] = None, *,
                network: Optional[NetworkSpec] = None, allow: Optional[Sequence[str]] = None,
-               deny: Optional[Sequence[str]] = None) -> SandboxHandle:
+               deny: Optional[Sequence[str]] = None,
+               snapshot: Optional[str] = None) -> SandboxHandle:
         """Creates a sandbox. Only the arguments given are sent; the daemon
         applies its defaults to the rest. With task_id every exec is recorded
         in that task's trajectory log. user_namespace=True (container tier):
@@ -82,10 +83,22 @@ class Client:
         API writes it ({"egress": {"allow": [...], "deny": [...]}}; {}: a
         network where nothing outside is allowed); allow=/deny= are
         shorthand for it (TypeError with network=). Without either the
-        sandbox has no network."""
-        body = P.sandbox_body(tier, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
-                              user_namespace, task_id, P.network_body(network, allow, deny))
+        sandbox has no network. tier: "container" unless given.
+
+        snapshot= makes the sandbox from a snapshot (SandboxHandle.snapshot):
+        its files and settings; only ttl_s and task_id may be given too."""
+        body = P.create_body(tier, snapshot, layers, lang, cpus, memory_mib, pids, qos, ttl_s,
+                             user_namespace, task_id, P.network_body(network, allow, deny))
         return SandboxHandle(self, self._transport.send_json(P.create_sandbox(body)))
+
+    def snapshots(self) -> List[JSONObject]:
+        """The node's snapshots, oldest first: [{"id", "source", "tier",
+        "layer", "created_unix_ms", ...}]."""
+        return P.parse_snapshot_list(self._transport.send_json(P.list_snapshots()))
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes a snapshot (sandboxes made from it run on)."""
+        self._transport.send(P.delete_snapshot(snapshot_id))
 
     def get(self, sandbox_id: str) -> SandboxHandle:
         return SandboxHandle(self, self._transport.send_json(P.get_sandbox(sandbox_id)))

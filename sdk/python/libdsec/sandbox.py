@@ -191,6 +191,12 @@ class SandboxHandle(P.SandboxFields):
         obj = self._t.send_json(P.fork(self.id, count, ttl_s, task_ids))
         return [SandboxHandle(self._client, info) for info in P.parse_fork(obj)]
 
+    def snapshot(self) -> JSONObject:
+        """Keeps this sandbox's files as a snapshot that new sandboxes start
+        from (Client.create(snapshot=...)); this one runs on. Processes are
+        not carried. Returns the snapshot: {"id": "snap-...", "layer", ...}."""
+        return P.json_object(self._t.send_json(P.snapshot(self.id)), "snapshot")
+
     def pause(self) -> "SandboxHandle":
         self._update(self._t.send_json(P.pause(self.id)))
         return self

@@ -106,7 +106,8 @@ def offers(text, flag):
 
 
 DIR_FLAGS = [("--container-state-dir", "containers"), ("--fncall-state-dir", "fncall"),
-             ("--trajectory-dir", "trajectory"), ("--store", "layers")]
+             ("--trajectory-dir", "trajectory"), ("--store", "layers"),
+             ("--snapshot-dir", "snapshots")]
 
 
 def free_port():

@@ -82,7 +82,8 @@ def _offers(text, flag):
 
 # The daemon's directories, each pointed into the test's temp dir.
 DIR_FLAGS = [("--container-state-dir", "containers"), ("--fncall-state-dir", "fncall"),
-             ("--trajectory-dir", "trajectory"), ("--store", "layers")]
+             ("--trajectory-dir", "trajectory"), ("--store", "layers"),
+             ("--snapshot-dir", "snapshots")]
 
 
 def daemon_command(binary, tmp, token_file, port):

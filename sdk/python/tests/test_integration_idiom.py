@@ -126,6 +126,28 @@ def test_fork_children_start_from_the_files_and_stay_independent(node):
                 k.kill()
 
 
+def test_snapshot_makes_sandboxes_from_the_files_it_kept(node):
+    with _create(node) as sb:
+        sb.files.write("/work/state", "kept %s" % sb.sandbox_id)
+        sid = sb.snapshot()
+        try:
+            assert sid.startswith("snap-")
+            sb.files.write("/work/state", "changed later")
+            client = libdsec.Client(socket_path=node.socket)
+            assert sid in [s["id"] for s in client.snapshots()]
+            with node.track(libdsec.Sandbox.create(snapshot=sid, timeout=300,
+                                                   socket=node.socket)) as made:
+                assert made.files.read("/work/state") == "kept %s" % sb.sandbox_id
+                assert made.info["expires_unix_ms"] is not None
+            # The snapshot decides the contents: layers= beside it is refused.
+            with pytest.raises(TypeError):
+                libdsec.Sandbox.create(snapshot=sid, layers=[node.base], socket=node.socket)
+        finally:
+            libdsec.Client(socket_path=node.socket).delete_snapshot(sid)
+        with pytest.raises(libdsec.InvalidArgument):
+            libdsec.Sandbox.create(snapshot=sid, socket=node.socket)
+
+
 # -- asyncio -------------------------------------------------------------------------
 
 
@@ -178,6 +200,26 @@ def test_async_fork(node):
                 for k in kids:
                     node.track(k)
                     await k.kill()
+        finally:
+            await sb.kill()
+
+    asyncio.run(go())
+
+
+def test_async_snapshot(node):
+    async def go():
+        sb = node.track(await libdsec.AsyncSandbox.create(layers=[node.base], socket=node.socket))
+        try:
+            await sb.files.write("/work/a", "from %s" % sb.sandbox_id)
+            sid = await sb.snapshot()
+            made = node.track(await libdsec.AsyncSandbox.create(snapshot=sid, socket=node.socket))
+            try:
+                assert await made.files.read("/work/a") == "from %s" % sb.sandbox_id
+            finally:
+                await made.kill()
+                client = libdsec.AsyncClient(socket_path=node.socket)
+                await client.delete_snapshot(sid)
+                await client.close()
         finally:
             await sb.kill()
 

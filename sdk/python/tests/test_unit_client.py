@@ -64,6 +64,23 @@ class CreateAndLookupTest(ClientTestBase):
         self.client.create(tier="container", user_namespace=True)
         self.assertRequest("POST", "/v1/sandboxes", {"tier": "container", "user_namespace": True})
 
+    def test_create_defaults_to_the_container_tier(self):
+        self.fake.reply(201, sandbox_obj("sb-a4"))
+        self.client.create()
+        self.assertRequest("POST", "/v1/sandboxes", {"tier": "container"})
+
+    def test_create_from_a_snapshot_sends_it_with_ttl_and_task_only(self):
+        self.fake.reply(201, sandbox_obj("sb-a5"))
+        self.client.create(snapshot="snap-0123456789abcdef", ttl_s=60, task_id="t-2")
+        self.assertRequest("POST", "/v1/sandboxes", {"snapshot": "snap-0123456789abcdef",
+                                                     "ttl_s": 60, "task_id": "t-2"})
+        for kw in ({"tier": "container"}, {"layers": ["base:bookworm"]}, {"memory_mib": 64},
+                   {"allow": ["10.0.0.0/8"]}):
+            with self.assertRaises(TypeError):
+                self.client.create(snapshot="snap-0123456789abcdef", **kw)
+        with self.assertRaises(TypeError):
+            self.client.create(snapshot="")
+
     def test_create_rejects_a_string_for_layers_without_a_request(self):
         with self.assertRaises(libdsec.InvalidArgument) as cm:
             self.client.create(tier="container", layers="base:bookworm")
