@@ -8,6 +8,7 @@
 #include "cmd/command.h"
 #include "cmd/container_commands.h"
 #include "cmd/layer_commands.h"
+#include "cmd/sandbox_api_commands.h"
 #include "cmd/serve_commands.h"
 #include "cmd/template_commands.h"
 
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
     dsec::cmd::RegisterLayerCommands(app, registry);
     dsec::cmd::RegisterContainerCommands(app, registry);
     dsec::cmd::RegisterServeCommands(app, registry);
+    dsec::cmd::RegisterSandboxApiCommands(app, registry);
     dsec::cmd::RegisterTemplateCommands(app, registry);
   }
 
