@@ -45,6 +45,13 @@ void RngDevice::Reset() {
   activation_.End();
 }
 
+absl::Status RngDevice::RestoreState(const nlohmann::json& state) {
+  if (!state.is_object() || !state.empty()) {
+    return absl::InvalidArgumentError("virtio-rng: its snapshot state is an empty object");
+  }
+  return absl::OkStatus();
+}
+
 void RngDevice::QueueNotify(uint16_t queue_index) {
   if (queue_index == 0) Process();
 }

@@ -65,6 +65,11 @@ class RngDevice : public virtio::VirtioDevice {
   absl::Status Activate(const virtio::ActivateContext& context) override;
   void QueueNotify(uint16_t queue_index) override;
   void Reset() override;
+  // Snapshots: nothing beyond the queue (the rate limit's bucket starts
+  // full again in a restored VM, as at boot; a pending retry is redone by
+  // the restored transport's first look at the queue).
+  absl::StatusOr<nlohmann::json> SaveState() const override { return nlohmann::json::object(); }
+  absl::Status RestoreState(const nlohmann::json& state) override;
 
   const RngMetrics& metrics() const { return metrics_; }
   // Whether a retry (rate limit or source EAGAIN) is scheduled. Loop thread.

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/json_fields.h"
 #include "base/logging.h"
 #include "base/status.h"
 
@@ -338,6 +340,16 @@ void MmioTransport::RaiseInterrupt(uint32_t isr_bit) {
 
 // --- Loop side ----------------------------------------------------------------
 
+ActivateContext MmioTransport::ContextFor(uint64_t features) {
+  ActivateContext context;
+  context.acked_features = features;
+  context.memory = memory_;
+  context.queues = std::span<Queue>(active_queues_);
+  context.notifier = notifier_.get();
+  context.loop = loop_;
+  return context;
+}
+
 void MmioTransport::ActivateOnLoop(uint64_t epoch, std::vector<Queue> queues, uint64_t features) {
   if (epoch != epoch_.load()) return;  // a reset overtook this activation
   DeactivateOnLoop();
@@ -350,14 +362,8 @@ void MmioTransport::ActivateOnLoop(uint64_t epoch, std::vector<Queue> queues, ui
       return;
     }
   }
-  ActivateContext context;
-  context.acked_features = features;
-  context.memory = memory_;
-  context.queues = std::span<Queue>(active_queues_);
-  context.notifier = notifier_.get();
-  context.loop = loop_;
   device_activated_ = true;
-  absl::Status s = device_->Activate(context);
+  absl::Status s = device_->Activate(ContextFor(features));
   if (!s.ok()) {
     ReportBroken(Annotate(s, "activate"));
     return;
@@ -418,6 +424,160 @@ void MmioTransport::ReportBroken(const absl::Status& reason) {
   // Section 2.1.2: DEVICE_NEEDS_RESET plus a configuration change
   // notification once DRIVER_OK is set (which it is: we were active).
   RaiseInterrupt(mmio::kIsrConfigChange);
+}
+
+// --- Snapshots ----------------------------------------------------------------
+
+absl::StatusOr<nlohmann::json> MmioTransport::SaveState() {
+  nlohmann::json queues = nlohmann::json::array();
+  nlohmann::json j;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool active = active_epoch_.load() == epoch_.load() && !active_queues_.empty();
+    for (size_t i = 0; i < config_queues_.size(); ++i) {
+      const Queue& c = config_queues_[i];
+      nlohmann::json q = {{"size", c.size()},           {"ready", c.ready()},
+                          {"desc", c.desc_addr()},      {"avail", c.avail_addr()},
+                          {"used", c.used_addr()},      {"next_avail", 0},
+                          {"used_idx", 0},              {"signalled_used", 0}};
+      if (active && i < active_queues_.size() && active_queues_[i].active()) {
+        const Queue& a = active_queues_[i];
+        if (a.in_flight() != 0) {
+          return absl::UnavailableError(absl::StrCat(name_, ": queue ", i, " has ", a.in_flight(),
+                                                     " requests in flight"));
+        }
+        q["next_avail"] = a.next_avail();
+        q["used_idx"] = a.used_idx();
+        q["signalled_used"] = a.signalled_used();
+      }
+      queues.push_back(std::move(q));
+    }
+    j = {{"status", status_},
+         {"device_features_sel", device_features_sel_},
+         {"driver_features_sel", driver_features_sel_},
+         {"driver_features", driver_features_},
+         {"queue_sel", queue_sel_},
+         {"needs_reset", needs_reset_},
+         {"isr", isr_.load()},
+         {"config_generation", config_generation_.load()},
+         {"active", active && data_plane_live_.load()},
+         {"queues", std::move(queues)}};
+  }
+  absl::StatusOr<nlohmann::json> device = device_->SaveState();
+  if (!device.ok()) {
+    return absl::Status(device.status().code(),
+                        absl::StrCat(name_, ": ", device.status().message()));
+  }
+  j["device"] = *std::move(device);
+  return j;
+}
+
+absl::Status MmioTransport::RestoreState(const nlohmann::json& state) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, name_));
+  DSEC_ASSIGN_OR_RETURN(uint64_t status, f.Uint("status", 0, 0xff));
+  DSEC_ASSIGN_OR_RETURN(uint64_t dfsel, f.Uint("device_features_sel", 0, UINT32_MAX));
+  DSEC_ASSIGN_OR_RETURN(uint64_t drsel, f.Uint("driver_features_sel", 0, UINT32_MAX));
+  DSEC_ASSIGN_OR_RETURN(uint64_t driver_features, f.Uint("driver_features", 0, UINT64_MAX));
+  DSEC_ASSIGN_OR_RETURN(uint64_t queue_sel, f.Uint("queue_sel", 0, UINT32_MAX));
+  DSEC_ASSIGN_OR_RETURN(bool needs_reset, f.Bool("needs_reset"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t isr, f.Uint("isr", 0, mmio::kIsrUsedBuffer | mmio::kIsrConfigChange));
+  DSEC_ASSIGN_OR_RETURN(uint64_t generation, f.Uint("config_generation", 0, UINT32_MAX));
+  DSEC_ASSIGN_OR_RETURN(bool active, f.Bool("active"));
+  const nlohmann::json* qs = f.Raw("queues");
+  const std::string qpath = f.Path("queues");
+  if (qs == nullptr || !qs->is_array() || qs->size() != config_queues_.size()) {
+    return InvalidField(qpath, absl::StrCat(qpath, " must list the device's ",
+                                            config_queues_.size(), " queues"));
+  }
+  const nlohmann::json* device = f.Raw("device");
+  if (device == nullptr) return InvalidField(f.Path("device"), f.Path("device") + " is required");
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  if ((driver_features & ~offered_features_) != 0) {
+    return InvalidField(f.Path("driver_features"),
+                        absl::StrCat(f.Path("driver_features"), " has features this device does "
+                                     "not offer"));
+  }
+  if (active && ((status & kStatusDriverOk) == 0 || (status & kStatusFailed) != 0 || needs_reset)) {
+    return InvalidField(f.Path("active"),
+                        absl::StrCat(f.Path("active"), ": an active device needs DRIVER_OK"));
+  }
+  std::vector<Queue> queues = config_queues_;
+  struct Progress {
+    uint16_t next_avail, used_idx, signalled_used;
+  };
+  std::vector<Progress> progress;
+  for (size_t i = 0; i < queues.size(); ++i) {
+    const std::string path = JsonFields::ItemPath(qpath, i);
+    DSEC_ASSIGN_OR_RETURN(JsonFields q, JsonFields::Of((*qs)[i], path));
+    DSEC_ASSIGN_OR_RETURN(uint64_t size, q.Uint("size", 0, queues[i].max_size()));
+    DSEC_ASSIGN_OR_RETURN(bool ready, q.Bool("ready"));
+    DSEC_ASSIGN_OR_RETURN(uint64_t desc, q.Uint("desc", 0, UINT64_MAX));
+    DSEC_ASSIGN_OR_RETURN(uint64_t avail, q.Uint("avail", 0, UINT64_MAX));
+    DSEC_ASSIGN_OR_RETURN(uint64_t used, q.Uint("used", 0, UINT64_MAX));
+    DSEC_ASSIGN_OR_RETURN(uint64_t next_avail, q.Uint("next_avail", 0, 0xffff));
+    DSEC_ASSIGN_OR_RETURN(uint64_t used_idx, q.Uint("used_idx", 0, 0xffff));
+    DSEC_ASSIGN_OR_RETURN(uint64_t signalled, q.Uint("signalled_used", 0, 0xffff));
+    DSEC_RETURN_IF_ERROR(q.RejectUnknown());
+    queues[i].set_size(static_cast<uint16_t>(size));
+    queues[i].set_ready(ready);
+    queues[i].set_desc_addr(desc);
+    queues[i].set_avail_addr(avail);
+    queues[i].set_used_addr(used);
+    progress.push_back({static_cast<uint16_t>(next_avail), static_cast<uint16_t>(used_idx),
+                        static_cast<uint16_t>(signalled)});
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    status_ = static_cast<uint32_t>(status);
+    device_features_sel_ = static_cast<uint32_t>(dfsel);
+    driver_features_sel_ = static_cast<uint32_t>(drsel);
+    driver_features_ = driver_features;
+    queue_sel_ = static_cast<uint32_t>(queue_sel);
+    needs_reset_ = needs_reset;
+    config_queues_ = queues;
+  }
+  isr_.store(static_cast<uint32_t>(isr));
+  config_generation_.store(static_cast<uint32_t>(generation));
+  if (!active) {
+    if (!device->is_null() && !device->empty()) {
+      // An inactive device has only what Activate would set up again.
+      DSEC_RETURN_IF_ERROR(device_->RestoreState(*device));
+    }
+    return absl::OkStatus();
+  }
+  // As ActivateOnLoop, with the queues where they were and the device's
+  // state put back first. The loop does not run yet: this thread is it.
+  const uint64_t epoch = epoch_.load();
+  active_epoch_.store(epoch);
+  active_queues_ = std::move(queues);
+  for (size_t i = 0; i < active_queues_.size(); ++i) {
+    if (absl::Status s = active_queues_[i].Activate(*memory_, driver_features); !s.ok()) {
+      return InvalidField(JsonFields::ItemPath(qpath, i),
+                          absl::StrCat(JsonFields::ItemPath(qpath, i), ": ", s.message()));
+    }
+    if (active_queues_[i].active()) {
+      active_queues_[i].RestoreProgress(progress[i].next_avail, progress[i].used_idx,
+                                        progress[i].signalled_used);
+    }
+  }
+  DSEC_RETURN_IF_ERROR(device_->RestoreState(*device));
+  device_activated_ = true;
+  if (absl::Status s = device_->Activate(ContextFor(driver_features)); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(name_, ": activating the restored device: ",
+                                               s.message()));
+  }
+  data_plane_live_.store(true);
+  // Requests the driver queued before the snapshot: looked at once the loop
+  // runs (as after any activation).
+  std::weak_ptr<MmioTransport> weak = weak_from_this();
+  loop_->Post([weak] {
+    auto t = weak.lock();
+    if (!t || !t->data_plane_live_.load()) return;
+    for (size_t i = 0; i < t->active_queues_.size(); ++i) {
+      if (t->active_queues_[i].active()) t->device_->QueueNotify(static_cast<uint16_t>(i));
+    }
+  });
+  return absl::OkStatus();
 }
 
 }  // namespace dsec::virtio

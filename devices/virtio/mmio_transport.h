@@ -145,6 +145,17 @@ class MmioTransport : public bus::BusDevice, public std::enable_shared_from_this
   uint64_t offered_features() const { return offered_features_; }
   const VirtioDevice& device() const { return *device_; }
 
+  // Snapshots (vmm/vm). SaveState: on the loop thread (the VM paused): the
+  // registers, each queue's configuration and ring positions, and the
+  // device's own state (VirtioDevice::SaveState). Unavailable while a queue
+  // has requests in flight (the caller retries once they completed);
+  // FailedPrecondition for a device whose state is not saved.
+  absl::StatusOr<nlohmann::json> SaveState();
+  // Before the loop runs: takes SaveState's JSON back (untrusted: every
+  // field checked) and, for a device the driver had set DRIVER_OK on,
+  // activates it with its queues where they were.
+  absl::Status RestoreState(const nlohmann::json& state);
+
  private:
   class Notifier;
   explicit MmioTransport(Options options);
@@ -157,6 +168,8 @@ class MmioTransport : public bus::BusDevice, public std::enable_shared_from_this
   void RaiseInterrupt(uint32_t isr_bit);
 
   // Loop thread.
+  // What the device gets at activation, over active_queues_.
+  ActivateContext ContextFor(uint64_t features);
   void ActivateOnLoop(uint64_t epoch, std::vector<Queue> queues, uint64_t features);
   void DeactivateOnLoop();
   void OnQueueNotify(uint16_t index);

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 
+#include "base/json_fields.h"
 #include "platform/interrupt/fake_interrupt_line.h"
 #include "devices/virtio/virtqueue_builder.h"
 #include "gtest/gtest.h"
@@ -62,11 +64,23 @@ class EchoDevice : public VirtioDevice {
     ++resets;
     ctx = {};
   }
+  absl::StatusOr<nlohmann::json> SaveState() const override {
+    return nlohmann::json{{"config0", config[0]}};
+  }
+  absl::Status RestoreState(const nlohmann::json& state) override {
+    if (!state.is_object() || !state.contains("config0")) {
+      return absl::InvalidArgumentError("echo: bad state");
+    }
+    config[0] = state["config0"].get<uint8_t>();
+    ++restores;
+    return absl::OkStatus();
+  }
 
   uint8_t config[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   int activations = 0;
   int notifies = 0;
   int resets = 0;
+  int restores = 0;
   absl::Status activate_result;
   ActivateContext ctx;
 };
@@ -136,6 +150,17 @@ class MmioTransportTest : public ::testing::Test {
     W(mmio::kQueueDeviceLow, static_cast<uint32_t>(vq.used_addr()));
     W(mmio::kQueueDeviceHigh, 0);
     W(mmio::kQueueReady, 1);
+  }
+  // A second transport over the same memory, loop and interrupt line.
+  std::shared_ptr<MmioTransport> Another(const std::string& name,
+                                         std::shared_ptr<EchoDevice> device) {
+    MmioTransport::Options o;
+    o.name = name;
+    o.device = std::move(device);
+    o.memory = mem_.get();
+    o.interrupt = irq_;
+    o.loop = loop_.get();
+    return MmioTransport::Create(std::move(o)).value();
   }
   void DriverOk() {
     W(mmio::kStatus, kStatusAcknowledge | kStatusDriver | kStatusFeaturesOk | kStatusDriverOk);
@@ -250,6 +275,70 @@ TEST_F(MmioTransportTest, QueueNotifyWriteReachesDeviceAndRaisesUsedInterrupt) {
   EXPECT_EQ(R(mmio::kInterruptStatus), mmio::kIsrUsedBuffer);
   W(mmio::kInterruptAck, mmio::kIsrUsedBuffer);
   EXPECT_EQ(R(mmio::kInterruptStatus), 0u);
+}
+
+// Snapshots: a second transport over the same guest memory, restored from
+// the first one's state, serves the driver's next request where the first
+// left off (its ring positions carried), with the device's own state.
+TEST_F(MmioTransportTest, RestoredStateServesTheNextRequestWhereTheFirstLeftOff) {
+  Negotiate();
+  VirtQueueBuilder vq(*mem_, 0x10000, 16);
+  SetupQueue(0, vq);
+  DriverOk();
+  vq.AddChain({}, {4});
+  W(mmio::kQueueNotify, 0);
+  Pump();
+  ASSERT_EQ(vq.used_idx(), 1);
+  device_->config[0] = 42;
+  absl::StatusOr<nlohmann::json> state = transport_->SaveState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ((*state)["queues"][0]["next_avail"], 1);
+  EXPECT_EQ((*state)["queues"][0]["used_idx"], 1);
+
+  auto device2 = std::make_shared<EchoDevice>();
+  auto t2 = Another("restored", device2);
+  ASSERT_TRUE(t2->RestoreState(*state).ok());
+  EXPECT_EQ(device2->restores, 1);
+  EXPECT_EQ(device2->activations, 1);
+  EXPECT_EQ(device2->config[0], 42);
+  EXPECT_EQ(t2->status(), R(mmio::kStatus));
+  // The next request: the restored device takes it, not the old one again.
+  auto next = vq.AddChain({}, {8});
+  Pump();
+  ASSERT_EQ(vq.used_idx(), 2);
+  EXPECT_EQ(vq.used(1).id, next.head);
+  EXPECT_EQ(vq.used(1).len, 8u);
+}
+
+TEST_F(MmioTransportTest, HostileRestoredStateIsRefusedNamingTheField) {
+  Negotiate();
+  VirtQueueBuilder vq(*mem_, 0x10000, 16);
+  SetupQueue(0, vq);
+  DriverOk();
+  const nlohmann::json good = transport_->SaveState().value();
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string field;
+  };
+  const Case cases[] = {
+      {[](nlohmann::json& j) { j["queues"].erase(1); }, "fresh.queues"},
+      {[](nlohmann::json& j) { j["queues"][0]["size"] = 17; }, "fresh.queues[0].size"},
+      {[](nlohmann::json& j) { j["queues"][0]["next_avail"] = 70000; }, "fresh.queues[0].next_avail"},
+      {[](nlohmann::json& j) { j["queues"][0]["desc"] = 1ull << 40; }, "fresh.queues[0]"},
+      {[](nlohmann::json& j) { j["driver_features"] = 1ull << 5; }, "fresh.driver_features"},
+      {[](nlohmann::json& j) { j["status"] = kStatusAcknowledge; }, "fresh.active"},
+      {[](nlohmann::json& j) { j["isr"] = 7; }, "fresh.isr"},
+      {[](nlohmann::json& j) { j["surprise"] = 1; }, "fresh.surprise"},
+      {[](nlohmann::json& j) { j.erase("device"); }, "fresh.device"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    c.edit(j);
+    auto t = Another("fresh", std::make_shared<EchoDevice>());
+    absl::Status s = t->RestoreState(j);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field << ": " << s;
+    EXPECT_EQ(FieldOf(s).value_or(""), c.field) << s;
+  }
 }
 
 TEST_F(MmioTransportTest, QueueNotifyForUnknownQueueIsIgnored) {

@@ -135,6 +135,16 @@ class Queue {
   // call. Called by the transport from DriverNotifier::SignalUsed.
   bool NeedsInterrupt();
 
+  // Snapshots: after Activate() of a restored queue, the ring positions it
+  // had when it was saved (any values: the indices are free-running u16s).
+  void RestoreProgress(uint16_t next_avail, uint16_t used_idx, uint16_t signalled_used) {
+    next_avail_ = next_avail;
+    used_idx_ = used_idx;
+    signalled_used_ = signalled_used;
+    in_flight_ = 0;
+  }
+  uint16_t signalled_used() const { return signalled_used_; }
+
   // Chains popped and not yet returned with AddUsed.
   uint16_t in_flight() const { return in_flight_; }
   uint16_t next_avail() const { return next_avail_; }

@@ -29,6 +29,8 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "platform/memory/guest_memory.h"
 
 namespace dsec {
@@ -163,6 +165,16 @@ class VirtioDevice {
   // ActivateContext, cancel timers, remove fds from the loop, abandon
   // requests in flight (their buffers belong to the guest again). Loop thread.
   virtual void Reset() = 0;
+
+  // Snapshots (vmm/vm). The transport saves the queues; a device saves what
+  // it holds beyond them. SaveState runs on the loop thread while the VM is
+  // paused and no request is in flight (the transport checks); RestoreState
+  // takes SaveState's JSON (untrusted: every field checked) before the
+  // restored transport activates the device. The default: this device's
+  // state is not saved, and a VM with it cannot be snapshotted
+  // (FailedPrecondition naming the device type).
+  virtual absl::StatusOr<nlohmann::json> SaveState() const;
+  virtual absl::Status RestoreState(const nlohmann::json& state);
 };
 
 }  // namespace dsec::virtio

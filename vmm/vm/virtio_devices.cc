@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/json_fields.h"
 #include "base/status.h"
 #include "platform/arch/x86_64/layout.h"
 #include "vmm/vm/guest_address_space.h"
@@ -118,6 +119,33 @@ VirtioDevices::~VirtioDevices() {
     while (!s.resources.empty()) s.resources.pop_back();
     slots_.pop_back();
   }
+}
+
+absl::StatusOr<nlohmann::json> VirtioDevices::SaveState() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Slot& s : slots_) {
+    DSEC_ASSIGN_OR_RETURN(nlohmann::json state, s.transport->SaveState());
+    out.push_back({{"name", s.name}, {"state", std::move(state)}});
+  }
+  return out;
+}
+
+absl::Status VirtioDevices::RestoreState(const nlohmann::json& state) {
+  if (!state.is_array() || state.size() != slots_.size()) {
+    return InvalidField("devices.virtio", absl::StrCat("devices.virtio must list the VM's ",
+                                                       slots_.size(), " virtio devices"));
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const std::string path = absl::StrCat("devices.virtio[", i, "]");
+    const nlohmann::json& d = state[i];
+    if (!d.is_object() || !d.contains("name") || !d["name"].is_string() ||
+        d["name"].get<std::string>() != slots_[i].name || !d.contains("state") || d.size() != 2) {
+      return InvalidField(path, absl::StrCat(path, " must be {\"name\": \"", slots_[i].name,
+                                             "\", \"state\": {...}}"));
+    }
+    DSEC_RETURN_IF_ERROR(slots_[i].transport->RestoreState(d["state"]));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dsec::vm

@@ -67,6 +67,13 @@ class VirtioDevices {
   // The name of device i ("virtio-blk0").
   const std::string& name(size_t i) const { return slots_[i].name; }
 
+  // Snapshots: each device's transport state, in configuration order
+  // ([{"name", "state"}]); on the loop thread (MmioTransport::SaveState's
+  // errors, naming the device). RestoreState takes that back before the
+  // loop runs, checking that it names this VM's devices in order.
+  absl::StatusOr<nlohmann::json> SaveState() const;
+  absl::Status RestoreState(const nlohmann::json& state);
+
   // The i-th control object (BuiltDevice::control) of type T among the
   // devices, in configuration order, or nullptr: how the VM's owner finds
   // what a device offers by its interface, not by its kind (the reclaim

@@ -140,7 +140,8 @@ class Vm : private vcpu::VcpuStopSink {
   //
   // CaptureState: the state of every vCPU, the irqchip, the clock and the
   // devices, for a VM that is paused or not started (FailedPrecondition
-  // otherwise, and for what cannot be snapshotted yet: virtio devices and
+  // otherwise, and for what cannot be snapshotted yet: virtio devices whose
+  // state is not saved (all but virtio-rng today) and
   // the in-kernel PIT, each named). Any thread.
   absl::StatusOr<snapshot::Manifest> CaptureState();
   // Writes a snapshot of this paused VM into the directory `dir_fd`: guest
@@ -201,6 +202,13 @@ class Vm : private vcpu::VcpuStopSink {
   void AddVcpuThread(std::unique_ptr<kvm::KvmVcpu> vcpu);
   absl::Status SetUpRestoredVcpus(const snapshot::Manifest& manifest);
   absl::Status RestoreDevices(const nlohmann::json& devices);
+  struct LoopHold;
+  // The devices' state (legacy and virtio), on the loop thread.
+  absl::StatusOr<nlohmann::json> CaptureDevices() const;
+  // Reads the devices on the loop thread and, with `hold`, keeps the loop
+  // waiting until the returned hold is released.
+  absl::StatusOr<std::shared_ptr<LoopHold>> HoldLoop(bool hold);
+  absl::StatusOr<snapshot::Manifest> Capture(std::shared_ptr<LoopHold>* hold, bool hold_loop);
   // After guest RAM: the TSS, irqchip (and KVM's PIT), the event loop, the
   // legacy devices and the virtio devices (Create and Restore alike).
   absl::Status SetUpMachine(const VmConfig& config);

@@ -270,7 +270,82 @@ absl::StatusOr<std::string> ReadManifestFile(const std::string& path) {
 
 }  // namespace
 
+// The event loop held for a snapshot: a task on the loop thread reads the
+// devices' state, then waits until released, so that nothing the loop runs
+// (device back-ends, timers, the PIT's interrupts) changes guest memory,
+// device or irqchip state while the snapshot is read and written.
+struct Vm::LoopHold {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool release ABSL_GUARDED_BY(mu) = false;
+  absl::StatusOr<nlohmann::json> devices ABSL_GUARDED_BY(mu) = absl::UnknownError("not read");
+  ~LoopHold() = default;
+  void Release() {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+};
+
+absl::StatusOr<nlohmann::json> Vm::CaptureDevices() const {
+  nlohmann::json d = nlohmann::json::object();
+  d["serial"] = serial_->SaveState();
+  d["i8042"] = i8042_->SaveState();
+  if (acpi_pm_) d["acpi_pm"] = acpi_pm_->SaveState();
+  if (pit_) d["pit"] = pit_->SaveState();
+  d["testdev"] = testdev_->SaveState();
+  if (virtio_->size() > 0) {
+    DSEC_ASSIGN_OR_RETURN(d["virtio"], virtio_->SaveState());
+  }
+  return d;
+}
+
+absl::StatusOr<std::shared_ptr<Vm::LoopHold>> Vm::HoldLoop(bool hold) {
+  bool loop_running;
+  {
+    absl::MutexLock lock(&mu_);
+    loop_running = started_;
+  }
+  auto h = std::make_shared<LoopHold>();
+  if (!loop_running) {
+    // Not started: this thread is the only one; nothing to hold.
+    absl::StatusOr<nlohmann::json> d = CaptureDevices();
+    absl::MutexLock lock(&h->mu);
+    h->devices = std::move(d);
+    h->done = true;
+    return h;
+  }
+  // Requests in flight (a disk read the kernel is still filling) are waited
+  // out: the vCPUs are parked, so no new ones come. 2 s at most.
+  for (int attempt = 0; attempt < 2000; ++attempt) {
+    h = std::make_shared<LoopHold>();
+    loop_->Post([this, h, hold] {
+      absl::StatusOr<nlohmann::json> d = CaptureDevices();
+      absl::MutexLock lock(&h->mu);
+      const bool ok = d.ok();
+      h->devices = std::move(d);
+      h->done = true;
+      if (ok && hold) h->mu.Await(absl::Condition(&h->release));
+    });
+    {
+      absl::MutexLock lock(&h->mu);
+      if (!h->mu.AwaitWithTimeout(absl::Condition(&h->done), absl::Seconds(10))) {
+        h->release = true;  // if it ever runs, it does not wait
+        return absl::DeadlineExceededError("the VM's event loop did not answer within 10 s");
+      }
+      if (h->devices.ok() || !absl::IsUnavailable(h->devices.status())) return h;
+    }
+    ::usleep(1000);
+  }
+  absl::MutexLock lock(&h->mu);
+  return h->devices.status();
+}
+
 absl::StatusOr<snapshot::Manifest> Vm::CaptureState() {
+  std::shared_ptr<LoopHold> hold;
+  return Capture(&hold, false);
+}
+
+absl::StatusOr<snapshot::Manifest> Vm::Capture(std::shared_ptr<LoopHold>* hold, bool hold_loop) {
   {
     absl::MutexLock lock(&mu_);
     if (stop_requested_) return absl::FailedPreconditionError("the VM is stopping");
@@ -283,14 +358,15 @@ absl::StatusOr<snapshot::Manifest> Vm::CaptureState() {
         "a VM with the in-kernel PIT (pit: kernel) cannot be snapshotted: its state is not saved "
         "(use the default user-space PIT)");
   }
-  if (virtio_->size() > 0) {
-    std::vector<std::string> names;
-    for (size_t i = 0; i < virtio_->size(); ++i) names.push_back(virtio_->name(i));
-    return absl::FailedPreconditionError(absl::StrCat(
-        "virtio devices cannot be snapshotted yet (their queue state is not saved): ",
-        absl::StrJoin(names, ", ")));
-  }
+  // Devices first, on the loop (held for a SaveSnapshot until it is done):
+  // the vCPU and irqchip state below are then read with nothing running.
+  DSEC_ASSIGN_OR_RETURN(*hold, HoldLoop(hold_loop));
   snapshot::Manifest m;
+  {
+    absl::MutexLock lock(&(*hold)->mu);
+    if (!(*hold)->devices.ok()) return (*hold)->devices.status();
+    m.devices = *(*hold)->devices;
+  }
   m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -349,11 +425,6 @@ absl::StatusOr<snapshot::Manifest> Vm::CaptureState() {
     m.irqchips.push_back(c);
   }
   DSEC_ASSIGN_OR_RETURN(m.clock, kvm_vm_->GetClock());
-  m.devices["serial"] = serial_->SaveState();
-  m.devices["i8042"] = i8042_->SaveState();
-  if (acpi_pm_) m.devices["acpi_pm"] = acpi_pm_->SaveState();
-  if (pit_) m.devices["pit"] = pit_->SaveState();
-  m.devices["testdev"] = testdev_->SaveState();
   return m;
 }
 
@@ -365,7 +436,15 @@ absl::StatusOr<SnapshotResult> Vm::SaveSnapshot(int dir_fd) {
       return absl::FailedPreconditionError("the VM must be paused for a snapshot");
     }
   }
-  DSEC_ASSIGN_OR_RETURN(snapshot::Manifest manifest, CaptureState());
+  std::shared_ptr<LoopHold> hold;
+  // Released when this returns, whichever way (the loop then runs on).
+  struct Releaser {
+    std::shared_ptr<LoopHold>* h;
+    ~Releaser() {
+      if (*h) (*h)->Release();
+    }
+  } releaser{&hold};
+  DSEC_ASSIGN_OR_RETURN(snapshot::Manifest manifest, Capture(&hold, true));
   SnapshotResult result;
   result.capture_ns = MonotonicNowNs() - t0;
 
@@ -416,6 +495,7 @@ absl::Status Vm::RestoreDevices(const nlohmann::json& devices) {
   std::vector<std::string> expected = {"serial", "i8042", "testdev"};
   if (acpi_pm_) expected.push_back("acpi_pm");
   if (pit_) expected.push_back("pit");
+  if (virtio_->size() > 0) expected.push_back("virtio");
   for (auto it = devices.begin(); it != devices.end(); ++it) {
     if (std::find(expected.begin(), expected.end(), it.key()) == expected.end()) {
       return InvalidField(absl::StrCat("devices.", it.key()),
@@ -434,6 +514,7 @@ absl::Status Vm::RestoreDevices(const nlohmann::json& devices) {
   DSEC_RETURN_IF_ERROR(testdev_->RestoreState(devices.at("testdev")));
   if (acpi_pm_) DSEC_RETURN_IF_ERROR(acpi_pm_->RestoreState(devices.at("acpi_pm")));
   if (pit_) DSEC_RETURN_IF_ERROR(pit_->RestoreState(devices.at("pit")));
+  if (virtio_->size() > 0) DSEC_RETURN_IF_ERROR(virtio_->RestoreState(devices.at("virtio")));
   return absl::OkStatus();
 }
 
@@ -531,10 +612,9 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir, const Vm
   if (config.mem_mib < arch::kMinRamBytes / arch::kMiB || config.mem_mib > (1u << 20)) {
     return InvalidField("config.mem_mib", absl::StrCat(manifest_path, ": mem_mib out of range"));
   }
-  if (config.pit == PitChoice::kKernel || !config.devices.empty()) {
-    return InvalidField("config", absl::StrCat(manifest_path,
-                                               ": the configuration has what snapshots do not "
-                                               "save (virtio devices or the in-kernel PIT)"));
+  if (config.pit == PitChoice::kKernel) {
+    return InvalidField("config.pit", absl::StrCat(manifest_path,
+                                                   ": the in-kernel PIT is not saved in snapshots"));
   }
   DSEC_ASSIGN_OR_RETURN(auto ranges, arch::RamRanges(config.mem_mib * arch::kMiB));
   if (ranges.size() != m.regions.size()) {
