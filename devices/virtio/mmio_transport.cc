@@ -98,6 +98,11 @@ absl::StatusOr<std::shared_ptr<MmioTransport>> MmioTransport::Create(Options opt
   return t;
 }
 
+void MmioTransport::ResetDeviceForTeardown() {
+  if (device_activated_) device_->Reset();
+  device_activated_ = false;
+}
+
 MmioTransport::~MmioTransport() {
   registrations_.clear();
   for (const EventFd& fd : notify_fds_) (void)loop_->Remove(fd.fd());

@@ -145,6 +145,11 @@ class MmioTransport : public bus::BusDevice, public std::enable_shared_from_this
   uint64_t offered_features() const { return offered_features_; }
   const VirtioDevice& device() const { return *device_; }
 
+  // For the owner's teardown, once the loop no longer runs: resets an
+  // active device now, while what its back-end uses still exists (the bus
+  // may keep this transport alive past the device's resources).
+  void ResetDeviceForTeardown();
+
   // Snapshots (vmm/vm). SaveState: on the loop thread (the VM paused): the
   // registers, each queue's configuration and ring positions, and the
   // device's own state (VirtioDevice::SaveState). Unavailable while a queue

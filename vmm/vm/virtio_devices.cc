@@ -109,9 +109,13 @@ std::string VirtioDevices::CommandLine() const {
 VirtioDevices::~VirtioDevices() {
   // No vCPU runs any more. Per device, newest first: the transport (it
   // resets an active device), the device, then its resources newest first
-  // (bus claims and memslots before the mappings they point into).
+  // (bus claims and memslots before the mappings they point into). The
+  // mmio bus holds the transports too, so a device the guest left active
+  // (a guest that stopped without resetting it) is reset here, before its
+  // back-end goes, not when the bus lets go of the transport.
   while (!slots_.empty()) {
     Slot& s = slots_.back();
+    s.transport->ResetDeviceForTeardown();
     s.transport.reset();
     s.irq_line.reset();
     s.control.reset();
