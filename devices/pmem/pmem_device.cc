@@ -7,6 +7,7 @@
 #include "base/event_loop.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace dsec::devices {
 
@@ -222,6 +223,27 @@ void PmemDevice::OnSyncDone(const absl::Status& status) {
     return;
   }
   MaybeStartSync();
+}
+
+absl::StatusOr<nlohmann::json> PmemDevice::SaveState() const {
+  if (pending_flushes() > 0) {
+    return absl::UnavailableError("virtio-pmem: flushes in flight");
+  }
+  return nlohmann::json{{"start", options_.start},
+                        {"size", options_.size},
+                        {"read_only", options_.read_only}};
+}
+
+absl::Status PmemDevice::RestoreState(const nlohmann::json& state) {
+  const nlohmann::json want = {{"start", options_.start},
+                               {"size", options_.size},
+                               {"read_only", options_.read_only}};
+  if (state != want) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("virtio-pmem: the snapshot's window ", state.dump(), " is not this one's ",
+                     want.dump(), " (the image or its placement changed)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dsec::devices

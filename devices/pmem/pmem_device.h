@@ -83,6 +83,12 @@ class PmemDevice : public virtio::VirtioDevice {
 
   const PmemMetrics& metrics() const { return metrics_; }
   const PmemOptions& options() const { return options_; }
+
+  // Snapshots: the window (a restored device must place the same one; its
+  // image is the configuration's, which the caller keeps unchanged). Flush
+  // chains are in flight for the transport, which waits them out.
+  absl::StatusOr<nlohmann::json> SaveState() const override;
+  absl::Status RestoreState(const nlohmann::json& state) override;
   // Flush chains waiting for, or covered by, an fdatasync. Loop thread.
   size_t pending_flushes() const { return waiting_.size() + in_sync_.size(); }
 

@@ -60,6 +60,24 @@ absl::Status VsockDevice::Activate(const virtio::ActivateContext& context) {
   }
   activation_.Begin(context);
   backend_->SetRxReadyCallback([this] { ProcessRx(); });
+  if (reset_after_restore_) {
+    reset_after_restore_ = false;
+    SendTransportReset();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VsockDevice::RestoreState(const nlohmann::json& state) {
+  if (!state.is_object() || state.size() != 1 || !state.contains("guest_cid") ||
+      !state["guest_cid"].is_number_unsigned()) {
+    return absl::InvalidArgumentError("vsock: its snapshot state is {\"guest_cid\": N}");
+  }
+  if (state["guest_cid"].get<uint64_t>() != guest_cid_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("vsock: the snapshot's guest CID is ", state["guest_cid"].get<uint64_t>(),
+                     ", this device's ", guest_cid_, " (the guest would not know its new CID)"));
+  }
+  reset_after_restore_ = true;
   return absl::OkStatus();
 }
 

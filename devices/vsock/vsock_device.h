@@ -55,6 +55,15 @@ class VsockDevice : public virtio::VirtioDevice {
   // driver next provides an event buffer), e.g. after a snapshot restore.
   void SendTransportReset();
 
+  // Snapshots: the guest CID (a restored device must have the same one).
+  // Connections are not carried: their host ends belong to the process
+  // that was snapshotted. A restored device sends TRANSPORT_RESET once
+  // activated, so the guest drops what it had and connects again.
+  absl::StatusOr<nlohmann::json> SaveState() const override {
+    return nlohmann::json{{"guest_cid", guest_cid_}};
+  }
+  absl::Status RestoreState(const nlohmann::json& state) override;
+
   uint64_t guest_cid() const { return guest_cid_; }
   const VsockDeviceMetrics& metrics() const { return metrics_; }
 
@@ -76,6 +85,7 @@ class VsockDevice : public virtio::VirtioDevice {
   const uint64_t guest_cid_;
   VsockBackend* const backend_;
   bool pending_reset_event_ = false;
+  bool reset_after_restore_ = false;  // RestoreState: reset at activation
   VsockDeviceMetrics metrics_;
   // Loop thread, valid between Activate() and Reset().
   virtio::Activation activation_;

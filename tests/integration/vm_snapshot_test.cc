@@ -311,6 +311,102 @@ TEST_F(VmSnapshotTest, AVirtioRngMidRequestGoesOnAfterRestore) {
   EXPECT_EQ(result->Get("distinct"), "256") << all;
 }
 
+// A vsock device: its connections' host ends are not carried, so the
+// restored device tells the guest (TRANSPORT_RESET); the restore gives the
+// clone a socket path of its own, and a different guest CID is refused.
+TEST_F(VmSnapshotTest, ARestoredVsockResetsTheGuestsConnections) {
+  nlohmann::json j = VmConfigToJson(Config("vsock-echo:5000"));
+  j["devices"] = {{{"type", "vsock"}, {"guest_cid", 7}, {"socket", root_ + "/v1.sock"}}};
+  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto vm = Vm::Create(*config);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->Start().ok());
+  auto listening = [&] {
+    for (const std::string& m : (*vm)->TestMessages()) {
+      if (m.rfind("vsock listening", 0) == 0) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(**vm, listening, 60'000)) << "the guest did not listen";
+  ASSERT_TRUE((*vm)->Pause().ok());
+  const std::string dir = Dir("vsock");
+  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  // While the original runs on (its socket in use), a clone with its own.
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  host.timeout_ms = 60'000;
+  nlohmann::json other = VmConfigToJson(host);
+  other["devices"] = {{{"type", "vsock"}, {"guest_cid", 9}, {"socket", root_ + "/v2.sock"}}};
+  absl::StatusOr<VmConfig> wrong_cid = VmConfigFromJson(other);
+  ASSERT_TRUE(wrong_cid.ok()) << wrong_cid.status();
+  auto refused = Vm::Restore(dir, *wrong_cid);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("guest CID"), std::string::npos) << refused.status();
+  other["devices"][0]["guest_cid"] = 7;
+  absl::StatusOr<VmConfig> own = VmConfigFromJson(other);
+  ASSERT_TRUE(own.ok()) << own.status();
+  auto restored = Vm::Restore(dir, *own);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
+  (*vm)->Wait();
+  ASSERT_TRUE((*restored)->Start().ok());
+  VmStats stats = (*restored)->Wait();
+  std::string all;
+  for (const auto& line : (*restored)->TestMessages()) all += line + "\n";
+  // The guest learnt that its transport was reset, which ends this
+  // workload with its error line.
+  EXPECT_EQ(stats.stop.reason, StopReason::kGuestShutdown) << stats.stop.detail << "\n" << all;
+  EXPECT_NE(all.find("vsock-transport-reset"), std::string::npos) << all;
+}
+
+// A VM with a read-only virtio-pmem layer: restored with the same image it
+// runs on; restored with a layer of another size (another placement of the
+// window the guest knows), refused naming the device.
+TEST_F(VmSnapshotTest, APmemLayerMustBeTheSameAtRestore) {
+  auto image = [&](const std::string& name, size_t mib) {
+    const std::string path = root_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << std::string(mib << 20, 'L');
+    return path;
+  };
+  const std::string layer = image("layer.img", 2);
+  nlohmann::json j = VmConfigToJson(Config("snap:200"));
+  j["devices"] = {{{"type", "pmem"}, {"path", layer}, {"read_only", true}}};
+  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto vm = Vm::Create(*config);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->Start().ok());
+  ASSERT_TRUE(WaitFor(**vm, [&] { return LastTick((*vm)->TestMessages()) >= 10; }, 60'000));
+  ASSERT_TRUE((*vm)->Pause().ok());
+  const std::string dir = Dir("pmem");
+  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE((*vm)->SaveSnapshot(dfd.get()).ok());
+  (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
+  (*vm)->Wait();
+
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  host.timeout_ms = 60'000;
+  nlohmann::json other = VmConfigToJson(host);
+  other["devices"] = {{{"type", "pmem"}, {"path", image("bigger.img", 4)}, {"read_only", true}}};
+  absl::StatusOr<VmConfig> bigger = VmConfigFromJson(other);
+  ASSERT_TRUE(bigger.ok()) << bigger.status();
+  auto refused = Vm::Restore(dir, *bigger);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("virtio-pmem"), std::string::npos) << refused.status();
+
+  auto restored = Vm::Restore(dir, host);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_TRUE((*restored)->Start().ok());
+  VmStats stats = (*restored)->Wait();
+  EXPECT_EQ(stats.stop.reason, StopReason::kGuestShutdown) << stats.stop.detail;
+  EXPECT_EQ(stats.stop.guest_exit_code, 0u);
+}
+
 TEST_F(VmSnapshotTest, RefusesWhatItCannotSave) {
   // Running (not paused).
   auto vm = Vm::Create(Config("snap:1000"));

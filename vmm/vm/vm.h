@@ -155,7 +155,9 @@ class Vm : private vcpu::VcpuStopSink {
   // so VMs restored from one snapshot share its pages in the page cache;
   // vCPUs, irqchip, clock and devices as saved. The guest-visible settings
   // come from the snapshot; of `host` only the host-side ones count
-  // (console, timeout_ms, qos). Everything read is checked before anything
+  // (console, timeout_ms, qos, and `devices` when given: the same kinds in
+  // the snapshot's order, whose host ends are used; a clone needs its own
+  // vsock socket path). Everything read is checked before anything
   // is mapped (InvalidArgument naming the field; FailedPrecondition for a
   // foreign format, or CPU features the guest saw that this host lacks,
   // named).

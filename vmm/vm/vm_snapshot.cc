@@ -604,6 +604,26 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir, const Vm
   config.console = host.console;
   config.timeout_ms = host.timeout_ms;
   config.qos = host.qos;
+  // Devices' host ends (a vsock's socket path, a tap) are the restoring
+  // side's when it names devices: the same kinds in the same order; what
+  // the guest sees of each (a vsock CID, a pmem window) is checked against
+  // the snapshot by the device's RestoreState.
+  if (!host.devices.empty()) {
+    if (host.devices.size() != config.devices.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          manifest_path, ": the snapshot's VM has ", config.devices.size(),
+          " virtio devices, the restore names ", host.devices.size()));
+    }
+    for (size_t i = 0; i < host.devices.size(); ++i) {
+      if (host.devices[i]->kind().name() != config.devices[i]->kind().name()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            manifest_path, ": virtio device ", i, " is a ",
+            std::string(config.devices[i]->kind().name()), " in the snapshot, a ",
+            std::string(host.devices[i]->kind().name()), " in the restore"));
+      }
+    }
+    config.devices = host.devices;
+  }
   vm->config_ = config;
   if (config.vcpus != m.vcpus.size()) {
     return InvalidField("vcpus", absl::StrCat(manifest_path, ": ", m.vcpus.size(),
