@@ -68,8 +68,15 @@ void RegisterVmCommands(CLI::App& app, CommandRegistry& registry) {
   CLI::App* ctl_snapshot = ctl->add_subcommand(
       "snapshot",
       "Write a snapshot of the VM into the monitor's --snapshot-dir (pausing it meanwhile)");
-  registry.Add(ctl_snapshot,
-               [ctl_opts] { return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "snapshot"}}); });
+  auto diff = std::make_shared<bool>(false);
+  ctl_snapshot->add_flag("--diff", *diff,
+                         "Only the pages changed since the VM was restored (a diff on the "
+                         "snapshot it was restored from)");
+  registry.Add(ctl_snapshot, [ctl_opts, diff] {
+    nlohmann::json req{{"op", "snapshot"}};
+    if (*diff) req["diff"] = true;
+    return RunVmCtl(*ctl_opts, req);
+  });
   CLI::App* ctl_pause = ctl->add_subcommand("pause", "Stop every vCPU (the guest's clock runs on)");
   registry.Add(ctl_pause, [ctl_opts] { return RunVmCtl(*ctl_opts, nlohmann::json{{"op", "pause"}}); });
   CLI::App* ctl_resume = ctl->add_subcommand("resume", "Restart the vCPUs of a paused VM");

@@ -76,6 +76,34 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapPrivateFi
   return mem;
 }
 
+absl::Status MemfdGuestMemory::OverlayPrivateFile(int file, const std::vector<uint64_t>& offsets,
+                                                  const std::vector<Run>& runs) {
+  if (!private_file_ || offsets.size() != regions_.size()) {
+    return absl::FailedPreconditionError("an overlay needs memory mapped from a snapshot file");
+  }
+  for (const Run& run : runs) {
+    bool placed = false;
+    for (size_t i = 0; i < regions_.size() && !placed; ++i) {
+      const GuestRegion& r = regions_[i];
+      if (run.offset < offsets[i] || run.offset - offsets[i] >= r.size) continue;
+      const uint64_t at = run.offset - offsets[i];
+      if (run.length > r.size - at || run.offset % kPageSize != 0 || run.length % kPageSize != 0) {
+        break;
+      }
+      void* p = ::mmap(r.host + at, run.length, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, file, static_cast<off_t>(run.offset));
+      if (p == MAP_FAILED) return ErrnoStatus("mmap(snapshot overlay)");
+      placed = true;
+    }
+    if (!placed) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "snapshot overlay run [0x%x, +0x%x) lies outside the guest RAM regions", run.offset,
+          run.length));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> MemfdGuestMemory::ResidentBytes() const {
   uint64_t resident = 0;
   std::vector<unsigned char> vec;

@@ -38,6 +38,18 @@ class MemfdGuestMemory : public GuestMemory {
   static absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MapPrivateFile(
       std::vector<Range> ranges, int file, std::vector<uint64_t> offsets);
 
+  // For memory from MapPrivateFile: maps the byte runs `runs` of `file`
+  // (file offsets, page-aligned) over the guest pages they stand for, region
+  // i's pages being file bytes offsets[i].. (MAP_PRIVATE|MAP_FIXED: a diff
+  // snapshot's pages over its parent's, still shared copy-on-write). Runs
+  // outside every region are refused. Before any vCPU runs.
+  struct Run {
+    uint64_t offset;
+    uint64_t length;
+  };
+  absl::Status OverlayPrivateFile(int file, const std::vector<uint64_t>& offsets,
+                                  const std::vector<Run>& runs);
+
   // The memfd backing region i (same order as regions()); -1 for memory
   // mapped from a snapshot file.
   int RegionFd(size_t i) const { return fds_[i].get(); }

@@ -407,6 +407,82 @@ TEST_F(VmSnapshotTest, APmemLayerMustBeTheSameAtRestore) {
   EXPECT_EQ(stats.stop.guest_exit_code, 0u);
 }
 
+// A diff snapshot of a clone: only the pages it wrote since its restore,
+// its parent named beside it; restored, the chain (full, then the diff) is
+// the clone's state; a parent replaced by another snapshot is refused.
+TEST_F(VmSnapshotTest, ADiffSnapshotOfACloneHoldsWhatItChangedAndRestores) {
+  const std::string base = Dir("base");
+  uint64_t at = 0;
+  std::unique_ptr<Vm> original = RunAndSnapshot(base, 300, 10, &at);
+  ASSERT_NE(original, nullptr);
+  original->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
+  original->Wait();
+  original.reset();
+
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  host.timeout_ms = 120'000;
+  auto clone = Vm::Restore(base, host);
+  ASSERT_TRUE(clone.ok()) << clone.status();
+  // Not restored: no diff.
+  {
+    auto fresh = Vm::Create(Config("snap:10"));
+    ASSERT_TRUE(fresh.ok());
+    const std::string d = Dir("nodiff");
+    ScopedFd dfd(::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE((*fresh)->Start().ok());
+    ASSERT_TRUE((*fresh)->Pause().ok());
+    EXPECT_EQ((*fresh)->SaveSnapshot(dfd.get(), true).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  ASSERT_TRUE((*clone)->Start().ok());
+  ASSERT_TRUE(WaitFor(**clone, [&] { return LastTick((*clone)->TestMessages()) >= at + 30; },
+                      60'000));
+  ASSERT_TRUE((*clone)->Pause().ok());
+  const uint64_t at_diff = LastTick((*clone)->TestMessages());
+  const std::string diff = Dir("diff1");
+  ScopedFd dfd(::open(diff.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  absl::StatusOr<SnapshotResult> r = (*clone)->SaveSnapshot(dfd.get(), true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The clone wrote its stack, tick counter and output lines, not its 4 MiB
+  // buffer: far less than the full snapshot's data.
+  EXPECT_GT(r->memory_bytes_written, 0u);
+  EXPECT_LT(r->memory_bytes_written, 1ull << 20) << "the diff holds pages the clone did not write";
+  absl::StatusOr<snapshot::Manifest> m = snapshot::ParseManifest(ReadAll(diff + "/manifest.json"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->parent.has_value());
+  EXPECT_EQ(m->parent->name, "base");
+  (*clone)->RequestStop(StopReason::kHostRequest, "test: diff taken");
+  (*clone)->Wait();
+
+  auto again = Vm::Restore(diff, host);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Start().ok());
+  VmStats stats = (*again)->Wait();
+  std::string all;
+  for (const auto& line : (*again)->TestMessages()) all += line + "\n";
+  EXPECT_EQ(stats.stop.guest_exit_code, 0u) << stats.stop.detail << "\n" << all;
+  for (const std::string& line : (*again)->TestMessages()) {
+    if (line.rfind("snap tick=", 0) != 0) continue;
+    uint64_t k = dsec::testing::ParseReport(line).GetU64("tick");
+    EXPECT_GT(k, at_diff) << "restored from the diff, the guest reported tick " << k;
+  }
+  auto result = dsec::testing::FirstReportOf((*again)->TestMessages(), "result");
+  ASSERT_TRUE(result.has_value()) << all;
+  EXPECT_EQ(result->Get("mismatches"), "0") << all;
+
+  // Another snapshot under the parent's name: refused.
+  const std::string other = Dir("other");
+  uint64_t at2 = 0;
+  ASSERT_NE(RunAndSnapshot(other, 300, 5, &at2), nullptr);
+  ASSERT_EQ(std::system(("rm -rf '" + base + "' && mv '" + other + "' '" + base + "'").c_str()), 0);
+  auto refused = Vm::Restore(diff, host);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not the snapshot it was taken from"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST_F(VmSnapshotTest, RefusesWhatItCannotSave) {
   // Running (not paused).
   auto vm = Vm::Create(Config("snap:1000"));

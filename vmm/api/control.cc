@@ -58,14 +58,26 @@ absl::StatusOr<ControlRequest> ParseControlRequest(std::string_view line) {
   const std::string name = op->get<std::string>();
   for (auto [op_name, op_value] : {std::pair{"stats", ControlRequest::Op::kStats},
                                    std::pair{"pause", ControlRequest::Op::kPause},
-                                   std::pair{"resume", ControlRequest::Op::kResume},
-                                   std::pair{"snapshot", ControlRequest::Op::kSnapshot}}) {
+                                   std::pair{"resume", ControlRequest::Op::kResume}}) {
     if (name != op_name) continue;
     req.op = op_value;
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (it.key() != "op") {
         return absl::InvalidArgumentError(absl::StrCat(name, ": unknown key \"", it.key(), "\""));
       }
+    }
+    return req;
+  }
+  if (name == "snapshot") {
+    req.op = ControlRequest::Op::kSnapshot;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() != "op" && it.key() != "diff") {
+        return absl::InvalidArgumentError(absl::StrCat("snapshot: unknown key \"", it.key(), "\""));
+      }
+    }
+    if (auto d = j.find("diff"); d != j.end()) {
+      if (!d->is_boolean()) return absl::InvalidArgumentError("snapshot: \"diff\" must be true or false");
+      req.diff = d->get<bool>();
     }
     return req;
   }

@@ -35,6 +35,7 @@ struct ControlRequest {
   enum class Op { kStats, kBalloon, kPause, kResume, kSnapshot };
   Op op = Op::kStats;
   uint64_t target_mib = 0;  // kBalloon
+  bool diff = false;        // kSnapshot: only what changed since the restore
 };
 
 // Parses one request line (pure). InvalidArgument, with a message that names

@@ -42,6 +42,21 @@ TEST(ParseControlRequestTest, AcceptsPauseAndResumeWithoutArguments) {
       << extra.status();
 }
 
+TEST(ParseControlRequestTest, AcceptsSnapshotWithAnOptionalDiff) {
+  auto full = ParseControlRequest(R"({"op":"snapshot"})");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->op, ControlRequest::Op::kSnapshot);
+  EXPECT_FALSE(full->diff);
+  auto diff = ParseControlRequest(R"({"op":"snapshot","diff":true})");
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->diff);
+  EXPECT_NE(ParseControlRequest(R"({"op":"snapshot","diff":1})").status().message().find("diff"),
+            std::string::npos);
+  EXPECT_NE(ParseControlRequest(R"({"op":"snapshot","dir":"/etc"})").status().message().find(
+                "unknown key"),
+            std::string::npos);
+}
+
 TEST(ParseControlRequestTest, RejectsBadRequestsWithAReason) {
   struct Case {
     const char* line;

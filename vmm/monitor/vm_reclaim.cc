@@ -225,11 +225,12 @@ absl::StatusOr<nlohmann::json> HandleVmControl(vm::Vm& vm, VmReclaim* reclaim,
       // Paused for the snapshot, then as it was.
       const bool was_paused = vm.paused();
       if (!was_paused) DSEC_RETURN_IF_ERROR(vm.Pause());
-      absl::StatusOr<vm::SnapshotResult> r = vm.SaveSnapshot(snapshot_dir_fd);
+      absl::StatusOr<vm::SnapshotResult> r = vm.SaveSnapshot(snapshot_dir_fd, request.diff);
       if (!was_paused) (void)vm.Resume();
       if (!r.ok()) return r.status();
       return nlohmann::json{{"ok", true},
                             {"paused", was_paused},
+                            {"diff", request.diff},
                             {"memory_bytes", r->memory_bytes},
                             {"memory_bytes_written", r->memory_bytes_written},
                             {"manifest_bytes", r->manifest_bytes},

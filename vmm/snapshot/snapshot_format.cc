@@ -193,6 +193,14 @@ absl::Status CheckRegions(const std::vector<MemoryRegion>& regions, uint64_t fil
 
 }  // namespace
 
+bool ValidParentName(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+  });
+}
+
 std::string SerializeManifest(const Manifest& m) {
   nlohmann::json regions = nlohmann::json::array();
   for (const MemoryRegion& r : m.regions) {
@@ -211,6 +219,12 @@ std::string SerializeManifest(const Manifest& m) {
       {"clock", Blob(m.clock)},
       {"devices", m.devices},
   };
+  if (m.parent) {
+    body["parent"] = {{"name", m.parent->name}, {"crc32", m.parent->crc32}};
+    nlohmann::json extents = nlohmann::json::array();
+    for (const Extent& e : m.extents) extents.push_back({e.offset, e.length});
+    body["memory"]["extents"] = std::move(extents);
+  }
   std::string text = body.dump();
   nlohmann::json header = {{"format", kFormatName},
                            {"version", kFormatVersion},
@@ -264,7 +278,21 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view bytes) {
   if (body.is_discarded()) return absl::InvalidArgumentError("snapshot manifest body is not JSON");
 
   Manifest m;
+  m.crc32 = static_cast<uint32_t>(crc);
   DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(body, ""));
+  if (const nlohmann::json* parent = f.Raw("parent")) {
+    DSEC_ASSIGN_OR_RETURN(JsonFields pf, JsonFields::Of(*parent, "parent"));
+    ParentRef ref;
+    DSEC_ASSIGN_OR_RETURN(ref.name, pf.String("name", 128));
+    if (!ValidParentName(ref.name)) {
+      return InvalidField("parent.name",
+                          "parent.name must be a directory name of [A-Za-z0-9._-], not . or ..");
+    }
+    DSEC_ASSIGN_OR_RETURN(uint64_t pcrc, pf.Uint("crc32", 0, UINT32_MAX));
+    ref.crc32 = static_cast<uint32_t>(pcrc);
+    DSEC_RETURN_IF_ERROR(pf.RejectUnknown());
+    m.parent = std::move(ref);
+  }
   DSEC_ASSIGN_OR_RETURN(uint64_t created, f.Uint("created_unix_ms", 0, uint64_t{1} << 52));
   m.created_unix_ms = static_cast<int64_t>(created);
   const nlohmann::json* config = f.Raw("config");
@@ -292,6 +320,27 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view bytes) {
       DSEC_ASSIGN_OR_RETURN(r.offset, rf.Uint("offset", 0, kMaxMemoryBytes));
       DSEC_RETURN_IF_ERROR(rf.RejectUnknown());
       m.regions.push_back(r);
+    }
+    if (const nlohmann::json* ex = mf.Raw("extents")) {
+      if (!m.parent) return InvalidField("memory.extents", "memory.extents without a parent");
+      if (!ex->is_array() || ex->size() > kMaxExtents) {
+        return InvalidField("memory.extents",
+                            absl::StrCat("memory.extents must be a list of at most ", kMaxExtents));
+      }
+      uint64_t end = 0;
+      for (size_t i = 0; i < ex->size(); ++i) {
+        const std::string path = JsonFields::ItemPath("memory.extents", i);
+        DSEC_ASSIGN_OR_RETURN(std::vector<uint64_t> t, Tuple((*ex)[i], path, 2, kMaxMemoryBytes));
+        if (t[1] == 0 || t[0] % kPageSize != 0 || t[1] % kPageSize != 0 || t[0] < end ||
+            t[0] + t[1] > m.memory_file_bytes) {
+          return InvalidField(path, absl::StrCat(path, " must be a page-aligned run after the "
+                                                       "one before it, inside the memory file"));
+        }
+        end = t[0] + t[1];
+        m.extents.push_back({t[0], t[1]});
+      }
+    } else if (m.parent) {
+      return InvalidField("memory.extents", "a diff snapshot needs memory.extents");
     }
     DSEC_RETURN_IF_ERROR(mf.RejectUnknown());
     DSEC_RETURN_IF_ERROR(CheckRegions(m.regions, m.memory_file_bytes));

@@ -70,8 +70,34 @@ struct VcpuState {
   uint32_t tsc_khz = 0;                // 0: unknown
 };
 
+// A diff snapshot's parent: the snapshot directory beside it named `name`,
+// whose manifest body has CRC-32 `crc32` (so that another snapshot put
+// under that name is refused).
+struct ParentRef {
+  std::string name;
+  uint32_t crc32 = 0;
+};
+
+// A name a parent may have: 1..128 of [A-Za-z0-9._-], not "." or "..".
+bool ValidParentName(std::string_view name);
+
+// A run of pages a diff snapshot holds, in memory-file bytes.
+struct Extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+inline constexpr uint32_t kMaxExtents = 1u << 18;
+
 struct Manifest {
   int64_t created_unix_ms = 0;
+  // Set for a diff snapshot: its memory file holds only the pages that
+  // changed since the parent was taken (holes elsewhere: the parent's).
+  std::optional<ParentRef> parent;
+  // With a parent: the runs of the memory file that hold data (page
+  // aligned, sorted, inside the regions); everything else is the parent's.
+  std::vector<Extent> extents;
+  // The body's CRC-32 as ParseManifest read it (a child's ParentRef).
+  uint32_t crc32 = 0;
   // The VM's configuration in the monitor's JSON form (vmm/vm's
   // VmConfigToJson): what the restoring side rebuilds the VM from. Its own
   // checks are the VM's.

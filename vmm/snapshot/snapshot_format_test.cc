@@ -95,6 +95,25 @@ TEST(SnapshotFormatTest, RoundTrips) {
   EXPECT_EQ(back->irqchips[1].bytes[100], 0x42);
   EXPECT_EQ(back->clock.bytes[0], 9);
   EXPECT_EQ(back->devices, m.devices);
+  EXPECT_FALSE(back->parent.has_value());
+  m.parent = ParentRef{"base-1", 0xdeadbeef};
+  m.extents = {{0, 4096}, {8192, 8192}};
+  back = ParseManifest(SerializeManifest(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->parent.has_value());
+  EXPECT_EQ(back->parent->name, "base-1");
+  EXPECT_EQ(back->parent->crc32, 0xdeadbeefu);
+  ASSERT_EQ(back->extents.size(), 2u);
+  EXPECT_EQ(back->extents[1].offset, 8192u);
+  EXPECT_EQ(back->extents[1].length, 8192u);
+  // Extents that overlap, or a diff without them, are refused.
+  nlohmann::json body = nlohmann::json::parse(
+      SerializeManifest(m).substr(SerializeManifest(m).find('\n') + 1));
+  body["memory"]["extents"] = {{0, 8192}, {4096, 4096}};
+  EXPECT_EQ(FieldOf(ParseManifest(WithBody(body.dump())).status()).value_or(""),
+            "memory.extents[1]");
+  body["memory"].erase("extents");
+  EXPECT_EQ(FieldOf(ParseManifest(WithBody(body.dump())).status()).value_or(""), "memory.extents");
 }
 
 TEST(SnapshotFormatTest, RefusesTruncatedAndCorrupted) {
@@ -164,6 +183,9 @@ TEST(SnapshotFormatTest, RefusesHostileFields) {
       {[](nlohmann::json& b) { b["devices"] = 3; }, "devices"},
       {[](nlohmann::json& b) { b["config"] = "x"; }, "config"},
       {[](nlohmann::json& b) { b["extra"] = true; }, "extra"},
+      {[](nlohmann::json& b) { b["parent"] = {{"name", "../base"}, {"crc32", 1}}; }, "parent.name"},
+      {[](nlohmann::json& b) { b["parent"] = {{"name", ".."}, {"crc32", 1}}; }, "parent.name"},
+      {[](nlohmann::json& b) { b["parent"] = {{"name", "base"}, {"crc32", -1}}; }, "parent.crc32"},
   };
   for (const Case& c : cases) {
     nlohmann::json body = SampleBody();

@@ -149,7 +149,15 @@ class Vm : private vcpu::VcpuStopSink {
   // `manifest.json`, published last by a rename, both synced and read-only.
   // AlreadyExists if the directory holds a snapshot; a failure removes what
   // it wrote. The VM stays paused.
-  absl::StatusOr<SnapshotResult> SaveSnapshot(int dir_fd);
+  //
+  // With `diff`, for a VM restored from a snapshot: only the guest pages
+  // written since the restore (by the guest or its devices: the pages the
+  // copy-on-write mapping made private, read from /proc/self/pagemap) go
+  // into `memory`, listed as its extents, and the manifest names the
+  // snapshot restored from as its parent (its directory name and CRC).
+  // Restore finds the parent beside the diff. FailedPrecondition for a VM
+  // that was not restored.
+  absl::StatusOr<SnapshotResult> SaveSnapshot(int dir_fd, bool diff = false);
   // A VM in the state the snapshot in `dir` saved, ready to Start(): guest
   // RAM is the snapshot's memory file mapped copy-on-write (MAP_PRIVATE),
   // so VMs restored from one snapshot share its pages in the page cache;
@@ -241,6 +249,8 @@ class Vm : private vcpu::VcpuStopSink {
   // whether it has KVM_GET_XSAVE / KVM_GET_XCRS.
   std::vector<uint32_t> msr_index_list_;
   size_t xsave_size_ = 0;  // KvmVm::XsaveSize()
+  // Restored VMs: the snapshot restored from (a diff snapshot's parent).
+  std::optional<snapshot::ParentRef> restored_from_;
   bool has_xcrs_ = false;
 
   bus::Bus pio_bus_{"pio"};

@@ -229,6 +229,57 @@ absl::StatusOr<uint64_t> WriteRegion(int out, const memory::GuestRegion& region,
   return written;
 }
 
+// A diff snapshot's pages of one region: those the copy-on-write mapping
+// made private since the restore (written by the guest or a device), read
+// from /proc/self/pagemap (bit 63 present, 62 swapped, 61 file-page or
+// shared: a private page is present or swapped and not a file page). Each
+// run is written at its place in the memory file and listed in `extents`.
+absl::StatusOr<uint64_t> WriteRegionDiff(int out, int pagemap, const memory::GuestRegion& region,
+                                         uint64_t file_offset,
+                                         std::vector<snapshot::Extent>* extents) {
+  constexpr uint64_t kPresent = 1ull << 63, kSwapped = 1ull << 62, kFileOrShared = 1ull << 61;
+  constexpr size_t kBatch = 4096;
+  std::vector<uint64_t> entries(kBatch);
+  const uint64_t pages = region.size / kPage;
+  const uint64_t first = reinterpret_cast<uintptr_t>(region.host) / kPage;
+  uint64_t written = 0, run_start = 0, run_len = 0;
+  auto flush = [&]() -> absl::Status {
+    if (run_len == 0) return absl::OkStatus();
+    DSEC_RETURN_IF_ERROR(
+        PwriteAll(out, region.host + run_start, run_len, file_offset + run_start));
+    if (extents->size() >= snapshot::kMaxExtents) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the guest changed its memory in more than ", snapshot::kMaxExtents,
+          " separate runs since the restore: take a full snapshot"));
+    }
+    extents->push_back({file_offset + run_start, run_len});
+    written += run_len;
+    run_len = 0;
+    return absl::OkStatus();
+  };
+  for (uint64_t base = 0; base < pages; base += kBatch) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, pages - base));
+    const ssize_t got = ::pread(pagemap, entries.data(), n * sizeof(uint64_t),
+                                static_cast<off_t>((first + base) * sizeof(uint64_t)));
+    if (got != static_cast<ssize_t>(n * sizeof(uint64_t))) {
+      return ErrnoStatus("reading /proc/self/pagemap");
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const uint64_t e = entries[k];
+      const bool dirty = (e & (kPresent | kSwapped)) != 0 && (e & kFileOrShared) == 0;
+      const uint64_t off = (base + k) * kPage;
+      if (dirty) {
+        if (run_len == 0) run_start = off;
+        run_len += kPage;
+      } else {
+        DSEC_RETURN_IF_ERROR(flush());
+      }
+    }
+  }
+  DSEC_RETURN_IF_ERROR(flush());
+  return written;
+}
+
 // Removes what a failed SaveSnapshot created.
 class PartialFiles {
  public:
@@ -428,7 +479,7 @@ absl::StatusOr<snapshot::Manifest> Vm::Capture(std::shared_ptr<LoopHold>* hold, 
   return m;
 }
 
-absl::StatusOr<SnapshotResult> Vm::SaveSnapshot(int dir_fd) {
+absl::StatusOr<SnapshotResult> Vm::SaveSnapshot(int dir_fd, bool diff) {
   const int64_t t0 = MonotonicNowNs();
   {
     absl::MutexLock lock(&mu_);
@@ -444,7 +495,17 @@ absl::StatusOr<SnapshotResult> Vm::SaveSnapshot(int dir_fd) {
       if (*h) (*h)->Release();
     }
   } releaser{&hold};
+  if (diff && (!restored_from_ || !memory_->private_file())) {
+    return absl::FailedPreconditionError(
+        "a diff snapshot is of a VM restored from a snapshot (its parent); take a full one");
+  }
+  if (diff && !snapshot::ValidParentName(restored_from_->name)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the snapshot this VM was restored from is in a directory named \"",
+        restored_from_->name, "\", which a diff cannot name as its parent ([A-Za-z0-9._-])"));
+  }
   DSEC_ASSIGN_OR_RETURN(snapshot::Manifest manifest, Capture(&hold, true));
+  if (diff) manifest.parent = restored_from_;
   SnapshotResult result;
   result.capture_ns = MonotonicNowNs() - t0;
 
@@ -464,9 +525,20 @@ absl::StatusOr<SnapshotResult> Vm::SaveSnapshot(int dir_fd) {
     return ErrnoStatus("sizing the snapshot's memory file");
   }
   const auto regions = memory_->regions();
+  ScopedFd pagemap;
+  if (diff) {
+    pagemap.Reset(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+    if (!pagemap.valid()) return ErrnoStatus("open(/proc/self/pagemap)");
+  }
   for (size_t i = 0; i < regions.size(); ++i) {
-    DSEC_ASSIGN_OR_RETURN(uint64_t n, WriteRegion(mem.get(), regions[i], memory_->RegionFd(i),
-                                                  manifest.regions[i].offset));
+    uint64_t n = 0;
+    if (diff) {
+      DSEC_ASSIGN_OR_RETURN(n, WriteRegionDiff(mem.get(), pagemap.get(), regions[i],
+                                               manifest.regions[i].offset, &manifest.extents));
+    } else {
+      DSEC_ASSIGN_OR_RETURN(n, WriteRegion(mem.get(), regions[i], memory_->RegionFd(i),
+                                           manifest.regions[i].offset));
+    }
     result.memory_bytes_written += n;
   }
   if (::fsync(mem.get()) != 0) return ErrnoStatus("fsync(snapshot memory file)");
@@ -581,7 +653,9 @@ absl::Status Vm::SetUpRestoredVcpus(const snapshot::Manifest& m) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir, const VmConfig& host) {
+absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir_in, const VmConfig& host) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::unique_ptr<Vm> vm(new Vm());
   vm->timestamps_.create_ns = MonotonicNowNs();
   const std::string manifest_path = absl::StrCat(dir, "/", snapshot::kManifestFile);
@@ -649,23 +723,76 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir, const Vm
     }
   }
 
-  // The memory file: a regular file of exactly the size the manifest gives,
-  // checked before it is mapped.
-  const std::string memory_path = absl::StrCat(dir, "/", snapshot::kMemoryFile);
-  ScopedFd memfile(::open(memory_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!memfile.valid()) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(memory_path, ": the snapshot has no memory file"));
+  // A diff snapshot's ancestors, each beside it under the name its child
+  // gives and with the CRC its child recorded, down to a full snapshot;
+  // every one with this memory layout. All checked before anything is
+  // mapped.
+  struct Link {
+    std::string dir;
+    snapshot::Manifest manifest;
+    ScopedFd memory;
+  };
+  std::vector<Link> chain;
+  chain.push_back(Link{dir, m, ScopedFd()});
+  const std::string parent_dir = dir.rfind('/') == std::string::npos
+                                     ? std::string(".")
+                                     : dir.substr(0, dir.rfind('/'));
+  while (chain.back().manifest.parent) {
+    const snapshot::ParentRef ref = *chain.back().manifest.parent;
+    if (chain.size() > 16) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(manifest_path, ": more than 16 diff snapshots on one full snapshot"));
     }
-    return ErrnoStatus(absl::StrCat("open(", memory_path, ")"));
+    const std::string pdir = absl::StrCat(parent_dir, "/", ref.name);
+    const std::string ppath = absl::StrCat(pdir, "/", snapshot::kManifestFile);
+    DSEC_ASSIGN_OR_RETURN(std::string ptext, ReadManifestFile(ppath));
+    absl::StatusOr<snapshot::Manifest> pm = snapshot::ParseManifest(ptext);
+    if (!pm.ok()) {
+      return absl::Status(pm.status().code(), absl::StrCat(ppath, ": ", pm.status().message()));
+    }
+    if (pm->crc32 != ref.crc32) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          manifest_path, ": its parent ", ref.name, " is not the snapshot it was taken from "
+          "(manifest CRC-32 differs)"));
+    }
+    if (pm->memory_file_bytes != m.memory_file_bytes || pm->regions.size() != m.regions.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ppath, ": another memory layout than its diff's"));
+    }
+    for (size_t i = 0; i < m.regions.size(); ++i) {
+      if (pm->regions[i].gpa != m.regions[i].gpa || pm->regions[i].size != m.regions[i].size ||
+          pm->regions[i].offset != m.regions[i].offset) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(ppath, ": another memory layout than its diff's"));
+      }
+    }
+    chain.push_back(Link{pdir, *std::move(pm), ScopedFd()});
   }
-  struct stat st;
-  if (::fstat(memfile.get(), &st) != 0) return ErrnoStatus(absl::StrCat("fstat(", memory_path, ")"));
-  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != m.memory_file_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        memory_path, ": want a regular file of ", m.memory_file_bytes, " bytes, found ",
-        S_ISREG(st.st_mode) ? absl::StrCat(st.st_size, " bytes") : std::string("another kind")));
+  // Each memory file: a regular file of exactly the size its manifest
+  // gives, checked before it is mapped.
+  for (Link& link : chain) {
+    const std::string memory_path = absl::StrCat(link.dir, "/", snapshot::kMemoryFile);
+    link.memory.Reset(::open(memory_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!link.memory.valid()) {
+      if (errno == ENOENT) {
+        return absl::NotFoundError(absl::StrCat(memory_path, ": the snapshot has no memory file"));
+      }
+      return ErrnoStatus(absl::StrCat("open(", memory_path, ")"));
+    }
+    struct stat st;
+    if (::fstat(link.memory.get(), &st) != 0) {
+      return ErrnoStatus(absl::StrCat("fstat(", memory_path, ")"));
+    }
+    if (!S_ISREG(st.st_mode) ||
+        static_cast<uint64_t>(st.st_size) != link.manifest.memory_file_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          memory_path, ": want a regular file of ", link.manifest.memory_file_bytes,
+          " bytes, found ",
+          S_ISREG(st.st_mode) ? absl::StrCat(st.st_size, " bytes") : std::string("another kind")));
+    }
   }
+  vm->restored_from_ = snapshot::ParentRef{
+      dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1), m.crc32};
 
   DSEC_ASSIGN_OR_RETURN(EventFd stop_event, EventFd::Create(EFD_NONBLOCK));
   vm->stop_event_.emplace(std::move(stop_event));
@@ -685,8 +812,15 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir, const Vm
     mem_ranges.push_back({r.gpa, r.size});
     offsets.push_back(r.offset);
   }
+  // The full snapshot's memory, then each diff's runs over it, oldest
+  // first: all of it shared copy-on-write with every other restore.
   DSEC_ASSIGN_OR_RETURN(vm->memory_, memory::MemfdGuestMemory::MapPrivateFile(
-                                         mem_ranges, memfile.get(), offsets));
+                                         mem_ranges, chain.back().memory.get(), offsets));
+  for (size_t k = chain.size() - 1; k-- > 0;) {
+    std::vector<memory::MemfdGuestMemory::Run> runs;
+    for (const snapshot::Extent& e : chain[k].manifest.extents) runs.push_back({e.offset, e.length});
+    DSEC_RETURN_IF_ERROR(vm->memory_->OverlayPrivateFile(chain[k].memory.get(), offsets, runs));
+  }
   DSEC_ASSIGN_OR_RETURN(vm->ram_slots_, vm->kvm_vm_->AddGuestMemory(*vm->memory_));
   vm->timestamps_.memory_ready_ns = MonotonicNowNs();
 
