@@ -231,7 +231,9 @@ TEST_F(MonitorJailTest, SnapshotAndRestoreUnderTheFilters) {
   ASSERT_EQ(::mkdir(snap.c_str(), 0700), 0);
   ASSERT_EQ(::chown(snap.c_str(), TestUid(), TestUid()), 0);
   dsec::SpawnOptions spawn;
-  spawn.argv = Jailed(Base("snap:200", "60000"));
+  // 6 s of guest: long enough that the second restored monitor below is
+  // still running when its diff is asked for, even on a loaded host.
+  spawn.argv = Jailed(Base("snap:600", "60000"));
   for (const std::string& a : {std::string("--control"), sock, std::string("--snapshot-dir"), snap}) {
     spawn.argv.push_back(a);
   }
@@ -258,9 +260,31 @@ TEST_F(MonitorJailTest, SnapshotAndRestoreUnderTheFilters) {
   auto argv = Jailed({mon_, "--console", "none", "--restore", snap, "--timeout-ms", "60000"});
   auto restored = RunCommand(argv);
   EXPECT_EQ(restored.exit_status, 0) << restored.out << restored.err;
-  EXPECT_NE(restored.out.find("testguest: result workload=snap ticks=200"), std::string::npos)
+  EXPECT_NE(restored.out.find("testguest: result workload=snap ticks=600"), std::string::npos)
       << restored.out << restored.err;
   EXPECT_NE(restored.out.find("mismatches=0"), std::string::npos) << restored.out;
+
+  // A restored, jailed monitor takes a diff snapshot (it reads its own
+  // /proc/self/pagemap under the filters, as the dropped uid).
+  const std::string diff = dir_.path() + "/diff";
+  ASSERT_EQ(::mkdir(diff.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(diff.c_str(), TestUid(), TestUid()), 0);
+  const std::string sock2 = dir_.path() + "/control2.sock";
+  spawn.argv = Jailed({mon_, "--console", "none", "--restore", snap, "--timeout-ms", "60000",
+                       "--control", sock2, "--snapshot-dir", diff});
+  auto again = dsec::Subprocess::Spawn(spawn);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(WaitForListeningSocket(sock2, again->pid(), 5000));
+  r = RunCommand({vmm, "vm", "ctl", "--socket", sock2, "snapshot", "--diff"});
+  EXPECT_EQ(r.exit_status, 0) << r.out << r.err;
+  answer = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(answer.is_object() && answer.value("ok", false)) << r.out;
+  EXPECT_EQ(answer.value("diff", false), true) << r.out;
+  EXPECT_LT(answer.value("memory_bytes_written", ~0ull), 8ull << 20) << r.out;
+  ASSERT_TRUE(again->Signal(SIGTERM).ok());
+  auto ended2 = again->Wait();
+  ASSERT_TRUE(ended2.ok());
+  ASSERT_TRUE(WIFEXITED(ended2->wait_status)) << "the monitor was killed (a call off its list?)";
 }
 
 TEST_F(MonitorJailTest, BadJailFlagsAreOneClearLine) {
