@@ -5,7 +5,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/scoped_fd.h"
+#include "base/status.h"
 #include "base/subprocess.h"
 #include "bench/percentile.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +34,63 @@
 namespace dsec::bench {
 
 namespace {
+
+// A QMP client (QEMU's JSON monitor) over its unix socket: one command at a
+// time, events skipped.
+class Qmp {
+ public:
+  static absl::StatusOr<Qmp> Connect(const std::string& path, int64_t timeout_ms) {
+    const int64_t end = MonotonicNowNs() + timeout_ms * 1'000'000;
+    for (;;) {
+      ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+      if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        Qmp q(std::move(fd));
+        DSEC_RETURN_IF_ERROR(q.ReadLine().status());  // the greeting
+        DSEC_RETURN_IF_ERROR(q.Command("qmp_capabilities").status());
+        return q;
+      }
+      if (MonotonicNowNs() > end) return absl::DeadlineExceededError("QMP socket " + path);
+      ::usleep(200);
+    }
+  }
+  absl::StatusOr<nlohmann::json> Command(const std::string& name,
+                                         nlohmann::json args = nullptr) {
+    nlohmann::json c = {{"execute", name}};
+    if (!args.is_null()) c["arguments"] = std::move(args);
+    const std::string line = c.dump() + "\n";
+    if (::write(fd_.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      return absl::UnavailableError("QMP write");
+    }
+    for (;;) {
+      DSEC_ASSIGN_OR_RETURN(nlohmann::json j, ReadLine());
+      if (j.contains("return")) return j["return"];
+      if (j.contains("error")) return absl::InternalError("QMP " + name + ": " + j["error"].dump());
+    }
+  }
+
+ private:
+  explicit Qmp(ScopedFd fd) : fd_(std::move(fd)) {}
+  absl::StatusOr<nlohmann::json> ReadLine() {
+    for (;;) {
+      const size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        nlohmann::json j = nlohmann::json::parse(buf_.substr(0, nl), nullptr, false);
+        buf_.erase(0, nl + 1);
+        if (j.is_discarded()) return absl::InternalError("QMP: not JSON");
+        return j;
+      }
+      char chunk[4096];
+      const ssize_t n = ::read(fd_.get(), chunk, sizeof(chunk));
+      if (n <= 0) return absl::UnavailableError("QMP: connection closed");
+      buf_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+  ScopedFd fd_;
+  std::string buf_;
+};
 
 double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
@@ -58,6 +118,16 @@ uint64_t RollupKib(pid_t pid, const std::string& key) {
     if (line.rfind(key + ":", 0) == 0) return std::strtoull(line.c_str() + key.size() + 1, nullptr, 10);
   }
   return 0;
+}
+
+// `name` if it is a path, else its place in the usual bin directories.
+std::string FindProgram(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  for (const char* dir : {"/usr/bin/", "/usr/local/bin/", "/bin/"}) {
+    std::string p = std::string(dir) + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
 }
 
 vm::VmConfig HostConfig() {
@@ -250,6 +320,118 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
   for (Subprocess& p : procs) (void)p.Wait();
   const double n = static_cast<double>(o.clones);
 
+  // 5. Restores as processes: `dsec-monitor --restore` from spawn to its
+  // vCPU's first KVM_RUN (its stats file), what the QEMU peer is compared
+  // with.
+  std::vector<double> process_ms;
+  for (int i = 0; i < o.peer_runs; ++i) {
+    const std::string stats = root + "/stats.json";
+    SpawnOptions spawn;
+    spawn.argv = {monitor_bin, "--restore", dir, "--console", "none", "--timeout-ms", "200",
+                  "--quiet-report", "--stats-json", stats};
+    const int64_t t0 = MonotonicNowNs();
+    absl::StatusOr<Subprocess> p = Subprocess::Spawn(spawn);
+    if (!p.ok() || !p->Wait().ok()) {
+      std::fprintf(stderr, "bench snapshot: dsec-monitor --restore did not run\n");
+      cleanup();
+      return 1;
+    }
+    std::ifstream in(stats);
+    nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
+    const int64_t first_run = s.is_object() ? s["monotonic_ns"].value("first_run", int64_t{0}) : 0;
+    if (first_run <= t0) {
+      std::fprintf(stderr, "bench snapshot: no first_run in %s\n", stats.c_str());
+      cleanup();
+      return 1;
+    }
+    process_ms.push_back(Ms(first_run - t0));
+  }
+
+  // 6. The peer: QEMU (microvm machine, KVM) runs the same guest, saves it
+  // by migration to a file, and restores it with -incoming, spawn to
+  // "running" (QMP query-status; a VM saved stopped is resumed with cont).
+  nlohmann::json peer = nullptr;
+  if (o.peer == "qemu") {
+    const std::string qemu = FindProgram(o.qemu);
+    if (qemu.empty()) {
+      std::fprintf(stderr, "bench snapshot: %s not found\n", o.qemu.c_str());
+      cleanup();
+      return 2;
+    }
+    const std::string qsock = root + "/qmp.sock", qfile = root + "/qemu.state";
+    std::vector<std::string> argv = {
+        qemu, "-M", "microvm,x-option-roms=off,rtc=off,acpi=off", "-accel", "kvm", "-cpu",
+        "qemu64", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-m",
+        absl::StrCat(o.mem_mib), "-kernel", kernel, "-append",
+        absl::StrFormat("testguest.run=phases:%d,%d,1,600", o.touch_mib, o.touch_mib), "-serial",
+        "none", "-monitor", "none", "-qmp", absl::StrCat("unix:", qsock, ",server=on,wait=off")};
+    auto fail = [&](const std::string& what) {
+      std::fprintf(stderr, "bench snapshot: qemu: %s\n", what.c_str());
+      cleanup();
+      return 1;
+    };
+    double qsave_ms = 0;
+    {
+      SpawnOptions spawn;
+      spawn.argv = argv;
+      absl::StatusOr<Subprocess> q = Subprocess::Spawn(spawn);
+      if (!q.ok()) return fail(std::string(q.status().message()));
+      absl::StatusOr<Qmp> qmp = Qmp::Connect(qsock, 10'000);
+      if (!qmp.ok()) return fail(std::string(qmp.status().message()));
+      // No test device under QEMU: the guest's writes are given 3 s (they
+      // take well under one at CPL3 with KVM).
+      ::sleep(3);
+      if (!qmp->Command("stop").ok()) return fail("stop");
+      const int64_t t0 = MonotonicNowNs();
+      if (!qmp->Command("migrate", {{"uri", "exec:cat > " + qfile}}).ok()) return fail("migrate");
+      for (;;) {
+        absl::StatusOr<nlohmann::json> st = qmp->Command("query-migrate");
+        if (!st.ok()) return fail("query-migrate");
+        const std::string status = st->value("status", "");
+        if (status == "completed") break;
+        if (status == "failed") return fail("migration failed");
+        if (MonotonicNowNs() - t0 > 120'000'000'000) return fail("migration did not end");
+        ::usleep(1000);
+      }
+      qsave_ms = Ms(MonotonicNowNs() - t0);
+      (void)qmp->Command("quit");
+      (void)q->Wait(10'000);
+    }
+    std::vector<double> qrestore_ms;
+    for (int i = 0; i < o.peer_runs; ++i) {
+      ::unlink(qsock.c_str());
+      SpawnOptions spawn;
+      spawn.argv = argv;
+      spawn.argv.push_back("-incoming");
+      spawn.argv.push_back("exec:cat " + qfile);
+      const int64_t t0 = MonotonicNowNs();
+      absl::StatusOr<Subprocess> q = Subprocess::Spawn(spawn);
+      if (!q.ok()) return fail(std::string(q.status().message()));
+      absl::StatusOr<Qmp> qmp = Qmp::Connect(qsock, 10'000);
+      if (!qmp.ok()) return fail(std::string(qmp.status().message()));
+      for (;;) {
+        absl::StatusOr<nlohmann::json> st = qmp->Command("query-status");
+        if (!st.ok()) return fail("query-status");
+        const std::string status = st->value("status", "");
+        if (status == "running") break;
+        if (status == "paused" || status == "postmigrate") (void)qmp->Command("cont");
+        if (MonotonicNowNs() - t0 > 60'000'000'000) return fail("the restore did not run");
+        ::usleep(200);
+      }
+      qrestore_ms.push_back(Ms(MonotonicNowNs() - t0));
+      (void)qmp->Command("quit");
+      (void)q->Wait(10'000);
+    }
+    struct stat st;
+    const uint64_t qbytes = ::stat(qfile.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    peer = {{"name", "qemu"},
+            {"save_ms", qsave_ms},
+            {"state_bytes", qbytes},
+            {"restore_to_running_ms", P50P99(qrestore_ms)},
+            {"save_ratio", qsave_ms / Ms(snap->total_ns)},
+            {"restore_ratio", Percentile(qrestore_ms, 50) / Percentile(process_ms, 50)}};
+  }
+
   nlohmann::json j = {
       {"mem_mib", o.mem_mib},
       {"touch_mib", o.touch_mib},
@@ -264,6 +446,8 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
       {"restore_ms", P50P99(restore_ms)},
       {"diff_after_1s_idle", {{"total_ms", diff_ms}, {"data_bytes", diff_bytes}}},
       {"restore_to_first_run_ms", P50P99(first_run_ms)},
+      {"process_restore_to_first_run_ms", P50P99(process_ms)},
+      {"peer", peer},
       {"clones", o.clones},
       {"clones_restore_ms", P50P99(clones_ms)},
       {"idle_clone",
@@ -289,6 +473,17 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
                 o.clones, Percentile(clones_ms, 50), Percentile(clones_ms, 99));
     std::printf("diff snapshot of a clone after 1 s of its idle guest: %.1f ms, %.0f KiB of data\n",
                 diff_ms, diff_bytes / 1024.0);
+    std::printf("dsec-monitor --restore, spawn to the first KVM_RUN, %d runs: p50 %.2f ms p99 %.2f ms\n",
+                o.peer_runs, Percentile(process_ms, 50), Percentile(process_ms, 99));
+    if (!peer.is_null()) {
+      std::printf("QEMU (same guest, migration to a file): save %.1f ms (%.1f MiB of state), restore "
+                  "spawn to running p50 %.1f ms p99 %.1f ms; QEMU/dsec-vmm: save %.2fx, restore "
+                  "%.1fx\n",
+                  peer["save_ms"].get<double>(), peer["state_bytes"].get<uint64_t>() / 1048576.0,
+                  peer["restore_to_running_ms"]["p50"].get<double>(),
+                  peer["restore_to_running_ms"]["p99"].get<double>(),
+                  peer["save_ratio"].get<double>(), peer["restore_ratio"].get<double>());
+    }
     std::printf("idle clone (%d dsec-monitor --restore processes, %d alive after 2 s): private "
                 "dirty %.0f KiB, PSS %.0f KiB, RSS %.0f KiB each (RSS counts the snapshot's "
                 "page-cache pages every clone shares)\n",

@@ -18,6 +18,11 @@ struct SnapshotBenchOptions {
   std::string kernel;   // "" = the test guest beside the binary
   std::string monitor;  // "" = dsec-monitor beside the binary
   std::string dir;      // where snapshots go ("" = a temporary directory, removed)
+  // "qemu": the same guest saved and restored by QEMU (microvm machine, KVM,
+  // migration to a file) in the same run, and the ratios; "" = none.
+  std::string peer;
+  std::string qemu = "qemu-system-x86_64";
+  int peer_runs = 10;
 };
 
 // 0 on success, 2 on bad options or a missing binary, 1 on a failure.

@@ -38,6 +38,12 @@ void RegisterForkBenchCommands(CLI::App* bench, CommandRegistry& registry) {
   snap->add_option("--clones", s->clones, "Clones restored together")->capture_default_str()->check(CLI::Range(1, 256));
   snap->add_option("--kernel", s->kernel, "Test guest ELF (default: beside the binary)");
   snap->add_option("--dir", s->dir, "Directory for the snapshot (default: a temporary one, removed)");
+  snap->add_option("--peer", s->peer, "qemu: the same guest saved and restored by QEMU, and the ratios")
+      ->check(CLI::IsMember({"qemu"}));
+  snap->add_option("--qemu", s->qemu, "QEMU binary for --peer qemu")->capture_default_str();
+  snap->add_option("--peer-runs", s->peer_runs, "Process restores measured (ours and the peer's)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   snap->add_flag("--json", s->json, "Print one JSON object");
   registry.Add(snap, [s] { return bench::RunSnapshotBench(*s); });
 }
