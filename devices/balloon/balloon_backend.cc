@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<MemfdBalloonBackend>> MemfdBalloonBackend::Create
           "balloon backend: region %d [0x%x, +0x%x) page %d is unaligned, empty or overlapping",
           i, r.gpa, r.size, r.page_size));
     }
-    if (r.fd < 0 || (method == Method::kMadvRemove && r.host == nullptr)) {
+    if ((r.fd < 0 && method != Method::kMadvDontNeed) ||
+        (method != Method::kPunchHole && r.host == nullptr)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("balloon backend: region %d lacks its memfd or mapping", i));
     }
@@ -45,15 +46,16 @@ absl::StatusOr<std::unique_ptr<MemfdBalloonBackend>> MemfdBalloonBackend::ForGue
     const memory::GuestRegion& g = memory.regions()[i];
     struct stat st;
     if (memory.private_file()) {
-      // Punching holes would change the snapshot file every restored VM maps.
-      return absl::FailedPreconditionError(
-          "guest RAM mapped from a snapshot file cannot be released by the balloon");
+      // Punching holes would change the snapshot file every restored VM
+      // maps: its private copies are dropped instead.
+      regions.push_back({g.gpa, g.size, -1, 0, g.host, 4096});
+      continue;
     }
     if (::fstat(memory.RegionFd(i), &st) != 0) return ErrnoStatus("fstat(guest RAM memfd)");
     const uint64_t page = st.st_blksize > 4096 ? static_cast<uint64_t>(st.st_blksize) : 4096;
     regions.push_back({g.gpa, g.size, memory.RegionFd(i), 0, g.host, page});
   }
-  return Create(std::move(regions), method);
+  return Create(std::move(regions), memory.private_file() ? Method::kMadvDontNeed : method);
 }
 
 absl::StatusOr<uint64_t> MemfdBalloonBackend::Release(uint64_t gpa, uint64_t len) {
@@ -82,6 +84,10 @@ absl::StatusOr<uint64_t> MemfdBalloonBackend::Release(uint64_t gpa, uint64_t len
                     static_cast<off_t>(region->fd_offset + offset),
                     static_cast<off_t>(end - start)) != 0) {
       return ErrnoToStatus("fallocate(PUNCH_HOLE, guest RAM)");
+    }
+  } else if (method_ == Method::kMadvDontNeed) {
+    if (::madvise(region->host + offset, end - start, MADV_DONTNEED) != 0) {
+      return ErrnoToStatus("madvise(MADV_DONTNEED, restored guest RAM)");
     }
   } else if (::madvise(region->host + offset, end - start, MADV_REMOVE) != 0) {
     return ErrnoToStatus("madvise(MADV_REMOVE, guest RAM)");

@@ -62,6 +62,11 @@ class MemfdBalloonBackend : public BalloonBackend {
   enum class Method {
     kPunchHole,   // fallocate(PUNCH_HOLE | KEEP_SIZE) on the memfd
     kMadvRemove,  // madvise(MADV_REMOVE) on the MAP_SHARED mapping
+    // madvise(MADV_DONTNEED) on a MAP_PRIVATE mapping of a snapshot's memory
+    // file (a restored VM): drops the page's private copy, the file (shared
+    // by every restored VM) untouched; the page then reads as the
+    // snapshot's (a balloon page's content is undefined to the guest).
+    kMadvDontNeed,
   };
   // One guest RAM region. fd and host are not owned and must outlive the
   // backend; host may be null with kPunchHole.

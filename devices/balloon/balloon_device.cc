@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/json_fields.h"
 #include "base/event_loop.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -188,6 +190,10 @@ absl::Status BalloonDevice::Activate(const virtio::ActivateContext& context) {
     stats_negotiated_ = stats;
     stats_.reset();
     loop_generation_ = ++generation_;
+  }
+  if (restored_stats_head_) {
+    if (stats) stats_head_ = restored_stats_head_;
+    restored_stats_head_.reset();
   }
   if (stats && options_.stats_period_ns > 0) {
     DSEC_ASSIGN_OR_RETURN(stats_timer_,
@@ -443,6 +449,63 @@ void BalloonDevice::ReturnStatsBuffer() {
   stats_head_.reset();
   Count(counters_.stats_requests);
   workers_[*index].SignalUsed();
+}
+
+// --- Snapshots ----------------------------------------------------------------
+
+absl::StatusOr<nlohmann::json> BalloonDevice::SaveState() const {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& [pfn, pages] : pages_.Runs()) runs.push_back({pfn, pages});
+  return nlohmann::json{{"num_pages", num_pages_.load()},
+                        {"actual", actual_.load()},
+                        {"balloon_pages", balloon_pages_.load()},
+                        {"pages", std::move(runs)},
+                        {"stats_head", stats_head_ ? nlohmann::json(*stats_head_) : nullptr}};
+}
+
+absl::Status BalloonDevice::RestoreState(const nlohmann::json& state) {
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(state, "virtio-balloon"));
+  DSEC_ASSIGN_OR_RETURN(uint64_t num_pages, f.Uint("num_pages", 0, ram_pages_));
+  DSEC_ASSIGN_OR_RETURN(uint64_t actual, f.Uint("actual", 0, UINT32_MAX));
+  DSEC_ASSIGN_OR_RETURN(uint64_t balloon_pages, f.Uint("balloon_pages", 0, ram_pages_));
+  DSEC_ASSIGN_OR_RETURN(auto stats_head, f.OptUint("stats_head", 0, options_.queue_size - 1));
+  const nlohmann::json* runs = f.Raw("pages");
+  if (runs == nullptr || !runs->is_array()) {
+    return InvalidField("virtio-balloon.pages", "virtio-balloon.pages must be a list of runs");
+  }
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  BalloonPageSet pages(backend_->releasable());
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const nlohmann::json& r = (*runs)[i];
+    const std::string path = absl::StrCat("virtio-balloon.pages[", i, "]");
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+        !r[1].is_number_unsigned() || r[1].get<uint64_t>() == 0 ||
+        r[1].get<uint64_t>() > ram_pages_) {
+      return InvalidField(path, absl::StrCat(path, " must be [first pfn, pages]"));
+    }
+    const uint64_t first = r[0].get<uint64_t>(), n = r[1].get<uint64_t>();
+    for (uint64_t k = 0; k < n; ++k) {
+      if (!pages.Insert(first + k)) {
+        return InvalidField(path, absl::StrCat(path, " holds a page that is not RAM, or twice"));
+      }
+    }
+  }
+  if (pages.count() != balloon_pages) {
+    return InvalidField("virtio-balloon.balloon_pages",
+                        "virtio-balloon.balloon_pages is not the number of pages listed");
+  }
+  pages_ = std::move(pages);
+  num_pages_.store(static_cast<uint32_t>(num_pages));
+  actual_.store(static_cast<uint32_t>(actual));
+  balloon_pages_.store(balloon_pages);
+  restored_stats_head_.reset();
+  if (stats_head) restored_stats_head_ = static_cast<uint16_t>(*stats_head);
+  return absl::OkStatus();
+}
+
+uint16_t BalloonDevice::HeldBuffers(uint16_t queue_index) const {
+  const std::optional<uint16_t> stats = QueueOf(Kind::kStats);
+  return stats_head_ && stats && *stats == queue_index ? 1 : 0;
 }
 
 }  // namespace dsec::devices

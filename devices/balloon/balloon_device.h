@@ -110,6 +110,14 @@ class BalloonDevice : public virtio::VirtioDevice,
   // Pages of releasable guest RAM (the largest sensible target).
   uint64_t ram_pages() const { return ram_pages_; }
 
+  // Snapshots: the target, the driver's `actual`, the pages in the balloon
+  // (runs of PFNs: a restored balloon refuses to deflate what it never
+  // held) and the statistics buffer it holds (HeldBuffers). Statistics
+  // samples and counters start again.
+  absl::StatusOr<nlohmann::json> SaveState() const override;
+  absl::Status RestoreState(const nlohmann::json& state) override;
+  uint16_t HeldBuffers(uint16_t queue_index) const override;
+
  private:
   enum class Kind : uint8_t { kNone, kInflate, kDeflate, kStats, kReporting };
   struct Counters {
@@ -175,6 +183,7 @@ class BalloonDevice : public virtio::VirtioDevice,
   TokenBucket bucket_;
   BalloonPageSet pages_;
   std::optional<uint16_t> stats_head_;  // the stats buffer the device holds
+  std::optional<uint16_t> restored_stats_head_;  // RestoreState, taken at Activate
   int retry_timer_ = -1;
   int stats_timer_ = -1;
 };

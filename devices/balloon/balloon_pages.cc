@@ -37,6 +37,26 @@ BalloonPageSet::Lookup BalloonPageSet::Find(uint64_t pfn) const {
   return (r->bits[i / 64] >> (i % 64)) & 1 ? Lookup::kIn : Lookup::kOut;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> BalloonPageSet::Runs() const {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  for (const Region& r : regions_) {
+    for (uint64_t i = 0; i < r.pages; ++i) {
+      if (r.bits[i / 64] == 0 && i % 64 == 0) {
+        i += 63;  // a word with no page set
+        continue;
+      }
+      if ((r.bits[i / 64] & (1ull << (i % 64))) == 0) continue;
+      const uint64_t pfn = r.first_pfn + i;
+      if (!runs.empty() && runs.back().first + runs.back().second == pfn) {
+        ++runs.back().second;
+      } else {
+        runs.emplace_back(pfn, 1);
+      }
+    }
+  }
+  return runs;
+}
+
 bool BalloonPageSet::Insert(uint64_t pfn) {
   Region* r = FindRegion(pfn);
   if (r == nullptr) return false;

@@ -31,6 +31,8 @@ class BalloonPageSet {
   // Empties the set (device reset: the guest owns every page again).
   void Clear();
   uint64_t count() const { return count_; }
+  // The pages in the set as maximal runs {first pfn, pages}, ascending.
+  std::vector<std::pair<uint64_t, uint64_t>> Runs() const;
 
  private:
   struct Region {

@@ -444,16 +444,19 @@ absl::StatusOr<nlohmann::json> MmioTransport::SaveState() {
       nlohmann::json q = {{"size", c.size()},           {"ready", c.ready()},
                           {"desc", c.desc_addr()},      {"avail", c.avail_addr()},
                           {"used", c.used_addr()},      {"next_avail", 0},
-                          {"used_idx", 0},              {"signalled_used", 0}};
+                          {"used_idx", 0},              {"signalled_used", 0},
+                          {"held", 0}};
       if (active && i < active_queues_.size() && active_queues_[i].active()) {
         const Queue& a = active_queues_[i];
-        if (a.in_flight() != 0) {
-          return absl::UnavailableError(absl::StrCat(name_, ": queue ", i, " has ", a.in_flight(),
-                                                     " requests in flight"));
+        const uint16_t held = device_->HeldBuffers(static_cast<uint16_t>(i));
+        if (a.in_flight() != held) {
+          return absl::UnavailableError(absl::StrCat(name_, ": queue ", i, " has ",
+                                                     a.in_flight() - held, " requests in flight"));
         }
         q["next_avail"] = a.next_avail();
         q["used_idx"] = a.used_idx();
         q["signalled_used"] = a.signalled_used();
+        q["held"] = held;
       }
       queues.push_back(std::move(q));
     }
@@ -508,7 +511,7 @@ absl::Status MmioTransport::RestoreState(const nlohmann::json& state) {
   }
   std::vector<Queue> queues = config_queues_;
   struct Progress {
-    uint16_t next_avail, used_idx, signalled_used;
+    uint16_t next_avail, used_idx, signalled_used, held;
   };
   std::vector<Progress> progress;
   for (size_t i = 0; i < queues.size(); ++i) {
@@ -522,6 +525,7 @@ absl::Status MmioTransport::RestoreState(const nlohmann::json& state) {
     DSEC_ASSIGN_OR_RETURN(uint64_t next_avail, q.Uint("next_avail", 0, 0xffff));
     DSEC_ASSIGN_OR_RETURN(uint64_t used_idx, q.Uint("used_idx", 0, 0xffff));
     DSEC_ASSIGN_OR_RETURN(uint64_t signalled, q.Uint("signalled_used", 0, 0xffff));
+    DSEC_ASSIGN_OR_RETURN(uint64_t held, q.Uint("held", 0, size));
     DSEC_RETURN_IF_ERROR(q.RejectUnknown());
     queues[i].set_size(static_cast<uint16_t>(size));
     queues[i].set_ready(ready);
@@ -529,7 +533,7 @@ absl::Status MmioTransport::RestoreState(const nlohmann::json& state) {
     queues[i].set_avail_addr(avail);
     queues[i].set_used_addr(used);
     progress.push_back({static_cast<uint16_t>(next_avail), static_cast<uint16_t>(used_idx),
-                        static_cast<uint16_t>(signalled)});
+                        static_cast<uint16_t>(signalled), static_cast<uint16_t>(held)});
   }
   {
     absl::MutexLock lock(&mu_);
@@ -562,7 +566,7 @@ absl::Status MmioTransport::RestoreState(const nlohmann::json& state) {
     }
     if (active_queues_[i].active()) {
       active_queues_[i].RestoreProgress(progress[i].next_avail, progress[i].used_idx,
-                                        progress[i].signalled_used);
+                                        progress[i].signalled_used, progress[i].held);
     }
   }
   DSEC_RETURN_IF_ERROR(device_->RestoreState(*device));
@@ -570,6 +574,13 @@ absl::Status MmioTransport::RestoreState(const nlohmann::json& state) {
   if (absl::Status s = device_->Activate(ContextFor(driver_features)); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(name_, ": activating the restored device: ",
                                                s.message()));
+  }
+  for (size_t i = 0; i < active_queues_.size(); ++i) {
+    if (active_queues_[i].active() &&
+        active_queues_[i].in_flight() != device_->HeldBuffers(static_cast<uint16_t>(i))) {
+      const std::string path = JsonFields::ItemPath(qpath, i);
+      return InvalidField(path + ".held", absl::StrCat(path, ".held is not what the device holds"));
+    }
   }
   data_plane_live_.store(true);
   // Requests the driver queued before the snapshot: looked at once the loop

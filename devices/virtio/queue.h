@@ -137,11 +137,13 @@ class Queue {
 
   // Snapshots: after Activate() of a restored queue, the ring positions it
   // had when it was saved (any values: the indices are free-running u16s).
-  void RestoreProgress(uint16_t next_avail, uint16_t used_idx, uint16_t signalled_used) {
+  // `in_flight`: chains the device holds (VirtioDevice::HeldBuffers).
+  void RestoreProgress(uint16_t next_avail, uint16_t used_idx, uint16_t signalled_used,
+                       uint16_t in_flight = 0) {
     next_avail_ = next_avail;
     used_idx_ = used_idx;
     signalled_used_ = signalled_used;
-    in_flight_ = 0;
+    in_flight_ = in_flight;
   }
   uint16_t signalled_used() const { return signalled_used_; }
 

@@ -175,6 +175,10 @@ class VirtioDevice {
   // (FailedPrecondition naming the device type).
   virtual absl::StatusOr<nlohmann::json> SaveState() const;
   virtual absl::Status RestoreState(const nlohmann::json& state);
+  // Buffers of queue `queue_index` the device keeps popped by design (a
+  // balloon's statistics buffer, returned when the host wants statistics):
+  // part of its saved state, not requests to wait out. Loop thread.
+  virtual uint16_t HeldBuffers(uint16_t /*queue_index*/) const { return 0; }
 };
 
 }  // namespace dsec::virtio

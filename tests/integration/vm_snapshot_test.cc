@@ -27,6 +27,8 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_support.h"
 #include "vmm/snapshot/snapshot_format.h"
+#include "devices/balloon/balloon_control.h"
+#include "vmm/vm/virtio_devices.h"
 #include "vmm/vm/vm.h"
 #include "vmm/vm/vm_config_json.h"
 
@@ -481,6 +483,102 @@ TEST_F(VmSnapshotTest, ADiffSnapshotOfACloneHoldsWhatItChangedAndRestores) {
   EXPECT_NE(refused.status().message().find("not the snapshot it was taken from"),
             std::string::npos)
       << refused.status();
+}
+
+// A balloon holding 32 MiB of the guest's pages at the snapshot: the
+// restored device knows them (the guest deflates them all, none refused),
+// and releasing pages of restored RAM drops private copies, never the
+// shared snapshot file.
+TEST_F(VmSnapshotTest, AnInflatedBalloonIsRestoredWithItsPages) {
+  constexpr uint64_t kPages = (32ull << 20) / 4096;
+  nlohmann::json j = VmConfigToJson(Config("balloon-cycle:48"));
+  j["devices"] = {{{"type", "balloon"}, {"target_mib", 32}}};
+  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto vm = Vm::Create(*config);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->Start().ok());
+  auto reached = [&] {
+    for (const std::string& m : (*vm)->TestMessages()) {
+      if (m.rfind("balloon reached", 0) == 0) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(**vm, reached, 60'000)) << "the guest did not inflate";
+  ASSERT_TRUE((*vm)->Pause().ok());
+  const std::string dir = Dir("balloon");
+  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  ASSERT_TRUE(r.ok()) << r.status();
+  (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
+  (*vm)->Wait();
+  const std::string memory_before = ReadAll(dir + "/memory");
+
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  host.timeout_ms = 60'000;
+  auto restored = Vm::Restore(dir, host);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  devices::BalloonControl* balloon = (*restored)->virtio()->Find<devices::BalloonControl>();
+  ASSERT_NE(balloon, nullptr);
+  EXPECT_EQ(balloon->balloon_pages(), kPages);
+  ASSERT_TRUE((*restored)->Start().ok());
+  balloon->SetTargetPages(0);
+  VmStats stats = (*restored)->Wait();
+  std::string all;
+  for (const auto& line : (*restored)->TestMessages()) all += line + "\n";
+  EXPECT_EQ(stats.stop.guest_exit_code, 0u) << stats.stop.detail << "\n" << all;
+  auto result = dsec::testing::FirstReportOf((*restored)->TestMessages(), "result");
+  ASSERT_TRUE(result.has_value()) << all;
+  EXPECT_EQ(result->GetU64("deflated"), kPages) << all;
+  EXPECT_EQ(result->GetU64("retouched"), kPages) << all;
+  EXPECT_EQ(balloon->metrics().refused_total(), 0u);
+  EXPECT_EQ(balloon->balloon_pages(), 0u);
+  EXPECT_TRUE(ReadAll(dir + "/memory") == memory_before) << "the balloon changed the snapshot file";
+}
+
+// The balloon keeps the guest's statistics buffer popped between requests:
+// the snapshot carries it as held (not a request to wait out), and the
+// restored device answers a statistics request with it.
+TEST_F(VmSnapshotTest, TheBalloonsHeldStatisticsBufferIsCarried) {
+  nlohmann::json j = VmConfigToJson(Config("idle:0"));
+  j["devices"] = {{{"type", "balloon"}, {"target_mib", 0}}};
+  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto vm = Vm::Create(*config);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->Start().ok());
+  devices::BalloonControl* b = (*vm)->virtio()->Find<devices::BalloonControl>();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(WaitFor(**vm, [&] { return b->GetStats().has_value(); }, 30'000))
+      << "no statistics from the guest";
+  ASSERT_TRUE((*vm)->Pause().ok());
+  const std::string dir = Dir("stats");
+  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  ASSERT_TRUE(r.ok()) << r.status();
+  (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
+  (*vm)->Wait();
+  absl::StatusOr<snapshot::Manifest> m = snapshot::ParseManifest(ReadAll(dir + "/manifest.json"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const nlohmann::json& t = m->devices["virtio"][0]["state"];
+  EXPECT_EQ(t["queues"][2]["held"], 1) << t.dump();
+  EXPECT_FALSE(t["device"]["stats_head"].is_null()) << t.dump();
+
+  VmConfig host;
+  host.console.kind = ConsoleConfig::Kind::kNone;
+  host.timeout_ms = 60'000;
+  auto restored = Vm::Restore(dir, host);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  devices::BalloonControl* rb = (*restored)->virtio()->Find<devices::BalloonControl>();
+  ASSERT_NE(rb, nullptr);
+  ASSERT_TRUE((*restored)->Start().ok());
+  EXPECT_FALSE(rb->GetStats().has_value());  // samples start again
+  rb->RequestStats();
+  EXPECT_TRUE(WaitFor(**restored, [&] { return rb->GetStats().has_value(); }, 30'000))
+      << "the restored balloon got no statistics";
+  (*restored)->RequestStop(StopReason::kHostRequest, "test");
+  (*restored)->Wait();
 }
 
 TEST_F(VmSnapshotTest, RefusesWhatItCannotSave) {
