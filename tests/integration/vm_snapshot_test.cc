@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
 #include "base/scoped_fd.h"
+#include "base/status.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_support.h"
 #include "vmm/snapshot/snapshot_format.h"
@@ -118,6 +119,35 @@ class VmSnapshotTest : public ::testing::Test {
     return last;
   }
 
+  // Config(workload) with `devices` (the JSON form), created and started.
+  absl::StatusOr<std::unique_ptr<Vm>> StartWith(const std::string& workload,
+                                                nlohmann::json devices) {
+    nlohmann::json j = VmConfigToJson(Config(workload));
+    j["devices"] = std::move(devices);
+    DSEC_ASSIGN_OR_RETURN(VmConfig config, VmConfigFromJson(j));
+    DSEC_ASSIGN_OR_RETURN(std::unique_ptr<Vm> vm, Vm::Create(config));
+    DSEC_RETURN_IF_ERROR(vm->Start());
+    return vm;
+  }
+  // Pauses `vm` and saves it into `dir`.
+  static absl::StatusOr<SnapshotResult> PauseAndSave(Vm& vm, const std::string& dir) {
+    DSEC_RETURN_IF_ERROR(vm.Pause());
+    ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return vm.SaveSnapshot(dfd.get());
+  }
+  static bool HasLine(const Vm& vm, const std::string& prefix) {
+    for (const std::string& m : vm.TestMessages()) {
+      if (m.rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  }
+  static VmConfig Host(uint64_t timeout_ms = 120'000) {
+    VmConfig host;
+    host.console.kind = ConsoleConfig::Kind::kNone;
+    host.timeout_ms = timeout_ms;
+    return host;
+  }
+
   std::string root_;
 };
 
@@ -146,9 +176,7 @@ TEST_F(VmSnapshotTest, RestoredStateEqualsTheSavedOneAndTheGuestGoesOn) {
       snapshot::ParseManifest(ReadAll(dir + "/manifest.json"));
   ASSERT_TRUE(saved.ok()) << saved.status();
 
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 120'000;
+  const VmConfig host = Host(120'000);
   absl::StatusOr<std::unique_ptr<Vm>> restored = Vm::Restore(dir, host);
   ASSERT_TRUE(restored.ok()) << restored.status();
 
@@ -235,9 +263,7 @@ TEST_F(VmSnapshotTest, ClonesAreIndependentAndLeaveTheSnapshotAlone) {
   ASSERT_NE(original, nullptr);
   original.reset();
   const std::string memory_before = ReadAll(dir + "/memory");
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 120'000;
+  const VmConfig host = Host(120'000);
   auto a = Vm::Restore(dir, host);
   auto b = Vm::Restore(dir, host);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -270,20 +296,13 @@ TEST_F(VmSnapshotTest, ClonesAreIndependentAndLeaveTheSnapshotAlone) {
 // for the rate limit) and the transport go into the snapshot, and the
 // restored guest's driver gets the rest of its bytes.
 TEST_F(VmSnapshotTest, AVirtioRngMidRequestGoesOnAfterRestore) {
-  nlohmann::json j = VmConfigToJson(Config("rng:262144"));
-  j["devices"] = {{{"type", "rng"}, {"rate_bytes_per_s", 65536}, {"burst_bytes", 4096}}};
-  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto vm = Vm::Create(*config);
+  auto vm = StartWith("rng:262144", {{{"type", "rng"}, {"rate_bytes_per_s", 65536}, {"burst_bytes", 4096}}});
   ASSERT_TRUE(vm.ok()) << vm.status();
-  ASSERT_TRUE((*vm)->Start().ok());
   // About a third of the way: the guest is waiting for entropy.
   pollfd p{(*vm)->stop_requested_fd(), POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 1500), 0) << "the guest ended before the snapshot";
-  ASSERT_TRUE((*vm)->Pause().ok());
   const std::string dir = Dir("rng");
-  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  absl::StatusOr<SnapshotResult> r = PauseAndSave(**vm, dir);
   ASSERT_TRUE(r.ok()) << r.status();
   (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
   (*vm)->Wait();
@@ -295,9 +314,7 @@ TEST_F(VmSnapshotTest, AVirtioRngMidRequestGoesOnAfterRestore) {
   EXPECT_EQ(m->devices["virtio"][0]["state"]["active"], true) << m->devices.dump();
   EXPECT_GT(m->devices["virtio"][0]["state"]["queues"][0]["used_idx"].get<int>(), 0);
 
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 120'000;
+  const VmConfig host = Host(120'000);
   auto restored = Vm::Restore(dir, host);
   ASSERT_TRUE(restored.ok()) << restored.status();
   ASSERT_TRUE((*restored)->Start().ok());
@@ -317,30 +334,15 @@ TEST_F(VmSnapshotTest, AVirtioRngMidRequestGoesOnAfterRestore) {
 // restored device tells the guest (TRANSPORT_RESET); the restore gives the
 // clone a socket path of its own, and a different guest CID is refused.
 TEST_F(VmSnapshotTest, ARestoredVsockResetsTheGuestsConnections) {
-  nlohmann::json j = VmConfigToJson(Config("vsock-echo:5000"));
-  j["devices"] = {{{"type", "vsock"}, {"guest_cid", 7}, {"socket", root_ + "/v1.sock"}}};
-  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto vm = Vm::Create(*config);
+  auto vm = StartWith("vsock-echo:5000", {{{"type", "vsock"}, {"guest_cid", 7}, {"socket", root_ + "/v1.sock"}}});
   ASSERT_TRUE(vm.ok()) << vm.status();
-  ASSERT_TRUE((*vm)->Start().ok());
-  auto listening = [&] {
-    for (const std::string& m : (*vm)->TestMessages()) {
-      if (m.rfind("vsock listening", 0) == 0) return true;
-    }
-    return false;
-  };
-  ASSERT_TRUE(WaitFor(**vm, listening, 60'000)) << "the guest did not listen";
-  ASSERT_TRUE((*vm)->Pause().ok());
+  ASSERT_TRUE(WaitFor(**vm, [&] { return HasLine(**vm, "vsock listening"); }, 60'000)) << "the guest did not listen";
   const std::string dir = Dir("vsock");
-  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  absl::StatusOr<SnapshotResult> r = PauseAndSave(**vm, dir);
   ASSERT_TRUE(r.ok()) << r.status();
 
   // While the original runs on (its socket in use), a clone with its own.
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 60'000;
+  const VmConfig host = Host(60'000);
   nlohmann::json other = VmConfigToJson(host);
   other["devices"] = {{{"type", "vsock"}, {"guest_cid", 9}, {"socket", root_ + "/v2.sock"}}};
   absl::StatusOr<VmConfig> wrong_cid = VmConfigFromJson(other);
@@ -375,13 +377,8 @@ TEST_F(VmSnapshotTest, APmemLayerMustBeTheSameAtRestore) {
     return path;
   };
   const std::string layer = image("layer.img", 2);
-  nlohmann::json j = VmConfigToJson(Config("snap:200"));
-  j["devices"] = {{{"type", "pmem"}, {"path", layer}, {"read_only", true}}};
-  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto vm = Vm::Create(*config);
+  auto vm = StartWith("snap:200", {{{"type", "pmem"}, {"path", layer}, {"read_only", true}}});
   ASSERT_TRUE(vm.ok()) << vm.status();
-  ASSERT_TRUE((*vm)->Start().ok());
   ASSERT_TRUE(WaitFor(**vm, [&] { return LastTick((*vm)->TestMessages()) >= 10; }, 60'000));
   ASSERT_TRUE((*vm)->Pause().ok());
   const std::string dir = Dir("pmem");
@@ -390,9 +387,7 @@ TEST_F(VmSnapshotTest, APmemLayerMustBeTheSameAtRestore) {
   (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
   (*vm)->Wait();
 
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 60'000;
+  const VmConfig host = Host(60'000);
   nlohmann::json other = VmConfigToJson(host);
   other["devices"] = {{{"type", "pmem"}, {"path", image("bigger.img", 4)}, {"read_only", true}}};
   absl::StatusOr<VmConfig> bigger = VmConfigFromJson(other);
@@ -421,9 +416,7 @@ TEST_F(VmSnapshotTest, ADiffSnapshotOfACloneHoldsWhatItChangedAndRestores) {
   original->Wait();
   original.reset();
 
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 120'000;
+  const VmConfig host = Host(120'000);
   auto clone = Vm::Restore(base, host);
   ASSERT_TRUE(clone.ok()) << clone.status();
   // Not restored: no diff.
@@ -491,32 +484,17 @@ TEST_F(VmSnapshotTest, ADiffSnapshotOfACloneHoldsWhatItChangedAndRestores) {
 // shared snapshot file.
 TEST_F(VmSnapshotTest, AnInflatedBalloonIsRestoredWithItsPages) {
   constexpr uint64_t kPages = (32ull << 20) / 4096;
-  nlohmann::json j = VmConfigToJson(Config("balloon-cycle:48"));
-  j["devices"] = {{{"type", "balloon"}, {"target_mib", 32}}};
-  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto vm = Vm::Create(*config);
+  auto vm = StartWith("balloon-cycle:48", {{{"type", "balloon"}, {"target_mib", 32}}});
   ASSERT_TRUE(vm.ok()) << vm.status();
-  ASSERT_TRUE((*vm)->Start().ok());
-  auto reached = [&] {
-    for (const std::string& m : (*vm)->TestMessages()) {
-      if (m.rfind("balloon reached", 0) == 0) return true;
-    }
-    return false;
-  };
-  ASSERT_TRUE(WaitFor(**vm, reached, 60'000)) << "the guest did not inflate";
-  ASSERT_TRUE((*vm)->Pause().ok());
+  ASSERT_TRUE(WaitFor(**vm, [&] { return HasLine(**vm, "balloon reached"); }, 60'000)) << "the guest did not inflate";
   const std::string dir = Dir("balloon");
-  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  absl::StatusOr<SnapshotResult> r = PauseAndSave(**vm, dir);
   ASSERT_TRUE(r.ok()) << r.status();
   (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
   (*vm)->Wait();
   const std::string memory_before = ReadAll(dir + "/memory");
 
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 60'000;
+  const VmConfig host = Host(60'000);
   auto restored = Vm::Restore(dir, host);
   ASSERT_TRUE(restored.ok()) << restored.status();
   devices::BalloonControl* balloon = (*restored)->virtio()->Find<devices::BalloonControl>();
@@ -541,21 +519,14 @@ TEST_F(VmSnapshotTest, AnInflatedBalloonIsRestoredWithItsPages) {
 // the snapshot carries it as held (not a request to wait out), and the
 // restored device answers a statistics request with it.
 TEST_F(VmSnapshotTest, TheBalloonsHeldStatisticsBufferIsCarried) {
-  nlohmann::json j = VmConfigToJson(Config("idle:0"));
-  j["devices"] = {{{"type", "balloon"}, {"target_mib", 0}}};
-  absl::StatusOr<VmConfig> config = VmConfigFromJson(j);
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto vm = Vm::Create(*config);
+  auto vm = StartWith("idle:0", {{{"type", "balloon"}, {"target_mib", 0}}});
   ASSERT_TRUE(vm.ok()) << vm.status();
-  ASSERT_TRUE((*vm)->Start().ok());
   devices::BalloonControl* b = (*vm)->virtio()->Find<devices::BalloonControl>();
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(WaitFor(**vm, [&] { return b->GetStats().has_value(); }, 30'000))
       << "no statistics from the guest";
-  ASSERT_TRUE((*vm)->Pause().ok());
   const std::string dir = Dir("stats");
-  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  absl::StatusOr<SnapshotResult> r = (*vm)->SaveSnapshot(dfd.get());
+  absl::StatusOr<SnapshotResult> r = PauseAndSave(**vm, dir);
   ASSERT_TRUE(r.ok()) << r.status();
   (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
   (*vm)->Wait();
@@ -565,9 +536,7 @@ TEST_F(VmSnapshotTest, TheBalloonsHeldStatisticsBufferIsCarried) {
   EXPECT_EQ(t["queues"][2]["held"], 1) << t.dump();
   EXPECT_FALSE(t["device"]["stats_head"].is_null()) << t.dump();
 
-  VmConfig host;
-  host.console.kind = ConsoleConfig::Kind::kNone;
-  host.timeout_ms = 60'000;
+  const VmConfig host = Host(60'000);
   auto restored = Vm::Restore(dir, host);
   ASSERT_TRUE(restored.ok()) << restored.status();
   devices::BalloonControl* rb = (*restored)->virtio()->Find<devices::BalloonControl>();
