@@ -263,6 +263,21 @@ absl::StatusOr<std::vector<MsrEntry>> KvmVcpu::GetMsrs(std::span<const uint32_t>
   return out;
 }
 
+absl::StatusOr<std::vector<MsrEntry>> KvmVcpu::GetMsrsPrefix(
+    std::span<const uint32_t> indices) const {
+  MsrBuffer buf(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) buf.entries()[i].index = indices[i];
+  int n = IoctlRetry(fd_.get(), abi::kGetMsrs, buf.header());
+  if (n < 0) {
+    return ErrnoToStatus(absl::StrCat("KVM_GET_MSRS(vcpu ", id_, ", ", indices.size(), " MSRs)"),
+                         -n);
+  }
+  std::vector<MsrEntry> out(std::min(static_cast<size_t>(n), indices.size()));
+  if (!out.empty())
+    std::memcpy(static_cast<void*>(out.data()), buf.entries(), out.size() * sizeof(MsrEntry));
+  return out;
+}
+
 absl::Status KvmVcpu::SetCpuid(std::span<const CpuidEntry> entries) {
   // C layout of struct kvm_cpuid2 (see kvm_abi.h).
   std::vector<uint8_t> buf(sizeof(abi::CpuidHeader) + entries.size_bytes());

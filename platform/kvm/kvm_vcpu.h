@@ -118,6 +118,9 @@ class KvmVcpu {
   absl::Status SetMsrs(std::span<const MsrEntry> msrs);
   // KVM_GET_MSRS for `indices`; fails naming the first MSR KVM refused.
   absl::StatusOr<std::vector<MsrEntry>> GetMsrs(std::span<const uint32_t> indices) const;
+  // KVM_GET_MSRS as far as KVM goes: the entries of the leading MSRs it
+  // read (it stops at the first it refuses; fewer than `indices` then).
+  absl::StatusOr<std::vector<MsrEntry>> GetMsrsPrefix(std::span<const uint32_t> indices) const;
   // KVM_SET_CPUID2. Must precede the first Run().
   absl::Status SetCpuid(std::span<const CpuidEntry> entries);
   absl::StatusOr<LapicState> GetLapic() const;

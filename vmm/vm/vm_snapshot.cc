@@ -42,22 +42,18 @@ constexpr uint64_t kPage = snapshot::kPageSize;
 
 // KVM_GET_MSRS of every MSR in `list` that KVM reads on this vCPU: KVM
 // stops at the first MSR it refuses (one the host's CPU lacks), which is
-// dropped and the rest tried again.
+// skipped and the rest read on.
 absl::StatusOr<std::vector<kvm::MsrEntry>> ReadableMsrs(kvm::KvmVcpu& vcpu,
-                                                        std::vector<uint32_t> list) {
-  for (int attempts = 0; attempts < 256; ++attempts) {
-    absl::StatusOr<std::vector<kvm::MsrEntry>> got = vcpu.GetMsrs(list);
-    if (got.ok()) return got;
-    if (got.status().code() != absl::StatusCode::kInvalidArgument) return got.status();
-    // "KVM refused MSR 0x.. (read N of M)": drop entry N.
-    const std::string msg(got.status().message());
-    const size_t at = msg.find("(read ");
-    if (at == std::string::npos) return got.status();
-    const size_t n = std::strtoul(msg.c_str() + at + 6, nullptr, 10);
-    if (n >= list.size()) return got.status();
-    list.erase(list.begin() + static_cast<std::ptrdiff_t>(n));
+                                                        const std::vector<uint32_t>& list) {
+  std::vector<kvm::MsrEntry> out;
+  size_t at = 0;
+  while (at < list.size()) {
+    DSEC_ASSIGN_OR_RETURN(std::vector<kvm::MsrEntry> got,
+                          vcpu.GetMsrsPrefix(std::span<const uint32_t>(list).subspan(at)));
+    out.insert(out.end(), got.begin(), got.end());
+    at += got.size() + 1;  // past the refused one (or the end)
   }
-  return absl::InternalError("KVM_GET_MSRS: too many MSRs refused");
+  return out;
 }
 
 // CPUID bits that are state rather than features: OSXSAVE (leaf 1 ECX 27)
