@@ -245,22 +245,14 @@ absl::Status KvmVcpu::SetMsrs(std::span<const MsrEntry> msrs) {
 }
 
 absl::StatusOr<std::vector<MsrEntry>> KvmVcpu::GetMsrs(std::span<const uint32_t> indices) const {
-  MsrBuffer buf(indices.size());
-  for (size_t i = 0; i < indices.size(); ++i) buf.entries()[i].index = indices[i];
-  int n = IoctlRetry(fd_.get(), abi::kGetMsrs, buf.header());
-  if (n < 0) {
-    return ErrnoToStatus(absl::StrCat("KVM_GET_MSRS(vcpu ", id_, ", ", indices.size(), " MSRs)"),
-                         -n);
-  }
-  if (static_cast<size_t>(n) < indices.size()) {
+  absl::StatusOr<std::vector<MsrEntry>> got = GetMsrsPrefix(indices);
+  if (got.ok() && got->size() < indices.size()) {
+    const size_t n = got->size();
     return absl::InvalidArgumentError(absl::StrCat("KVM_GET_MSRS(vcpu ", id_, "): KVM refused MSR ",
                                                    Hex(indices[n]), " (read ", n, " of ",
                                                    indices.size(), ")"));
   }
-  std::vector<MsrEntry> out(indices.size());
-  if (!out.empty())
-    std::memcpy(static_cast<void*>(out.data()), buf.entries(), out.size() * sizeof(MsrEntry));
-  return out;
+  return got;
 }
 
 absl::StatusOr<std::vector<MsrEntry>> KvmVcpu::GetMsrsPrefix(

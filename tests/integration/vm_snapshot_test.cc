@@ -129,6 +129,12 @@ class VmSnapshotTest : public ::testing::Test {
     DSEC_RETURN_IF_ERROR(vm->Start());
     return vm;
   }
+  // Stops `vm` (its snapshot taken) and reads the manifest in `dir`.
+  static absl::StatusOr<snapshot::Manifest> StopAndRead(Vm& vm, const std::string& dir) {
+    vm.RequestStop(StopReason::kHostRequest, "test: snapshot taken");
+    vm.Wait();
+    return snapshot::ParseManifest(ReadAll(dir + "/manifest.json"));
+  }
   // Pauses `vm` and saves it into `dir`.
   static absl::StatusOr<SnapshotResult> PauseAndSave(Vm& vm, const std::string& dir) {
     DSEC_RETURN_IF_ERROR(vm.Pause());
@@ -296,7 +302,8 @@ TEST_F(VmSnapshotTest, ClonesAreIndependentAndLeaveTheSnapshotAlone) {
 // for the rate limit) and the transport go into the snapshot, and the
 // restored guest's driver gets the rest of its bytes.
 TEST_F(VmSnapshotTest, AVirtioRngMidRequestGoesOnAfterRestore) {
-  auto vm = StartWith("rng:262144", {{{"type", "rng"}, {"rate_bytes_per_s", 65536}, {"burst_bytes", 4096}}});
+  auto vm = StartWith("rng:262144",
+                      {{{"type", "rng"}, {"rate_bytes_per_s", 65536}, {"burst_bytes", 4096}}});
   ASSERT_TRUE(vm.ok()) << vm.status();
   // About a third of the way: the guest is waiting for entropy.
   pollfd p{(*vm)->stop_requested_fd(), POLLIN, 0};
@@ -304,10 +311,8 @@ TEST_F(VmSnapshotTest, AVirtioRngMidRequestGoesOnAfterRestore) {
   const std::string dir = Dir("rng");
   absl::StatusOr<SnapshotResult> r = PauseAndSave(**vm, dir);
   ASSERT_TRUE(r.ok()) << r.status();
-  (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
-  (*vm)->Wait();
   // The transport's state is in the snapshot: the driver had set it going.
-  absl::StatusOr<snapshot::Manifest> m = snapshot::ParseManifest(ReadAll(dir + "/manifest.json"));
+  absl::StatusOr<snapshot::Manifest> m = StopAndRead(**vm, dir);
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->devices["virtio"].size(), 1u);
   EXPECT_EQ(m->devices["virtio"][0]["name"], "virtio-rng0");
@@ -528,9 +533,7 @@ TEST_F(VmSnapshotTest, TheBalloonsHeldStatisticsBufferIsCarried) {
   const std::string dir = Dir("stats");
   absl::StatusOr<SnapshotResult> r = PauseAndSave(**vm, dir);
   ASSERT_TRUE(r.ok()) << r.status();
-  (*vm)->RequestStop(StopReason::kHostRequest, "test: snapshot taken");
-  (*vm)->Wait();
-  absl::StatusOr<snapshot::Manifest> m = snapshot::ParseManifest(ReadAll(dir + "/manifest.json"));
+  absl::StatusOr<snapshot::Manifest> m = StopAndRead(**vm, dir);
   ASSERT_TRUE(m.ok()) << m.status();
   const nlohmann::json& t = m->devices["virtio"][0]["state"];
   EXPECT_EQ(t["queues"][2]["held"], 1) << t.dump();
