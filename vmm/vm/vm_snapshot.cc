@@ -39,6 +39,8 @@ namespace dsec::vm {
 namespace {
 
 constexpr uint64_t kPage = snapshot::kPageSize;
+// IA32_TSC_DEADLINE (Intel SDM vol. 4, table 2-2).
+constexpr uint32_t kMsrTscDeadline = 0x6e0;
 
 // KVM_GET_MSRS of every MSR in `list` that KVM reads on this vCPU: KVM
 // stops at the first MSR it refuses (one the host's CPU lacks), which is
@@ -642,6 +644,14 @@ absl::Status Vm::SetUpRestoredVcpus(const snapshot::Manifest& m) {
     DSEC_RETURN_IF_ERROR(vcpu->SetDebugRegs(s.debugregs));
     DSEC_RETURN_IF_ERROR(vcpu->SetMsrs(s.msrs));
     DSEC_RETURN_IF_ERROR(vcpu->SetLapic(s.lapic));
+    // The TSC deadline once more, after the LAPIC: KVM drops a write of it
+    // while the LAPIC timer is not in TSC-deadline mode, which only the
+    // LAPIC state sets (a Linux guest's timer would never fire again).
+    std::vector<kvm::MsrEntry> deadline;
+    for (const kvm::MsrEntry& e : s.msrs) {
+      if (e.index == kMsrTscDeadline) deadline.push_back(e);
+    }
+    if (!deadline.empty()) DSEC_RETURN_IF_ERROR(vcpu->SetMsrs(deadline));
     DSEC_RETURN_IF_ERROR(vcpu->SetMpState(s.mp_state));
     DSEC_RETURN_IF_ERROR(vcpu->SetVcpuEvents(s.events));
     AddVcpuThread(std::move(vcpu));
