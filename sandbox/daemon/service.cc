@@ -2,11 +2,13 @@
 #include "sandbox/daemon/service.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/requests.h"
 #include "sandbox/daemon/service_internal.h"
+#include "base/file_io.h"
 #include "base/logging.h"
 #include "base/status.h"
 
@@ -58,6 +61,12 @@ Service::Service(ServiceOptions options, std::vector<std::unique_ptr<tier::Tier>
       registry_(std::move(tiers), options_.unavailable_tiers),
       trajectories_(std::move(trajectories)),
       metrics_(TierNames(registry_)) {
+  // Staging directories of sandboxes a killed daemon left (its sandboxes
+  // are gone: the tiers' CleanupOrphans ran before).
+  if (!options_.snapshot_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(MachineDir("staging"), ec);
+  }
   if (options_.start_reaper) reaper_ = std::thread([this] { ReaperLoop(); });
 }
 
@@ -293,7 +302,8 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::Find(const std::string&
 }
 
 absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json& body,
-                                                                    std::optional<std::string> forced_task) {
+                                                                    std::optional<std::string> forced_task,
+                                                                    const MachineSource* machine) {
   DSEC_ASSIGN_OR_RETURN(CreateRequest req, ParseCreateRequest(body, RequestLimits{options_.max_ttl_s,
                                                                                   options_.max_timeout_s}));
   DSEC_ASSIGN_OR_RETURN(tier::TierId tier_id, registry_.Find(req.tier));
@@ -370,7 +380,7 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
   };
   const int64_t start_ns = MonotonicNowNs();
   PlaceQos(*e);
-  auto sb = MakeTierSandbox(*e, {});
+  auto sb = MakeTierSandbox(*e, {}, "", machine);
   if (!sb.ok()) {
     release(false);
     std::lock_guard<std::mutex> lock(e->qos_mu);
@@ -388,7 +398,8 @@ absl::StatusOr<std::shared_ptr<Service::Entry>> Service::CreateEntry(const json&
 }
 
 absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
-    Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id) {
+    Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id,
+    const MachineSource* machine) {
   if (!options_.resolve_layers) return absl::InternalError("no layer resolver configured");
   // A tier this host cannot run fails before its layers are resolved (a
   // default layer may be built first, which takes minutes).
@@ -396,9 +407,22 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
   DSEC_RETURN_IF_ERROR(tier.Availability());
   // The requested layers or the tier's defaults, a checkpoint layer
   // (extra_refs, which brings its parents) on top.
-  std::vector<std::string> refs = e.refs.empty() ? tier.traits().default_layers(e.options) : e.refs;
-  refs.insert(refs.end(), extra_refs.begin(), extra_refs.end());
-  auto images = options_.resolve_layers(tier.name(), refs);
+  // A saved machine's guest maps the very images it was saved with (a tag
+  // may have moved since): those, not the layers resolved anew.
+  absl::StatusOr<std::vector<std::string>> images;
+  if (machine != nullptr) {
+    for (const std::string& image : machine->images) {
+      if (!PathExists(image)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "a layer image the saved machine stands on is gone (removed by `layer gc`?): ", image));
+      }
+    }
+    images = machine->images;
+  } else {
+    std::vector<std::string> refs = e.refs.empty() ? tier.traits().default_layers(e.options) : e.refs;
+    refs.insert(refs.end(), extra_refs.begin(), extra_refs.end());
+    images = options_.resolve_layers(tier.name(), refs);
+  }
   if (!images.ok()) {
     if (absl::IsNotFound(images.status()) || absl::IsInvalidArgument(images.status())) {
       return InvalidField("layers", std::string(images.status().message()));
@@ -408,6 +432,7 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
   tier::CreateSpec spec;
   spec.id = tier_id.empty() ? e.id : tier_id;
   spec.images = *images;
+  if (machine != nullptr) spec.machine = machine->dir;
   spec.cpus = e.cpus;
   spec.memory_mib = e.memory_mib;
   spec.pids = e.pids;
@@ -424,15 +449,70 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> Service::MakeTierSandbox(
     DSEC_ASSIGN_OR_RETURN(spec.node_network, options_.node_network());
     spec.network = std::move(net);
   }
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<tier::TierSandbox> sb, tier.Create(spec));
+  // Where the sandbox may save its machine: a fresh directory beside the
+  // saved ones (same file system: a save is moved, not copied).
+  std::string staging;
+  if (tier.traits().machine_snapshots && !options_.snapshot_dir.empty()) {
+    staging = MachineDir(absl::StrCat("staging/", spec.id));
+    std::error_code ec;
+    std::filesystem::remove_all(staging, ec);
+    if (absl::Status s = MakeDirs(staging, 0700); s.ok()) {
+      spec.machine_staging = staging;
+    } else {
+      DSEC_LOG(warn, "daemon: sandbox={}: no machine snapshots for it: {}", spec.id, s.ToString());
+      staging.clear();
+    }
+  }
+  absl::StatusOr<std::unique_ptr<tier::TierSandbox>> sb = tier.Create(spec);
+  if (!sb.ok()) {
+    std::error_code ec;
+    if (!staging.empty()) std::filesystem::remove_all(staging, ec);
+    return sb.status();
+  }
   e.images = *images;
   return sb;
 }
 
+std::string Service::MachineDir(const std::string& name) const {
+  if (options_.snapshot_dir.empty()) return "";
+  return absl::StrCat(options_.snapshot_dir, "/machines/", name);
+}
+
+Service::SavedMachine Service::SaveMachineLocked(Entry& e, const std::string& name) {
+  SavedMachine out;
+  if (!registry_.traits(e.tier).machine_snapshots) {
+    out.refused = absl::StrCat("the ", registry_.name(e.tier), " tier cannot save a sandbox's processes");
+    return out;
+  }
+  if (options_.snapshot_dir.empty()) {
+    out.refused = "this daemon keeps no snapshots (it was started without a snapshot directory)";
+    return out;
+  }
+  const std::string dir = MachineDir(name);
+  absl::Status made = MakeDirs(MachineDir(""), 0700);
+  if (made.ok() && ::mkdir(dir.c_str(), 0700) != 0) made = ErrnoToStatus(absl::StrCat("mkdir ", dir));
+  absl::StatusOr<tier::MachineSaved> saved =
+      made.ok() ? e.sandbox->SaveMachine(dir) : absl::StatusOr<tier::MachineSaved>(made);
+  if (!saved.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    out.refused = std::string(WithoutHostPaths(saved.status()).message());
+    if (!absl::IsUnimplemented(saved.status()) && !absl::IsFailedPrecondition(saved.status())) {
+      DSEC_LOG(warn, "daemon: sandbox={}: saving its machine failed: {}", e.id, saved.status().ToString());
+    }
+    return out;
+  }
+  out.dir = dir;
+  out.saved = *saved;
+  return out;
+}
+
 absl::StatusOr<json> Service::Create(const json& body) {
   if (body.is_object() && body.contains("snapshot")) {
-    DSEC_ASSIGN_OR_RETURN(json made, FromSnapshot(body));
-    DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, CreateEntry(made, std::nullopt));
+    std::optional<MachineSource> machine;
+    DSEC_ASSIGN_OR_RETURN(json made, FromSnapshot(body, &machine));
+    DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e,
+                          CreateEntry(made, std::nullopt, machine ? &*machine : nullptr));
     return Describe(*e);
   }
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, CreateEntry(body, std::nullopt));

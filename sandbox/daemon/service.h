@@ -181,14 +181,41 @@ class Service {
   struct Parsed;
   absl::StatusOr<std::shared_ptr<Entry>> Find(const std::string& id) const;
   int64_t NowMs() const;
-  // A create body with {"snapshot": id} as the snapshot's record makes it.
-  absl::StatusOr<nlohmann::json> FromSnapshot(const nlohmann::json& body) const;
+  struct MachineSource;
+  // A create body with {"snapshot": id} as the snapshot's record makes it,
+  // and the saved machine it continues from, if the snapshot holds one.
+  absl::StatusOr<nlohmann::json> FromSnapshot(const nlohmann::json& body,
+                                              std::optional<MachineSource>* machine) const;
+  // A saved machine (SaveMachineLocked) and the layer images it was saved
+  // with (the exact files: its guest maps them).
+  struct MachineSource {
+    std::string dir;
+    std::vector<std::string> images;
+  };
+  // `machine`: the sandbox continues from it; null = a fresh one.
   absl::StatusOr<std::shared_ptr<Entry>> CreateEntry(const nlohmann::json& body,
-                                                     std::optional<std::string> forced_task);
+                                                     std::optional<std::string> forced_task,
+                                                     const MachineSource* machine = nullptr);
   // Resolves e's layers (plus extra_refs on top) and creates the tier
-  // sandbox, under e.id unless tier_id is given.
+  // sandbox, under e.id unless tier_id is given; from a saved machine
+  // (with its images, not e's layers resolved anew) when one is given. A
+  // tier with machine snapshots gets a staging directory for them
+  // (machines/staging/<id>), which it removes with the sandbox.
   absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MakeTierSandbox(
-      Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id = "");
+      Entry& e, const std::vector<std::string>& extra_refs, const std::string& tier_id = "",
+      const MachineSource* machine = nullptr);
+  // Machine snapshots live in <snapshot_dir>/machines/<name>; "" when the
+  // daemon keeps no snapshots.
+  std::string MachineDir(const std::string& name) const;
+  // Under e.mu: the whole machine of e (TierSandbox::SaveMachine) into a
+  // new MachineDir(name). On success `dir` is set; otherwise `refused`
+  // says why (the caller falls back to e's files) and nothing is left.
+  struct SavedMachine {
+    std::string dir;
+    tier::MachineSaved saved;
+    std::string refused;
+  };
+  SavedMachine SaveMachineLocked(Entry& e, const std::string& name);
   nlohmann::json Describe(const Entry& e) const;
   // GET's "network": the policy, addresses and counters, or null.
   static nlohmann::json NetworkJson(const Entry& e);
@@ -210,7 +237,7 @@ class Service {
   absl::StatusOr<layers::BuildResult> PackLocked(Entry& e, layers::LayerStore& store,
                                                  const std::string& name, const std::string& version);
   // The create body that makes a sandbox like e (tier, layers, limits,
-  // tier options, network policy), with `extra_layer` on top.
+  // tier options, network policy), with `extra_layer` on top ("" = none).
   nlohmann::json CloneBody(const Entry& e, const std::string& extra_layer) const;
 
   const ServiceOptions options_;

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // POST /v1/sandboxes/{id}/fork: many sandboxes from one file-system state.
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +29,10 @@ namespace {
 std::atomic<uint64_t> g_fork_seq{0};
 
 constexpr char kProcessesNotCarried[] =
-    "not carried: a fork copies the file system only (the children start with no processes; "
-    "checkpointing processes with CRIU is not built)";
+    "not carried: the children have the source's files and no processes";
+constexpr char kProcessesCarried[] =
+    "carried: each child continues from the source's saved machine (memory, CPUs, devices), "
+    "its processes included";
 
 }  // namespace
 
@@ -36,7 +40,7 @@ json Service::CloneBody(const Entry& e, const std::string& extra_layer) const {
   json b = json::object();
   b["tier"] = registry_.name(e.tier);
   std::vector<std::string> layers = e.layers;
-  layers.push_back(extra_layer);
+  if (!extra_layer.empty()) layers.push_back(extra_layer);
   b["layers"] = layers;
   if (e.cpus > 0) b["cpus"] = e.cpus;
   b["memory_mib"] = e.memory_mib;
@@ -88,22 +92,32 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", traits.name, " tier keeps no state between calls: there is nothing to fork"));
   }
-  if (options_.layer_store.empty()) {
-    return absl::UnavailableError("this daemon has no layer store (a fork packs the source's files into one)");
-  }
   if (!fork.task_ids.empty() && !trajectories_) {
     return absl::UnavailableError("this daemon has no trajectory store (task_ids)");
   }
-  DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(options_.layer_store));
+  std::optional<layers::LayerStore> store;
+  if (!options_.layer_store.empty()) {
+    DSEC_ASSIGN_OR_RETURN(layers::LayerStore s, layers::LayerStore::Create(options_.layer_store));
+    store = std::move(s);
+  }
 
-  // 1. The source's writable layer, packed once (the source frozen while it
-  //    is read, then running on).
+  // 1. The source, saved once (frozen while it is read, then running on):
+  //    its whole machine where the tier can, so that the children continue
+  //    from this point with its processes; its writable layer packed into
+  //    a layer where not, and for the children's trajectories (their
+  //    checkpoint at the fork point).
   const std::string name = absl::StrCat("fork-", id);
   const std::string version = absl::StrCat(NowMs(), "-", g_fork_seq.fetch_add(1));
-  const std::string tag = absl::StrCat(name, ":", version);
+  std::string tag;
+  SavedMachine machine;
+  MachineSource source;
   json base;
   bool reused = false;
   std::vector<trajectory::Record> parent_execs, parent_checkpoints;
+  auto drop_machine = [&machine] {
+    std::error_code ec;
+    if (!machine.dir.empty()) std::filesystem::remove_all(machine.dir, ec);
+  };
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
@@ -111,21 +125,41 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
       return absl::FailedPreconditionError(
           "the sandbox is replaying its task: a fork can be made once an exec has gone live");
     }
-    DSEC_ASSIGN_OR_RETURN(layers::BuildResult built, PackLocked(*e, store, name, version));
-    // The same files as a layer already stored: that layer, tagged once
-    // more (and never removed by a failed fork: others may stand on it).
-    reused = built.reused;
-    base = CloneBody(*e, tag);
+    machine = SaveMachineLocked(*e, absl::StrCat(name, "-", version));
+    if (machine.dir.empty() || !fork.task_ids.empty()) {
+      if (!store) {
+        drop_machine();
+        return absl::UnavailableError("this daemon has no layer store (a fork packs the source's files into one)");
+      }
+      absl::StatusOr<layers::BuildResult> built = PackLocked(*e, *store, name, version);
+      if (!built.ok()) {
+        drop_machine();
+        return built.status();
+      }
+      // The same files as a layer already stored: that layer, tagged once
+      // more (and never removed by a failed fork: others may stand on it).
+      reused = built->reused;
+      tag = absl::StrCat(name, ":", version);
+    }
+    // A machine's children have its files in their memory: the source's
+    // layers only, its very images.
+    base = CloneBody(*e, machine.dir.empty() ? tag : "");
+    source = MachineSource{machine.dir, e->images};
     // The source's trajectory so far, for the children's logs.
     if (!fork.task_ids.empty() && e->task_id) {
-      DSEC_ASSIGN_OR_RETURN(trajectory::TrajectoryLog * log, trajectories_->Get(*e->task_id));
-      parent_execs = log->Execs();
-      parent_checkpoints = log->Checkpoints();
+      absl::StatusOr<trajectory::TrajectoryLog*> log = trajectories_->Get(*e->task_id);
+      if (!log.ok()) {
+        drop_machine();
+        return log.status();
+      }
+      parent_execs = (*log)->Execs();
+      parent_checkpoints = (*log)->Checkpoints();
     }
   }
   if (fork.ttl_s) base["ttl_s"] = *fork.ttl_s;
 
-  // 2. The children, each with a fresh writable layer over the source's
+  // 2. The children: restored from the machine (its memory mapped copy-on-
+  //    write by each), or each with a fresh writable layer over the source's
   //    layers and the packed one. All or none: a child that cannot be made
   //    takes the ones made before it back.
   std::vector<std::shared_ptr<Entry>> children;
@@ -133,7 +167,8 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   for (int64_t i = 0; i < fork.count; ++i) {
     json child_body = base;
     if (!fork.task_ids.empty()) child_body["task_id"] = fork.task_ids[i];
-    absl::StatusOr<std::shared_ptr<Entry>> child = CreateEntry(child_body, std::nullopt);
+    absl::StatusOr<std::shared_ptr<Entry>> child =
+        CreateEntry(child_body, std::nullopt, machine.dir.empty() ? nullptr : &source);
     absl::Status failed = child.status();
     if (child.ok() && !fork.task_ids.empty()) {
       // The child's log, before anything can append to it.
@@ -157,24 +192,39 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
           DSEC_LOG(warn, "daemon: fork of {}: removing the log of {}: {}", id, t, s.ToString());
         }
       }
+      drop_machine();
       // The layer goes with the fork; one reused (stored before, others
       // may stand on it) only loses this fork's tag.
-      if (absl::Status s = reused ? store.Untag(tag) : store.Remove(tag); !s.ok()) {
-        DSEC_LOG(warn, "daemon: fork of {}: removing {}: {}", id, tag, s.ToString());
+      if (!tag.empty()) {
+        if (absl::Status s = reused ? store->Untag(tag) : store->Remove(tag); !s.ok()) {
+          DSEC_LOG(warn, "daemon: fork of {}: removing {}: {}", id, tag, s.ToString());
+        }
       }
       return Annotate(failed, absl::StrCat("fork of ", id, ": child ", i + 1, " of ", fork.count));
     }
     children.push_back(*std::move(child));
   }
-  DSEC_LOG(info, "daemon: sandbox={} forked into {} (layer {})", id, children.size(), tag);
+  // The children mapped the saved memory when they started: the files can
+  // go (the pages stay theirs and shared, in the page cache).
+  drop_machine();
+  DSEC_LOG(info, "daemon: sandbox={} forked into {} ({})", id, children.size(),
+           machine.dir.empty() ? absl::StrCat("layer ", tag) : std::string("machine"));
   json list = json::array();
   for (const std::shared_ptr<Entry>& c : children) list.push_back(Describe(*c));
-  return json{{"source", id},
-              {"layer", tag},
+  json answer{{"source", id},
+              {"layer", tag.empty() ? json(nullptr) : json(tag)},
               {"fork_seq", parent_execs.size()},
-              {"sandboxes", list},
-              {"forked", "files"},
-              {"processes", kProcessesNotCarried}};
+              {"sandboxes", list}};
+  if (machine.dir.empty()) {
+    answer["forked"] = "files";
+    answer["processes"] = absl::StrCat(kProcessesNotCarried, ": ", machine.refused);
+  } else {
+    answer["forked"] = "machine";
+    answer["processes"] = kProcessesCarried;
+    answer["memory_bytes"] = machine.saved.memory_bytes;
+    answer["pause_ms"] = machine.saved.pause_ms;
+  }
+  return answer;
 }
 
 }  // namespace dsec::daemon

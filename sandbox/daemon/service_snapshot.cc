@@ -2,8 +2,10 @@
 // Sandbox snapshots through the API: POST /v1/sandboxes/{id}/snapshot,
 // GET/DELETE /v1/snapshots[/{id}], and create with {"snapshot": id}.
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -22,8 +24,10 @@ using json = nlohmann::json;
 namespace {
 
 constexpr char kFilesOnly[] =
-    "not carried: a snapshot holds the file system only (a sandbox made from it starts with no "
-    "processes; checkpointing processes with CRIU is not built)";
+    "not carried: the snapshot holds the sandbox's files (a sandbox made from it starts with no processes)";
+constexpr char kMachine[] =
+    "carried: the snapshot holds the sandbox's whole machine (memory, CPUs, devices); a sandbox made from "
+    "it continues from that point, its processes included";
 
 // What a create with "snapshot" may set besides it: the sandbox's own life
 // and task. Everything that decides its contents comes from the snapshot.
@@ -53,17 +57,15 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", traits.name, " tier keeps no state between calls: there is nothing to snapshot"));
   }
-  if (options_.layer_store.empty()) {
-    return absl::UnavailableError("this daemon has no layer store (a snapshot packs the sandbox's files into one)");
-  }
   DSEC_ASSIGN_OR_RETURN(SnapshotStore snapshots, OpenStore(options_.snapshot_dir));
-  DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(options_.layer_store));
   const std::string snapshot_id = SnapshotStore::NewId();
   const std::string name = absl::StrCat("snapshot-", id);
   const std::string version = snapshot_id.substr(5);
-  const std::string tag = absl::StrCat(name, ":", version);
+  std::string tag;
+  std::optional<layers::LayerStore> store;
   json record;
   bool reused = false;
+  SavedMachine machine;
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
@@ -71,26 +73,52 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
       return absl::FailedPreconditionError(
           "the sandbox is replaying its task: a snapshot can be taken once an exec has gone live");
     }
-    DSEC_ASSIGN_OR_RETURN(layers::BuildResult built, PackLocked(*e, store, name, version));
-    reused = built.reused;
+    // The whole machine where the tier can; else the files, packed into a
+    // layer.
+    machine = SaveMachineLocked(*e, snapshot_id);
     record = json{{"id", snapshot_id},
                   {"source", id},
                   {"tier", registry_.name(e->tier)},
-                  {"layer", tag},
-                  {"digest", built.layer.digest},
-                  {"size_bytes", built.layer.size},
-                  {"created_unix_ms", NowMs()},
-                  {"captured", "files"},
-                  {"processes", kFilesOnly},
-                  {"create", CloneBody(*e, tag)}};
+                  {"created_unix_ms", NowMs()}};
+    if (!machine.dir.empty()) {
+      record["captured"] = "machine";
+      record["processes"] = kMachine;
+      record["memory_bytes"] = machine.saved.memory_bytes;
+      record["size_bytes"] = machine.saved.memory_bytes_written;
+      record["pause_ms"] = machine.saved.pause_ms;
+      record["layer"] = nullptr;
+      // The exact images its guest maps (a tag may move meanwhile).
+      record["images"] = e->images;
+      record["create"] = CloneBody(*e, "");
+    } else {
+      if (options_.layer_store.empty()) {
+        return absl::UnavailableError("this daemon has no layer store (a snapshot packs the sandbox's files into one)");
+      }
+      DSEC_ASSIGN_OR_RETURN(layers::LayerStore s, layers::LayerStore::Create(options_.layer_store));
+      store = std::move(s);
+      DSEC_ASSIGN_OR_RETURN(layers::BuildResult built, PackLocked(*e, *store, name, version));
+      reused = built.reused;
+      tag = absl::StrCat(name, ":", version);
+      record["captured"] = "files";
+      record["processes"] = absl::StrCat(kFilesOnly, ": ", machine.refused);
+      record["layer"] = tag;
+      record["digest"] = built.layer.digest;
+      record["size_bytes"] = built.layer.size;
+      record["create"] = CloneBody(*e, tag);
+    }
   }
   if (absl::Status s = snapshots.Put(record); !s.ok()) {
-    if (absl::Status u = reused ? store.Untag(tag) : store.Remove(tag); !u.ok()) {
-      DSEC_LOG(warn, "daemon: snapshot of {}: removing {}: {}", id, tag, u.ToString());
+    std::error_code ec;
+    if (!machine.dir.empty()) std::filesystem::remove_all(machine.dir, ec);
+    if (!tag.empty()) {
+      if (absl::Status u = reused ? store->Untag(tag) : store->Remove(tag); !u.ok()) {
+        DSEC_LOG(warn, "daemon: snapshot of {}: removing {}: {}", id, tag, u.ToString());
+      }
     }
     return s;
   }
-  DSEC_LOG(info, "daemon: sandbox={} snapshot={} (layer {})", id, snapshot_id, tag);
+  DSEC_LOG(info, "daemon: sandbox={} snapshot={} ({})", id, snapshot_id,
+           machine.dir.empty() ? absl::StrCat("layer ", tag) : std::string("machine"));
   return Summary(record);
 }
 
@@ -111,7 +139,12 @@ absl::Status Service::DeleteSnapshot(const std::string& snapshot_id) {
   DSEC_ASSIGN_OR_RETURN(SnapshotStore snapshots, OpenStore(options_.snapshot_dir));
   DSEC_ASSIGN_OR_RETURN(json record, snapshots.Get(snapshot_id));
   DSEC_RETURN_IF_ERROR(snapshots.Remove(snapshot_id));
-  const std::string tag = record.value("layer", "");
+  if (record.value("captured", "") == "machine") {
+    std::error_code ec;
+    std::filesystem::remove_all(MachineDir(snapshot_id), ec);
+    if (ec) DSEC_LOG(warn, "daemon: snapshot {} removed; its machine stays: {}", snapshot_id, ec.message());
+  }
+  const std::string tag = record["layer"].is_string() ? record["layer"].get<std::string>() : "";
   if (!tag.empty() && !options_.layer_store.empty()) {
     absl::StatusOr<layers::LayerStore> store = layers::LayerStore::Create(options_.layer_store);
     absl::Status s = store.ok() ? store->Untag(tag) : store.status();
@@ -123,7 +156,7 @@ absl::Status Service::DeleteSnapshot(const std::string& snapshot_id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<json> Service::FromSnapshot(const json& body) const {
+absl::StatusOr<json> Service::FromSnapshot(const json& body, std::optional<MachineSource>* machine) const {
   const json& sid = body["snapshot"];
   if (!sid.is_string()) return InvalidField("snapshot", "snapshot must be a snapshot id (a string)");
   for (auto it = body.begin(); it != body.end(); ++it) {
@@ -145,6 +178,21 @@ absl::StatusOr<json> Service::FromSnapshot(const json& body) const {
     return record.status();
   }
   json made = (*record)["create"];
+  if (record->value("captured", "") == "machine") {
+    MachineSource m;
+    m.dir = MachineDir(sid.get<std::string>());
+    const json& images = (*record)["images"];
+    if (!images.is_array() || images.empty()) {
+      return absl::DataLossError(absl::StrCat("snapshot ", sid.get<std::string>(), ": its record names no images"));
+    }
+    for (const json& i : images) {
+      if (!i.is_string()) {
+        return absl::DataLossError(absl::StrCat("snapshot ", sid.get<std::string>(), ": a malformed image"));
+      }
+      m.images.push_back(i.get<std::string>());
+    }
+    *machine = std::move(m);
+  }
   for (const char* k : kCreateOverrides) {
     if (body.contains(k)) made[k] = body[k];
   }

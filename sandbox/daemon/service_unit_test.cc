@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Service logic over a fake tier (no sandboxes): validation, limits, the
 // registry and the trajectory replay rule.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/file_io.h"
+#include "base/status.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/errors.h"
@@ -29,6 +33,10 @@ struct FakeState {
   std::atomic<int> isolated{0};  // creates that were handed a QoS isolation
   tier::TierOptions last_options;  // of the last create
   absl::Status create_error;       // what the next creates fail with
+  // Machine snapshots (a tier whose traits offer them): what SaveMachine
+  // fails with, and what the creates were given.
+  absl::Status save_error;
+  std::vector<tier::CreateSpec> creates;
 };
 
 using tier::ExecOutcome;
@@ -36,13 +44,30 @@ using tier::ExecSpec;
 using tier::FileEntry;
 using tier::TierSandbox;
 
+// Its "machine" is a string: `remember X` sets it, `recall` prints it;
+// SaveMachine writes it into the directory, a create from there reads it.
 class FakeSandbox : public TierSandbox {
  public:
-  explicit FakeSandbox(FakeState* s) : s_(s) { s_->live++; }
+  explicit FakeSandbox(FakeState* s, std::string machine = "") : s_(s), machine_(std::move(machine)) {
+    s_->live++;
+  }
   ~FakeSandbox() override { (void)Destroy(); }
+  absl::StatusOr<tier::MachineSaved> SaveMachine(const std::string& dest_dir) override {
+    DSEC_RETURN_IF_ERROR(s_->save_error);
+    DSEC_RETURN_IF_ERROR(dsec::WriteFile(dest_dir + "/memory", machine_, 0400));
+    return tier::MachineSaved{machine_.size(), machine_.size(), 0.5};
+  }
   absl::StatusOr<ExecOutcome> Exec(const ExecSpec& spec) override {
     ExecOutcome o;
     o.exit_code = 0;
+    if (spec.argv.size() == 2 && spec.argv[0] == "remember") {
+      machine_ = spec.argv[1];
+      return o;
+    }
+    if (spec.argv.size() == 1 && spec.argv[0] == "recall") {
+      o.stdout_data = machine_;
+      return o;
+    }
     if (!spec.argv.empty() && spec.argv[0] == "emit") {
       // Each further argument is one piece of live stdout.
       ++s_->runs;
@@ -70,6 +95,7 @@ class FakeSandbox : public TierSandbox {
 
  private:
   FakeState* s_;
+  std::string machine_;
   bool destroyed_ = false;
 };
 
@@ -88,7 +114,12 @@ class FakeTier : public tier::Tier {
     if (!s_->create_error.ok()) return s_->create_error;
     if (spec.isolation) s_->isolated++;
     s_->last_options = spec.options;
-    return std::unique_ptr<TierSandbox>(new FakeSandbox(s_));
+    s_->creates.push_back(spec);
+    std::string machine;
+    if (!spec.machine.empty()) {
+      DSEC_ASSIGN_OR_RETURN(machine, dsec::ReadFile(spec.machine + "/memory"));
+    }
+    return std::unique_ptr<TierSandbox>(new FakeSandbox(s_, machine));
   }
   absl::StatusOr<int> CleanupOrphans() override { return 0; }
   std::string MetricsText() const override {
@@ -129,8 +160,43 @@ class ServiceUnitTest : public ::testing::Test {
     EXPECT_TRUE(store.ok());
     return std::make_unique<Service>(o, std::move(tiers), std::move(*store));
   }
+  // A "microvm" tier with machine snapshots, a snapshot directory, and
+  // layers that resolve to image_ (a file of the temp dir; tests move it).
+  std::unique_ptr<Service> MakeMachines() {
+    ServiceOptions o;
+    o.start_reaper = false;
+    o.snapshot_dir = dir_->path() + "/snapshots";
+    o.resolve_layers = [this](const std::string&, const std::vector<std::string>&)
+        -> absl::StatusOr<std::vector<std::string>> { return std::vector<std::string>{image_}; };
+    if (image_.empty()) {
+      image_ = dir_->path() + "/a.erofs";
+      EXPECT_TRUE(dsec::WriteFile(image_, "a").ok());
+    }
+    tier::TierTraits t = FakeTier::ContainerLike();
+    t.name = "microvm";
+    t.machine_snapshots = true;
+    std::vector<std::unique_ptr<tier::Tier>> tiers;
+    tiers.push_back(std::make_unique<FakeTier>(&state_, t));
+    auto store = trajectory::TrajectoryStore::Open(dir_->path() + "/trj", {});
+    EXPECT_TRUE(store.ok());
+    return std::make_unique<Service>(o, std::move(tiers), std::move(*store));
+  }
+  std::string Machines() const { return dir_->path() + "/snapshots/machines"; }
+  // The entries of a directory ("" if it is missing), sorted.
+  static std::string Entries(const std::string& dir) {
+    absl::StatusOr<std::vector<std::string>> names = ListDirectory(dir);
+    if (!names.ok()) return "";
+    std::sort(names->begin(), names->end());
+    return absl::StrJoin(*names, ",");
+  }
+  std::string Recall(Service& svc, const json& id) {
+    absl::StatusOr<json> r = svc.Exec(id, {{"argv", {"recall"}}});
+    return r.ok() ? (*r)["stdout"].get<std::string>() : r.status().ToString();
+  }
+
   FakeState state_;
   std::optional<container::testing::TempDir> dir_;
+  std::string image_;
 };
 
 std::string FieldName(const absl::StatusOr<json>& r) { return dsec::FieldOf(r.status()).value_or(""); }
@@ -579,6 +645,119 @@ TEST_F(ServiceUnitTest, StreamedExecErrorsBeforeAndAfterTheStart) {
   EXPECT_EQ(d.out, "echo r run=1\xff\xfe");  // stdout, then the fake's stderr
   EXPECT_TRUE(d.last["exit"]["replayed"].get<bool>());
   EXPECT_EQ(d.last["deferred_bytes"], 12 + 2);  // the fake's stdout and its 2 stderr bytes
+}
+
+TEST_F(ServiceUnitTest, AMachineForkContinuesEveryChildFromTheSavedMachine) {
+  auto svc = MakeMachines();
+  auto src = svc->Create({{"tier", "microvm"}, {"memory_mib", 300}});
+  ASSERT_TRUE(src.ok()) << src.status();
+  const json sid = (*src)["id"];
+  ASSERT_TRUE(svc->Exec(sid, {{"argv", {"remember", "state-1"}}}).ok());
+  // Each sandbox got a staging directory of its own for saves.
+  ASSERT_EQ(state_.creates.size(), 1u);
+  EXPECT_EQ(state_.creates[0].machine_staging, Machines() + "/staging/" + sid.get<std::string>());
+  EXPECT_TRUE(state_.creates[0].machine.empty());
+
+  // A tag that moves after the source was made does not reach the children:
+  // they map the very images the source did.
+  const std::string source_image = image_;
+  image_ = dir_->path() + "/b.erofs";
+  ASSERT_TRUE(dsec::WriteFile(image_, "b").ok());
+  auto fork = svc->Fork(sid, {{"count", 3}});
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  EXPECT_EQ((*fork)["forked"], "machine");
+  EXPECT_NE((*fork)["processes"].get<std::string>().find("carried"), std::string::npos);
+  EXPECT_TRUE((*fork)["layer"].is_null());
+  ASSERT_EQ((*fork)["sandboxes"].size(), 3u);
+  ASSERT_EQ(state_.creates.size(), 4u);
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_FALSE(state_.creates[i].machine.empty());
+    EXPECT_EQ(state_.creates[i].images, std::vector<std::string>{source_image});
+    EXPECT_EQ(state_.creates[i].memory_mib, 300u);
+  }
+  // The saved machine went once the children had started from it; what
+  // is left is each sandbox's staging directory.
+  EXPECT_EQ(Entries(Machines()), "staging");
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(Entries(Machines() + "/staging"), ',')).size(), 4u);
+
+  // Each child continues from the source's state, on its own from there.
+  std::vector<json> children;
+  for (const json& c : (*fork)["sandboxes"]) children.push_back(c["id"]);
+  for (const json& c : children) EXPECT_EQ(Recall(*svc, c), "state-1");
+  ASSERT_TRUE(svc->Exec(children[0], {{"argv", {"remember", "child-0"}}}).ok());
+  ASSERT_TRUE(svc->Exec(sid, {{"argv", {"remember", "source-2"}}}).ok());
+  EXPECT_EQ(Recall(*svc, children[0]), "child-0");
+  EXPECT_EQ(Recall(*svc, children[1]), "state-1");
+  EXPECT_EQ(Recall(*svc, sid), "source-2");
+  // A child forks again.
+  auto grandchildren = svc->Fork(children[0], {{"count", 1}});
+  ASSERT_TRUE(grandchildren.ok()) << grandchildren.status();
+  EXPECT_EQ(Recall(*svc, (*grandchildren)["sandboxes"][0]["id"]), "child-0");
+  svc->DestroyAll();
+}
+
+TEST_F(ServiceUnitTest, AMachineForkThatFailsLeavesNothing) {
+  auto svc = MakeMachines();
+  auto src = svc->Create({{"tier", "microvm"}});
+  ASSERT_TRUE(src.ok()) << src.status();
+  const json sid = (*src)["id"];
+  // The children cannot be made: the saved machine goes with the fork.
+  state_.create_error = absl::ResourceExhaustedError("no room");
+  auto fork = svc->Fork(sid, {{"count", 2}});
+  EXPECT_FALSE(fork.ok());
+  EXPECT_EQ(svc->List()["sandboxes"].size(), 1u);
+  EXPECT_EQ(Entries(Machines()), "staging");
+  EXPECT_EQ(Entries(Machines() + "/staging"), sid.get<std::string>());
+  state_.create_error = absl::OkStatus();
+
+  // A save the tier refuses (a microVM with a network, say) falls back to
+  // the files, which need a layer store this daemon lacks: the answer says
+  // so and no machine is left behind.
+  state_.save_error = absl::FailedPreconditionError("a microVM with a network is not saved whole");
+  fork = svc->Fork(sid, {{"count", 1}});
+  EXPECT_TRUE(absl::IsUnavailable(fork.status())) << fork.status();
+  EXPECT_NE(fork.status().message().find("layer store"), std::string::npos) << fork.status();
+  auto snap = svc->Snapshot(sid, json::object());
+  EXPECT_TRUE(absl::IsUnavailable(snap.status())) << snap.status();
+  EXPECT_EQ(Entries(Machines()), "staging");
+  svc->DestroyAll();
+}
+
+TEST_F(ServiceUnitTest, AMachineSnapshotOutlivesTheDaemonAndGoesWithItsDelete) {
+  std::string snapshot_id;
+  {
+    auto svc = MakeMachines();
+    auto src = svc->Create({{"tier", "microvm"}, {"pids", 77}});
+    ASSERT_TRUE(src.ok()) << src.status();
+    ASSERT_TRUE(svc->Exec((*src)["id"], {{"argv", {"remember", "saved"}}}).ok());
+    auto snap = svc->Snapshot((*src)["id"], json::object());
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    EXPECT_EQ((*snap)["captured"], "machine");
+    EXPECT_EQ((*snap)["memory_bytes"], 5);
+    EXPECT_TRUE((*snap)["layer"].is_null());
+    snapshot_id = (*snap)["id"];
+    EXPECT_EQ(Entries(Machines() + "/" + snapshot_id), "memory");
+    // A daemon killed with a sandbox alive leaves its staging directory.
+    svc.release();
+  }
+  auto svc = MakeMachines();
+  EXPECT_EQ(Entries(Machines()), snapshot_id) << "the killed daemon's staging was not removed";
+  image_ = dir_->path() + "/moved.erofs";
+  ASSERT_TRUE(dsec::WriteFile(image_, "m").ok());
+  auto made = svc->Create({{"snapshot", snapshot_id}, {"ttl_s", 600}});
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(Recall(*svc, (*made)["id"]), "saved");
+  EXPECT_EQ(state_.creates.back().pids, 77u);
+  EXPECT_EQ(state_.creates.back().images, std::vector<std::string>{dir_->path() + "/a.erofs"});
+  // An image the machine stands on that is gone is named.
+  ASSERT_EQ(::unlink((dir_->path() + "/a.erofs").c_str()), 0);
+  auto gone = svc->Create({{"snapshot", snapshot_id}});
+  EXPECT_TRUE(absl::IsFailedPrecondition(gone.status())) << gone.status();
+  EXPECT_NE(gone.status().message().find("layer gc"), std::string::npos) << gone.status();
+  ASSERT_TRUE(svc->DeleteSnapshot(snapshot_id).ok());
+  EXPECT_EQ(Entries(Machines()), "staging");
+  EXPECT_FALSE(svc->Create({{"snapshot", snapshot_id}}).ok());
+  svc->DestroyAll();
 }
 
 TEST(HttpAuth, TokenComparison) {

@@ -114,6 +114,9 @@ absl::Status HostAgentLauncher::CheckHost() {
 }
 
 absl::StatusOr<std::unique_ptr<AgentHost>> HostAgentLauncher::Launch(const LaunchSpec& spec) {
+  if (!spec.restore_dir.empty()) {
+    return absl::UnimplementedError("the host-mode agent is a host process: there is no machine to restore");
+  }
   const std::string& st = spec.state_dir;
   const std::string root = st + "/root", upper_base = st + "/upper", upper = upper_base + "/upper",
                     work = upper_base + "/work", socket = st + "/agent.sock", log_path = st + "/agent.log";

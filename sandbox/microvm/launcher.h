@@ -50,6 +50,19 @@ struct LaunchSpec {
   // Records a cgroup directory in the state dir before it is made.
   std::function<absl::Status(const std::string&)> record_cgroup;
   std::optional<LaunchNetwork> network;
+  // Machine snapshots (VmPlan): a directory the host may save the machine
+  // into (AgentHost::SaveMachine), and a saved machine to continue from
+  // instead of booting; "" = none. A launcher that cannot refuses
+  // restore_dir with Unimplemented.
+  std::string snapshot_dir;
+  std::string restore_dir;
+};
+
+// What AgentHost::SaveMachine wrote.
+struct MachineSaveInfo {
+  uint64_t memory_bytes = 0;
+  uint64_t memory_bytes_written = 0;
+  double pause_ms = 0;
 };
 
 // One running agent host (a microVM or the stand-in). Destruction kills
@@ -70,6 +83,11 @@ class AgentHost {
   // every process in its cgroup).
   virtual absl::Status Pause() = 0;
   virtual absl::Status Resume() = 0;
+  // Saves the whole machine (memory, CPUs, devices) into `dest_dir`, an
+  // empty directory on the file system of LaunchSpec::snapshot_dir, for
+  // LaunchSpec::restore_dir. Default: Unimplemented (a host process has no
+  // machine to save).
+  virtual absl::StatusOr<MachineSaveInfo> SaveMachine(const std::string& dest_dir);
   // Waits up to grace_ms for the process to end on its own (after an agent
   // shutdown), then kills it; reaps; removes its cgroups. Idempotent.
   virtual absl::Status Stop(int64_t grace_ms) = 0;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,10 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   // here, at once, with the reason.
   DSEC_RETURN_IF_ERROR(launcher.CheckHost());
   DSEC_RETURN_IF_ERROR(CheckDaxLayers(spec.layers));
+  if (spec.network && !spec.machine.empty()) {
+    return absl::InvalidArgumentError(
+        "microvm: a saved machine cannot be given a network (its guest keeps the saved one's address)");
+  }
   DSEC_ASSIGN_OR_RETURN(container::StateDir state, container::StateDir::Create(options.state_root, spec.id));
   std::unique_ptr<MicrovmSandbox> sb(new MicrovmSandbox(spec.id, std::move(state), options));
   LaunchSpec ls;
@@ -73,6 +78,10 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   ls.qos = spec.qos;
   ls.agent_port = options.agent_port;
   ls.join = spec.join;
+  ls.snapshot_dir = spec.machine_staging;
+  ls.restore_dir = spec.machine;
+  sb->networked_ = spec.network.has_value();
+  sb->staging_ = spec.machine_staging;
   for (const std::string& cg : spec.placement_cgroups) DSEC_RETURN_IF_ERROR(sb->state_.RecordCgroup(cg));
   if (spec.network) {
     // Before a monitor holds the tap: a daemon killed until then takes the
@@ -189,6 +198,19 @@ absl::Status MicrovmSandbox::Resume() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<MachineSaveInfo> MicrovmSandbox::SaveMachine(const std::string& dest_dir) {
+  if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
+  if (networked_) {
+    return absl::FailedPreconditionError(
+        "a microVM with a network is not saved whole: virtio-net's state and the guest's address are not "
+        "carried");
+  }
+  if (staging_.empty()) {
+    return absl::FailedPreconditionError("this microVM was started without a directory to save it into");
+  }
+  return host_->SaveMachine(dest_dir);
+}
+
 absl::StatusOr<std::string> MicrovmSandbox::PackDiffDir() {
   if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
   // The agent walks the upper directory: the guest must run meanwhile.
@@ -236,6 +258,12 @@ absl::Status MicrovmSandbox::Destroy() {
   if (host_ != nullptr) first = host_->Stop(0);
   host_.reset();
   absl::Status rm = state_.Remove();
+  // A save that was under way when the monitor died left its files here.
+  if (!staging_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(staging_, ec);
+    if (ec && rm.ok()) rm = absl::InternalError(absl::StrCat("removing ", staging_, ": ", ec.message()));
+  }
   return first.ok() ? rm : first;
 }
 

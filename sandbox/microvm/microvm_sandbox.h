@@ -58,6 +58,11 @@ struct MicrovmSpec {
   // Its network: the caller's tap, kept open by the caller until Destroy
   // returned.
   std::optional<LaunchNetwork> network;
+  // Machine snapshots (LaunchSpec): where SaveMachine may write ("" =
+  // nowhere: it is refused), and a saved machine to continue from instead
+  // of booting (with the saved sandbox's layers; not with a network).
+  std::string machine_staging;
+  std::string machine;
 };
 
 // InvalidArgument for a layer the guest cannot map with DAX (compressed
@@ -95,6 +100,11 @@ class MicrovmSandbox {
   // overlay upper directory (whiteouts, opaque dirs) for layers::PackDiff.
   // A paused sandbox is resumed for the copy and paused again.
   absl::StatusOr<std::string> PackDiffDir();
+  // The whole machine (AgentHost::SaveMachine) into `dest_dir`: the guest
+  // stands still meanwhile, then runs on. FailedPrecondition for a sandbox
+  // with a network (virtio-net's state and the guest's address are not
+  // carried) or one created without a staging directory.
+  absl::StatusOr<MachineSaveInfo> SaveMachine(const std::string& dest_dir);
   // Agent shutdown (bounded by the client's io timeout), then the host is
   // killed, its cgroups and the state directory removed. Idempotent.
   absl::Status Destroy();
@@ -122,6 +132,8 @@ class MicrovmSandbox {
   double boot_ms_ = 0;
   bool paused_ = false;
   bool destroyed_ = false;
+  bool networked_ = false;
+  std::string staging_;  // MicrovmSpec::machine_staging, removed with the sandbox
 };
 
 // Removes every sandbox under `state_root` whose owner process is gone:

@@ -85,6 +85,10 @@ class MicrovmTierSandbox : public tier::TierSandbox {
   // directory that layers::PackDiff turns into a layer. The copy is made
   // here, while the VM runs; the Service's pause that follows is harmless.
   absl::StatusOr<std::string> UpperDir() override { return sb_->PackDiffDir(); }
+  absl::StatusOr<tier::MachineSaved> SaveMachine(const std::string& dest_dir) override {
+    DSEC_ASSIGN_OR_RETURN(MachineSaveInfo s, sb_->SaveMachine(dest_dir));
+    return tier::MachineSaved{s.memory_bytes, s.memory_bytes_written, s.pause_ms};
+  }
   std::shared_ptr<network::SandboxNetwork> network() const override { return network_; }
   absl::Status Destroy() override {
     absl::Status s = sb_->Destroy();
@@ -112,6 +116,9 @@ const tier::TierTraits& MicrovmTierTraits() {
     // "Host memory of Linux guests"); memory_mib is its limit.
     t.footprint = {.memory_bytes = 36 << 20, .pids = 4, .fds = 3, .cgroups = 1};
     t.network_footprint = {.memory_bytes = 170 << 10, .fds = 16};
+    // Saved whole by the monitor (vmm/snapshot); restored clones map the
+    // saved memory copy-on-write.
+    t.machine_snapshots = true;
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;
@@ -135,6 +142,8 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MicrovmTier::Create(const tie
   m.cpus = spec.cpus;
   m.pids = spec.pids;
   m.qos = spec.qos;
+  m.machine_staging = spec.machine_staging;
+  m.machine = spec.machine;
   if (spec.isolation != nullptr) {
     std::shared_ptr<const sched::SandboxIsolation> iso = spec.isolation;
     m.join = [iso](pid_t pid) { return iso->AddProcess(pid); };
@@ -161,7 +170,8 @@ absl::StatusOr<std::unique_ptr<tier::TierSandbox>> MicrovmTier::Create(const tie
     if (net != nullptr) net->Close();
     return sb.status();
   }
-  DSEC_LOG(info, "microvm: sandbox={} booted in {:.1f} ms", spec.id, (*sb)->boot_ms());
+  DSEC_LOG(info, "microvm: sandbox={} {} in {:.1f} ms", spec.id, spec.machine.empty() ? "booted" : "restored",
+           (*sb)->boot_ms());
   return std::unique_ptr<tier::TierSandbox>(new MicrovmTierSandbox(std::move(*sb), std::move(net)));
 }
 

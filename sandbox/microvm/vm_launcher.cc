@@ -22,8 +22,9 @@ bool Readable(const std::string& path) { return !path.empty() && ::access(path.c
 
 class VmAgentHost : public AgentHost {
  public:
-  VmAgentHost(std::unique_ptr<VmProcess> vm, uint32_t port, std::unique_ptr<UidPool::Lease> uid)
-      : uid_(std::move(uid)), vm_(std::move(vm)), port_(port) {}
+  VmAgentHost(std::unique_ptr<VmProcess> vm, uint32_t port, std::unique_ptr<UidPool::Lease> uid,
+              int64_t snapshot_timeout_ms)
+      : uid_(std::move(uid)), vm_(std::move(vm)), port_(port), snapshot_timeout_ms_(snapshot_timeout_ms) {}
   pid_t pid() const override { return vm_->pid(); }
   int exit_fd() const override { return vm_->exit_fd(); }
   absl::StatusOr<ScopedFd> ConnectAgent(int64_t timeout_ms) override {
@@ -32,6 +33,10 @@ class VmAgentHost : public AgentHost {
   std::string ExitReport() override { return vm_->ExitReport(); }
   absl::Status Pause() override { return vm_->Pause(); }
   absl::Status Resume() override { return vm_->Resume(); }
+  absl::StatusOr<MachineSaveInfo> SaveMachine(const std::string& dest_dir) override {
+    DSEC_ASSIGN_OR_RETURN(MachineSave s, vm_->SaveMachine(dest_dir, snapshot_timeout_ms_));
+    return MachineSaveInfo{s.memory_bytes, s.memory_bytes_written, s.pause_ms};
+  }
   absl::Status Stop(int64_t grace_ms) override {
     if (grace_ms > 0) WaitReadable(vm_->exit_fd(), grace_ms);
     return vm_->Stop(0);
@@ -43,9 +48,14 @@ class VmAgentHost : public AgentHost {
   std::unique_ptr<UidPool::Lease> uid_;
   std::unique_ptr<VmProcess> vm_;
   const uint32_t port_;
+  const int64_t snapshot_timeout_ms_;
 };
 
 }  // namespace
+
+absl::StatusOr<MachineSaveInfo> AgentHost::SaveMachine(const std::string& /*dest_dir*/) {
+  return absl::UnimplementedError("this sandbox's agent runs as a host process: there is no machine to save");
+}
 
 UidPool::UidPool(uint32_t base, uint32_t size)
     : base_(base), size_(size), next_(size > 0 ? static_cast<uint32_t>(::getpid()) * 2654435761u % size : 0),
@@ -159,6 +169,8 @@ absl::StatusOr<std::unique_ptr<AgentHost>> VmLauncher::Launch(const LaunchSpec& 
   // With the daemon's placement (join) the monitor places nothing itself.
   if (!spec.join) plan.qos = spec.qos;
   plan.console_cap_bytes = options_.console_cap_bytes;
+  plan.snapshot_dir = spec.snapshot_dir;
+  plan.restore_dir = spec.restore_dir;
   std::unique_ptr<UidPool::Lease> uid;
   if (options_.own_uid && plan.qos.empty()) {
     DSEC_ASSIGN_OR_RETURN(uid, uids_.Acquire());
@@ -173,7 +185,8 @@ absl::StatusOr<std::unique_ptr<AgentHost>> VmLauncher::Launch(const LaunchSpec& 
   jail.record_cgroup = spec.record_cgroup;
   jail.join = spec.join;
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<VmProcess> vm, VmProcess::Start(plan, jail));
-  return std::unique_ptr<AgentHost>(new VmAgentHost(std::move(vm), spec.agent_port, std::move(uid)));
+  return std::unique_ptr<AgentHost>(
+      new VmAgentHost(std::move(vm), spec.agent_port, std::move(uid), options_.snapshot_timeout_ms));
 }
 
 }  // namespace dsec::microvm

@@ -92,6 +92,9 @@ struct VmLauncherOptions {
   // whose placement needs root). false: monitors stay uid 0 without
   // capabilities.
   bool own_uid = true;
+  // Bounds a machine save (AgentHost::SaveMachine): the guest's memory is
+  // written at the disk's rate meanwhile.
+  int64_t snapshot_timeout_ms = 120'000;
 };
 
 class VmLauncher : public Launcher {

@@ -34,6 +34,7 @@
 #include "sched/placement.h"
 #include "vmm/api/control.h"
 #include "vmm/monitor/monitor_options.h"
+#include "vmm/snapshot/snapshot_format.h"
 
 namespace dsec::microvm {
 
@@ -66,7 +67,9 @@ absl::StatusCode CodeFromName(const std::string& name) {
   return absl::StatusCode::kInternal;
 }
 
-absl::StatusOr<std::string> RealFile(const std::string& what, const std::string& path) {
+// The canonical path of an existing file (or directory), named `what` in
+// errors.
+absl::StatusOr<std::string> RealPath(const std::string& what, const std::string& path, bool directory) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat("microvm: no ", what, " given"));
   char buf[PATH_MAX];
   if (::realpath(path.c_str(), buf) == nullptr) {
@@ -74,10 +77,19 @@ absl::StatusOr<std::string> RealFile(const std::string& what, const std::string&
   }
   struct stat st;
   if (::stat(buf, &st) != 0) return ErrnoToStatus(absl::StrCat("microvm: ", what, " ", path));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("microvm: ", what, " ", path, " is not a file"));
+  if (directory ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("microvm: ", what, " ", path, " is not a ", directory ? "directory" : "file"));
   }
   return std::string(buf);
+}
+
+absl::StatusOr<std::string> RealFile(const std::string& what, const std::string& path) {
+  return RealPath(what, path, false);
+}
+
+absl::StatusOr<std::string> RealDir(const std::string& what, const std::string& path) {
+  return RealPath(what, path, true);
 }
 
 }  // namespace
@@ -130,12 +142,14 @@ monitor::MonitorOptions VmMonitorOptions(const VmPlan& plan, const VmFiles& file
   c.timeout_ms = plan.timeout_ms;
   o.control = files.control_socket;
   o.stats_json = files.stats_json;
+  o.snapshot_dir = plan.snapshot_dir;
+  o.restore = plan.restore_dir;
   o.log_level = plan.log_level;
   if (plan.uid) {
     o.jail.uid = *plan.uid;
     o.jail.gid = *plan.uid;
   }
-  o.quiet_report = true;
+  o.quiet_report = !plan.guest_messages;
   return o;
 }
 
@@ -218,10 +232,17 @@ std::vector<MountStep> VmJailSteps(const VmPlan& plan, const VmFiles& files, boo
     if (f != plan.monitor_binary) flags |= MS_NOEXEC;
     s.push_back(MountStep::Remount(j + f, flags));
   }
-  // The monitor's own directory (sockets, console, stats), read-write.
-  add(MkdirAllSteps(j, files.dir));
-  s.push_back(MountStep::Bind(files.dir, j + files.dir));
-  s.push_back(MountStep::Remount(j + files.dir, MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  // The monitor's own directory (sockets, console, stats), read-write;
+  // the directory it writes snapshots into, read-write; the snapshot it
+  // continues from, read-only.
+  auto bind_dir = [&](const std::string& dir, unsigned long flags) {
+    add(MkdirAllSteps(j, dir));
+    s.push_back(MountStep::Bind(dir, j + dir));
+    s.push_back(MountStep::Remount(j + dir, flags));
+  };
+  bind_dir(files.dir, MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  if (!plan.snapshot_dir.empty()) bind_dir(plan.snapshot_dir, MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  if (!plan.restore_dir.empty()) bind_dir(plan.restore_dir, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
   s.push_back(MountStep::Pivot(j));
   s.push_back(MountStep::Remount("/", MS_RDONLY | MS_NOSUID | MS_NODEV));
   return s;
@@ -243,6 +264,21 @@ absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_i
         "microvm: a monitor with its own uid cannot place itself (qos needs root)");
   }
   if (plan.uid && *plan.uid == 0) return absl::InvalidArgumentError("microvm: uid 0");
+  if (!plan.snapshot_dir.empty()) {
+    DSEC_ASSIGN_OR_RETURN(plan.snapshot_dir, RealDir("snapshot directory", plan.snapshot_dir));
+    // The monitor opens it as uid 0 without capabilities (group root may
+    // read it) and creates its snapshot's files there once it dropped to
+    // its uid (the owner, the only one who may write).
+    const uint32_t owner = plan.uid.value_or(0);
+    if (::chown(plan.snapshot_dir.c_str(), owner, 0) != 0 || ::chmod(plan.snapshot_dir.c_str(), 0750) != 0) {
+      return ErrnoToStatus(absl::StrCat("microvm: snapshot directory ", plan.snapshot_dir));
+    }
+  }
+  if (!plan.restore_dir.empty()) {
+    DSEC_ASSIGN_OR_RETURN(plan.restore_dir, RealDir("snapshot to restore", plan.restore_dir));
+    DSEC_RETURN_IF_ERROR(
+        RealFile("snapshot manifest", absl::StrCat(plan.restore_dir, "/", snapshot::kManifestFile)).status());
+  }
   VmFiles files = VmFilesIn(jail.state_dir);
   if (::mkdir(files.dir.c_str(), 0700) != 0) return ErrnoToStatus(absl::StrCat("mkdir ", files.dir));
   if (jail.pivot_root && ::mkdir(files.jail_root.c_str(), 0755) != 0) {
@@ -294,7 +330,8 @@ absl::StatusOr<std::unique_ptr<VmProcess>> VmProcess::Start(const VmPlan& plan_i
   spec.cgroups = cgroups.get();
   spec.join = jail.join;
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<JailedProcess> process, JailedProcess::Start(spec));
-  return std::unique_ptr<VmProcess>(new VmProcess(std::move(files), std::move(cgroups), std::move(process)));
+  return std::unique_ptr<VmProcess>(
+      new VmProcess(std::move(files), plan.snapshot_dir, std::move(cgroups), std::move(process)));
 }
 
 VmProcess::~VmProcess() { (void)Stop(0); }
@@ -339,6 +376,48 @@ absl::Status VmProcess::Pause() {
   DSEC_ASSIGN_OR_RETURN(nlohmann::json a, Control({{"op", "pause"}}));
   if (!a.value("paused", false)) return absl::InternalError("microvm: pause not acknowledged");
   return absl::OkStatus();
+}
+
+absl::StatusOr<MachineSave> VmProcess::SaveMachine(const std::string& dest_dir, int64_t timeout_ms) {
+  if (snapshot_dir_.empty()) {
+    return absl::FailedPreconditionError("microvm: this monitor was started without a snapshot directory");
+  }
+  const std::string tmp_manifest = absl::StrCat(snapshot::kManifestFile, ".tmp");
+  const char* const names[] = {snapshot::kMemoryFile, snapshot::kManifestFile, tmp_manifest.c_str()};
+  // What a failed snapshot left (the monitor removes its own partial files;
+  // this covers a monitor that died writing them).
+  auto clear_staging = [&] {
+    for (const char* n : names) (void)::unlink(absl::StrCat(snapshot_dir_, "/", n).c_str());
+  };
+  absl::StatusOr<nlohmann::json> answer = Control({{"op", "snapshot"}}, timeout_ms);
+  if (!answer.ok()) {
+    clear_staging();
+    if (Exited()) return absl::UnavailableError(absl::StrCat("microvm: snapshot: ", ExitReport()));
+    return answer.status();
+  }
+  ScopedFd dest(::open(dest_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dest) {
+    clear_staging();
+    return ErrnoToStatus(absl::StrCat("microvm: snapshot destination ", dest_dir));
+  }
+  // Memory first, the manifest last: a directory with a manifest is whole.
+  // Root's and read-only from here on: other monitors map it (as uid 0,
+  // before they drop to theirs) and none may change it.
+  for (const char* n : {snapshot::kMemoryFile, snapshot::kManifestFile}) {
+    const std::string from = absl::StrCat(snapshot_dir_, "/", n);
+    if (::renameat(AT_FDCWD, from.c_str(), dest.get(), n) != 0 || ::fchownat(dest.get(), n, 0, 0, 0) != 0 ||
+        ::fchmodat(dest.get(), n, 0400, 0) != 0) {
+      absl::Status err = ErrnoToStatus(absl::StrCat("microvm: moving the snapshot's ", n, " into ", dest_dir));
+      clear_staging();
+      return err;
+    }
+  }
+  if (::fsync(dest.get()) != 0) return ErrnoToStatus(absl::StrCat("fsync ", dest_dir));
+  MachineSave saved;
+  saved.memory_bytes = answer->value("memory_bytes", uint64_t{0});
+  saved.memory_bytes_written = answer->value("memory_bytes_written", uint64_t{0});
+  saved.pause_ms = answer->value("total_ms", 0.0);
+  return saved;
 }
 
 absl::Status VmProcess::Resume() {

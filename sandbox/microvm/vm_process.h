@@ -49,6 +49,24 @@ struct VmPlan {
   // monitor inherits at the same number (devices/net tap_fd); -1: none.
   int tap_fd = -1;
   std::string mac;  // the guest's; "" = derived from the tap's name
+  // Machine snapshots (vmm/snapshot). snapshot_dir: an empty host
+  // directory the monitor writes a snapshot into on the control socket's
+  // "snapshot" (bound read-write into the jail, handed to the monitor's
+  // uid); "" = snapshots off. restore_dir: a snapshot (VmProcess::
+  // SaveMachine's dest_dir) the VM continues from instead of booting
+  // `kernel` (bound read-only; the pmems and devices must be the saved
+  // VM's); "" = boot.
+  std::string snapshot_dir;
+  std::string restore_dir;
+  // The test guest's messages ("testguest: ...") into the log (tests).
+  bool guest_messages = false;
+};
+
+// What VmProcess::SaveMachine wrote.
+struct MachineSave {
+  uint64_t memory_bytes = 0;          // guest RAM
+  uint64_t memory_bytes_written = 0;  // data in the sparse memory file
+  double pause_ms = 0;                // the VM stood still this long
 };
 
 // The kernel command line of a Linux guest with the dsec-agent as PID 1:
@@ -124,6 +142,13 @@ class VmProcess {
   absl::Status WaitRunning(int64_t timeout_ms);
   absl::Status Pause();
   absl::Status Resume();
+  // The monitor writes a snapshot into the plan's snapshot_dir (the VM
+  // paused meanwhile, then as it was), which is then moved into
+  // `dest_dir` (an existing empty directory on the same file system),
+  // owned by root and read-only, for VmPlan::restore_dir of other
+  // monitors. FailedPrecondition without a snapshot_dir; a failure leaves
+  // snapshot_dir empty.
+  absl::StatusOr<MachineSave> SaveMachine(const std::string& dest_dir, int64_t timeout_ms);
 
   // Why the monitor is gone: its wait status, the tail of its log, its
   // stats JSON. Reaps it first if it has exited.
@@ -133,11 +158,15 @@ class VmProcess {
   absl::Status Stop(int64_t grace_ms);
 
  private:
-  VmProcess(VmFiles files, std::unique_ptr<container::ContainerCgroups> cgroups,
+  VmProcess(VmFiles files, std::string snapshot_dir, std::unique_ptr<container::ContainerCgroups> cgroups,
             std::unique_ptr<JailedProcess> process)
-      : files_(std::move(files)), cgroups_(std::move(cgroups)), process_(std::move(process)) {}
+      : files_(std::move(files)),
+        snapshot_dir_(std::move(snapshot_dir)),
+        cgroups_(std::move(cgroups)),
+        process_(std::move(process)) {}
 
   VmFiles files_;
+  const std::string snapshot_dir_;
   std::unique_ptr<container::ContainerCgroups> cgroups_;
   std::unique_ptr<JailedProcess> process_;
   bool stopped_ = false;

@@ -306,6 +306,73 @@ TEST_F(VmProcessTest, StopLeavesNoProcessCgroupOrMount) {
   vm->reset();  // destruction after Stop is a no-op
 }
 
+TEST_F(VmProcessTest, ASavedMachineGoesOnInAnotherJailedMonitor) {
+  // Staging and destination on one file system (the save is moved).
+  const std::string staging = dir_ + "/staging", saved = dir_ + "/saved", clone_state = dir_ + "/clone";
+  for (const std::string& d : {staging, saved, clone_state}) ASSERT_EQ(::mkdir(d.c_str(), 0700), 0) << d;
+  const uint32_t uid = 1'900'500'000u + static_cast<uint32_t>(::getpid() % 60000);
+  VmPlan plan = Plan("snap:1000000");
+  plan.uid = uid;
+  plan.snapshot_dir = staging;
+  plan.guest_messages = true;
+  auto vm = VmProcess::Start(plan, Jail());
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->WaitRunning(30'000).ok()) << (*vm)->ExitReport();
+  const std::string console = (*vm)->files().log;  // the guest's messages
+  ASSERT_TRUE(WaitFor(**vm, [&] { return ReadAll(console).find("snap tick=20 ") != std::string::npos; }, 30'000))
+      << ReadAll(console);
+
+  auto save = (*vm)->SaveMachine(saved, 60'000);
+  ASSERT_TRUE(save.ok()) << save.status() << (*vm)->ExitReport();
+  EXPECT_EQ(save->memory_bytes, 64ull << 20);
+  EXPECT_GT(save->memory_bytes_written, 4ull << 20);  // the guest's 4 MiB stream at least
+  EXPECT_LE(save->memory_bytes_written, save->memory_bytes);
+  // Moved out of the staging directory, root's and read-only.
+  DIR* d = ::opendir(staging.c_str());
+  ASSERT_NE(d, nullptr);
+  int left = 0;
+  while (dirent* e = ::readdir(d)) left += e->d_name[0] != '.';
+  ::closedir(d);
+  EXPECT_EQ(left, 0) << "the staging directory kept files";
+  for (const char* name : {"memory", "manifest.json"}) {
+    struct stat st;
+    ASSERT_EQ(::stat((saved + "/" + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, 0u) << name;
+    EXPECT_EQ(st.st_mode & 0777, 0400u) << name;
+  }
+  // The source runs on.
+  const size_t source_seen = ReadAll(console).size();
+  EXPECT_TRUE(WaitFor(**vm, [&] { return ReadAll(console).size() > source_seen; }, 30'000))
+      << "the source stopped after its save";
+
+  const size_t saved_hash = std::hash<std::string>{}(ReadAll(saved + "/memory"));
+  // Another jailed monitor, its own uid, state and sockets, goes on from
+  // the saved tick with the guest's memory intact.
+  VmPlan restored = Plan("snap:1000000");
+  restored.uid = uid + 1;
+  restored.restore_dir = saved;
+  restored.guest_messages = true;
+  VmJailOptions jail = Jail();
+  jail.id = id_ + "c";
+  jail.state_dir = clone_state;
+  auto clone = VmProcess::Start(restored, jail);
+  ASSERT_TRUE(clone.ok()) << clone.status();
+  ASSERT_TRUE((*clone)->WaitRunning(30'000).ok()) << (*clone)->ExitReport();
+  const std::string clone_console = (*clone)->files().log;
+  std::string text;
+  EXPECT_TRUE(WaitFor(**clone, [&] { return (text = ReadAll(clone_console)).find("ok=1") != std::string::npos; },
+                      30'000))
+      << (*clone)->ExitReport();
+  EXPECT_EQ(text.find("snap ready"), std::string::npos) << "the clone booted afresh: " << text;
+  EXPECT_EQ(text.find("ok=0"), std::string::npos) << text;
+  // A save of the clone is refused: it was given no snapshot directory.
+  EXPECT_TRUE(absl::IsFailedPrecondition((*clone)->SaveMachine(saved, 1000).status()));
+  ASSERT_TRUE((*clone)->Stop(5000).ok());
+  ASSERT_TRUE((*vm)->Stop(5000).ok());
+  // The clone's writes stayed its own.
+  EXPECT_EQ(std::hash<std::string>{}(ReadAll(saved + "/memory")), saved_hash);
+}
+
 TEST_F(VmProcessTest, DestructionKillsAndCleansUp) {
   std::vector<std::string> cgroups;
   pid_t pid = 0;

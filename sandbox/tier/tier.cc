@@ -13,4 +13,8 @@ std::optional<ExecOutcome> ShellOutcomeOf(const absl::Status& start_error) {
   return out;
 }
 
+absl::StatusOr<MachineSaved> TierSandbox::SaveMachine(const std::string& /*dest_dir*/) {
+  return absl::UnimplementedError("this tier's sandboxes cannot be saved whole (memory and processes)");
+}
+
 }  // namespace dsec::tier

@@ -50,6 +50,24 @@ struct CreateSpec {
   // the sandbox).
   std::shared_ptr<const network::NetworkSpec> network;
   network::NodeNetwork* node_network = nullptr;
+  // Machine snapshots, for a tier whose traits offer them
+  // (TierTraits::machine_snapshots); both empty otherwise.
+  // machine_staging: a new, empty directory of the node's snapshot store
+  // (made by the daemon) that the sandbox's SaveMachine may write into and
+  // the tier removes with the sandbox (the daemon removes those a killed
+  // daemon left); "" = SaveMachine is refused.
+  std::string machine_staging;
+  // machine: a directory SaveMachine filled; the sandbox continues from
+  // that machine (memory, CPUs, devices, its processes) instead of
+  // starting afresh. `images` must be the saved sandbox's.
+  std::string machine;
+};
+
+// What SaveMachine wrote.
+struct MachineSaved {
+  uint64_t memory_bytes = 0;          // guest memory the snapshot covers
+  uint64_t memory_bytes_written = 0;  // what its memory file holds (sparse)
+  double pause_ms = 0;                // how long the sandbox stood still
 };
 
 struct ExecSpec {
@@ -124,6 +142,14 @@ class TierSandbox {
   // until it ends. Not while Destroy runs (the daemon's lock orders them).
   // Default: nothing, and false (the delete waits for the exec to end).
   virtual bool KillExecs() { return false; }
+  // Writes the whole running machine (memory, CPUs, devices: its
+  // processes too) into `dest_dir`, an existing empty directory on the
+  // node's snapshot store, from which Tier::Create with CreateSpec::machine
+  // makes sandboxes that continue from this point; the sandbox stands still
+  // meanwhile, then runs on (paused stays paused). Unimplemented or
+  // FailedPrecondition, saying why, where this sandbox cannot be saved
+  // whole (the caller may fall back to its files). Default: Unimplemented.
+  virtual absl::StatusOr<MachineSaved> SaveMachine(const std::string& dest_dir);
   virtual absl::Status Destroy() = 0;
 };
 
@@ -184,6 +210,10 @@ struct TierTraits {
   // (memory_mib is a limit, not a reservation: not counted).
   Footprint footprint;
   Footprint network_footprint;
+  // Its sandboxes may be saved whole (TierSandbox::SaveMachine) and made
+  // from such a save (CreateSpec::machine): the daemon gives each a
+  // CreateSpec::machine_staging directory.
+  bool machine_snapshots = false;
 };
 
 // A tier: creates sandboxes, cleans up what a killed daemon left.

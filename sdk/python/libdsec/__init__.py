@@ -31,7 +31,8 @@ from .errors import (Conflict, DeadlineExceeded, DsecError, ExecFailed, Internal
                      InvalidArgument, NotFound, ProtocolError, ResourceExhausted,
                      TransportError, Unauthenticated, Unavailable)
 from .files import Files
-from .results import CommandResult, Divergence, ExecResult, FileEntry, NetworkCounters, NetworkInfo
+from .results import (CommandResult, Divergence, ExecResult, FileEntry, Forked, NetworkCounters,
+                      NetworkInfo)
 from .sandbox import ExecStream, SandboxHandle
 from ._transport import DEFAULT_SOCKET, UnixHTTPConnection
 
@@ -41,7 +42,7 @@ __all__ = [
     "Sandbox", "Commands", "Files", "CommandResult", "OutputHandler",
     "AsyncSandbox", "AsyncCommands", "AsyncFiles", "AsyncClient", "AsyncExecStream",
     # the earlier API and the lower-level one
-    "Task", "Client", "SandboxHandle", "ExecResult", "ExecStream", "Divergence", "FileEntry",
+    "Task", "Client", "SandboxHandle", "ExecResult", "ExecStream", "Divergence", "FileEntry", "Forked",
     # sandbox networking (sb.network)
     "NetworkInfo", "NetworkCounters",
     # errors

@@ -23,7 +23,7 @@ import urllib.parse
 from typing import IO, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 from . import errors
-from .results import ExecResult, FileEntry, NetworkInfo
+from .results import ExecResult, FileEntry, Forked, NetworkInfo
 from .results import JSONObject as JSONObject  # re-exported
 
 DEFAULT_SOCKET = "/run/dsec-vmm/api.sock"
@@ -424,7 +424,8 @@ def set_network(sandbox_id: str, body: JSONObject) -> Call:
 
 def fork(sandbox_id: str, count: int, ttl_s: Optional[int],
          task_ids: Optional[Sequence[str]] = None) -> Call:
-    """POST .../fork: count new sandboxes from the sandbox's files (1..64);
+    """POST .../fork: count new sandboxes from the sandbox (its machine where
+    the tier can, else its files; 1..64);
     task_ids: one new task per child, whose log starts with the source's."""
     if isinstance(count, bool) or not isinstance(count, int):
         raise TypeError("count must be an int, got %r" % (count,))
@@ -438,14 +439,17 @@ def fork(sandbox_id: str, count: int, ttl_s: Optional[int],
     return _json_call("POST", sandbox_path(sandbox_id) + "/fork", body, expect=(201,))
 
 
-def parse_fork(obj: Any) -> List[JSONObject]:
-    """The children of a fork answer, each as GET describes a sandbox."""
-    return [parse_sandbox(s) for s in json_object(obj, "fork").get("sandboxes", [])]
+def parse_fork(obj: Any) -> Forked[JSONObject]:
+    """The children of a fork answer, each as GET describes a sandbox, with
+    how they were made (Forked.forked, .processes, .layer)."""
+    answer = json_object(obj, "fork")
+    return Forked([parse_sandbox(s) for s in answer.get("sandboxes", [])], answer)
 
 
 def snapshot(sandbox_id: str) -> Call:
-    """POST .../snapshot: the sandbox's files kept as a snapshot; answers
-    the snapshot ({"id": "snap-...", "layer", "source", ...})."""
+    """POST .../snapshot: the sandbox kept as a snapshot (its machine where
+    the tier can, else its files); answers the snapshot ({"id": "snap-...",
+    "captured": "machine"|"files", "processes", "source", ...})."""
     return _json_call("POST", sandbox_path(sandbox_id) + "/snapshot", {}, expect=(201,))
 
 

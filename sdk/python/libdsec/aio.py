@@ -25,7 +25,7 @@ from . import errors
 from ._aio_transport import AsyncTransport, StreamResponse
 from ._protocol import Command, JSONObject, NetworkSpec, Stdin, WriteData
 from .commands import OutputDispatch, OutputHandler
-from .results import CommandResult, ExecResult, FileEntry
+from .results import CommandResult, ExecResult, FileEntry, Forked
 
 _A = TypeVar("_A", bound="AsyncSandbox")
 
@@ -366,15 +366,20 @@ class AsyncSandbox(P.SandboxFields):
                              "pack_diff")
 
     async def fork(self: _A, count: int = 1, *, timeout: Optional[float] = None,
-                   task_ids: Optional[Sequence[str]] = None) -> List[_A]:
-        """As Sandbox.fork: count new sandboxes from this one's files, sharing its client."""
+                   task_ids: Optional[Sequence[str]] = None) -> Forked[_A]:
+        """As Sandbox.fork: count new sandboxes from this one (its machine
+        where the tier can, else its files), sharing its client."""
         obj = await self._t.send_json(P.fork(self.id, count, P.whole_seconds(timeout, "timeout"),
                                              task_ids))
-        return [type(self)(self._client, info, False) for info in P.parse_fork(obj)]
+        children = P.parse_fork(obj)
+        return Forked([type(self)(self._client, info, False) for info in children],
+                      {"forked": children.forked, "processes": children.processes,
+                       "layer": children.layer})
 
     async def snapshot(self) -> str:
-        """As Sandbox.snapshot: keeps this sandbox's files as a snapshot;
-        returns its id, for AsyncSandbox.create(snapshot=id)."""
+        """As Sandbox.snapshot: keeps this sandbox (its machine where the tier
+        can, else its files) as a snapshot; returns its id, for
+        AsyncSandbox.create(snapshot=id)."""
         obj = P.json_object(await self._t.send_json(P.snapshot(self.id)), "snapshot")
         return str(obj["id"])
 

@@ -26,7 +26,7 @@ from ._protocol import Command, JSONObject, NetworkSpec, Stdin
 from .client import Client
 from .commands import Commands
 from .files import Files
-from .results import ExecResult, NetworkInfo
+from .results import ExecResult, Forked, NetworkInfo
 from .sandbox import ExecStream, SandboxHandle
 
 _S = TypeVar("_S", bound="Sandbox")
@@ -122,8 +122,10 @@ class Sandbox:
         """Creates a sandbox and returns it (E2B: Sandbox.create()).
 
         tier: "container" unless given. snapshot: a snapshot id
-        (sb.snapshot()): the sandbox starts from its files and settings;
-        only timeout= and task_id= may be given beside it (TypeError).
+        (sb.snapshot()): the sandbox continues from its saved machine,
+        processes included (microvm), or starts from its files, with its
+        settings; only timeout= and task_id= may be given beside it
+        (TypeError).
 
         timeout: the sandbox's lifetime in seconds, as in E2B (the daemon
         deletes it then; sent as ttl_s, rounded up); None: no limit.
@@ -280,21 +282,26 @@ class Sandbox:
         return self.handle.pack_diff(name, version)
 
     def fork(self: _S, count: int = 1, *, timeout: Optional[float] = None,
-             task_ids: Optional[Sequence[str]] = None) -> List[_S]:
-        """Forks the sandbox into count new ones (E2B: fork), each starting
-        from this sandbox's files with a writable layer of its own; this one
-        runs on. Only files are carried, not processes. timeout: each
-        child's lifetime in seconds (None: no limit). task_ids: one new
-        task per child, whose trajectory starts with this sandbox's (see
-        Task: a resumed child replays that prefix). The children share
-        this sandbox's client and read files as text; kill() each."""
+             task_ids: Optional[Sequence[str]] = None) -> Forked[_S]:
+        """Forks the sandbox into count new ones (E2B: fork); this one runs
+        on. microvm: each child continues from this sandbox's saved
+        machine, its running processes included; other tiers: each starts
+        from this sandbox's files with a writable layer of its own and no
+        processes. The list's .forked ("machine" or "files") and
+        .processes say which. timeout: each child's lifetime in seconds
+        (None: no limit). task_ids: one new task per child, whose trajectory
+        starts with this sandbox's (see Task: a resumed child replays that
+        prefix). The children share this sandbox's client and read files as
+        text; kill() each."""
         handles = self.handle.fork(count, P.whole_seconds(timeout, "timeout"), task_ids)
-        return [type(self)._adopt(h, self._client, False, "text") for h in handles]
+        return Forked([type(self)._adopt(h, self._client, False, "text") for h in handles],
+                      {"forked": handles.forked, "processes": handles.processes, "layer": handles.layer})
 
     def snapshot(self) -> str:
-        """Keeps this sandbox's files as a snapshot and returns its id, for
-        Sandbox.create(snapshot=id); this sandbox runs on. Files only:
-        sandboxes made from it start with no processes. The snapshot stays
+        """Keeps this sandbox as a snapshot and returns its id, for
+        Sandbox.create(snapshot=id); this sandbox runs on. microvm: its
+        whole machine, so that sandboxes made from it continue with its
+        processes; other tiers: its files only. The snapshot stays
         on the node (it outlives the daemon) until
         Client.delete_snapshot(id)."""
         return str(self.handle.snapshot()["id"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, TypeVar
 
 from . import errors
 
@@ -280,3 +280,23 @@ class NetworkInfo:
     def egress(self) -> JSONObject:
         """The policy as the API writes it: {"allow": [...], "deny": [...]}."""
         return {"allow": list(self.allow), "deny": list(self.deny)}
+
+
+_T = TypeVar("_T")
+
+
+class Forked(List[_T]):
+    """The children of a fork, a list, and how they were made.
+
+    forked: "machine" (each child continues from the source's whole
+    running machine, its processes included: the microvm tier) or "files"
+    (the source's files only, no processes). processes: says which, and
+    why processes were not carried. layer: the layer the source's files
+    were packed into, or None (a machine fork without task_ids)."""
+
+    def __init__(self, children: Iterable[_T], answer: JSONObject) -> None:
+        super().__init__(children)
+        self.forked = str(answer.get("forked", ""))
+        self.processes = str(answer.get("processes", ""))
+        layer = answer.get("layer")
+        self.layer: Optional[str] = layer if isinstance(layer, str) else None

@@ -12,7 +12,7 @@ from . import _protocol as P
 from . import errors
 from ._protocol import Command, JSONObject, NetworkSpec, Stdin, WriteData
 from ._protocol import exec_body  # noqa: F401  (kept importable from here)
-from .results import ExecResult, FileEntry
+from .results import ExecResult, FileEntry, Forked
 
 if TYPE_CHECKING:
     from ._transport import Transport
@@ -182,19 +182,26 @@ class SandboxHandle(P.SandboxFields):
         return P.json_object(self._t.send_json(P.pack_diff(self.id, name, version)), "pack_diff")
 
     def fork(self, count: int = 1, ttl_s: Optional[int] = None,
-             task_ids: Optional[Sequence[str]] = None) -> List["SandboxHandle"]:
-        """Makes count new sandboxes from this one's files (its writable layer
-        packed once into a layer under each); this one runs on. Processes
-        are not carried. task_ids: a new task per child, whose trajectory
-        starts with this sandbox's (a resumed child replays it). Returns
-        their handles (same client)."""
-        obj = self._t.send_json(P.fork(self.id, count, ttl_s, task_ids))
-        return [SandboxHandle(self._client, info) for info in P.parse_fork(obj)]
+             task_ids: Optional[Sequence[str]] = None) -> Forked["SandboxHandle"]:
+        """Makes count new sandboxes from this one, which runs on: where the
+        tier can (microvm), each continues from this one's saved machine,
+        processes included; elsewhere each gets this one's files (its
+        writable layer packed once into a layer under each) and no
+        processes. The answer's .forked ("machine" or "files") and
+        .processes say which. task_ids: a new task per child, whose
+        trajectory starts with this sandbox's (a resumed child replays it).
+        Returns their handles (same client)."""
+        children = P.parse_fork(self._t.send_json(P.fork(self.id, count, ttl_s, task_ids)))
+        return Forked([SandboxHandle(self._client, info) for info in children],
+                      {"forked": children.forked, "processes": children.processes,
+                       "layer": children.layer})
 
     def snapshot(self) -> JSONObject:
-        """Keeps this sandbox's files as a snapshot that new sandboxes start
-        from (Client.create(snapshot=...)); this one runs on. Processes are
-        not carried. Returns the snapshot: {"id": "snap-...", "layer", ...}."""
+        """Keeps this sandbox as a snapshot that new sandboxes start from
+        (Client.create(snapshot=...)); this one runs on. Its whole machine,
+        processes included, where the tier can (microvm: "captured":
+        "machine"); elsewhere its files ("captured": "files"). Returns the
+        snapshot: {"id": "snap-...", "captured", "processes", ...}."""
         return P.json_object(self._t.send_json(P.snapshot(self.id)), "snapshot")
 
     def pause(self) -> "SandboxHandle":

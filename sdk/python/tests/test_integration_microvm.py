@@ -13,7 +13,9 @@ FICLONE/SWAPEXT/BLKDISCARD on the guest's own file systems and pmem disks.
 Checked: create, commands.run (shell string, argv, exit codes, stdin,
 timeout), exec_stream, files write/read/list, pause/resume, a TTL that
 expires, kill; pack_diff of a microVM's changes into a layer that a
-container sandbox and a second microVM then use; kill -9 of the daemon with
+container sandbox and a second microVM then use; fork and snapshot of a
+running microVM whose children, and a sandbox made from the snapshot after
+a daemon restart, go on with its processes; kill -9 of the daemon with
 live microVMs, then a restart that leaves no monitor, cgroup or mount.
 """
 
@@ -22,6 +24,7 @@ import json
 import os
 import secrets
 import subprocess
+import time
 
 import pytest
 
@@ -152,6 +155,88 @@ def test_kill9_of_the_daemon_then_a_restart_leaves_nothing(mvm):
     monitors = subprocess.run(["pgrep", "-f", "dsec-monitor --config %s" % mvm.tmp],
                               capture_output=True, text=True).stdout.split()
     assert monitors == []
+
+
+def _ticks(sb):
+    return int(sb.commands.run("cat /tmp/ticks").stdout.strip() or 0)
+
+
+def _running(sb, pid):
+    return sb.commands.run("kill -0 %s" % pid).exit_code == 0
+
+
+def _wait_ticking(sb, pid):
+    """The counter of the loop `pid` grows (bounded: 60 s)."""
+    first = _ticks(sb)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if _ticks(sb) > first:
+            return
+        time.sleep(0.2)
+    pytest.fail("the loop %s of %s does not count (%d, running: %s)"
+                % (pid, sb.sandbox_id, first, _running(sb, pid)))
+
+
+def test_fork_and_snapshot_carry_the_running_guest(mvm):
+    machines = os.path.join(mvm.tmp, "snapshots", "machines")
+    made = []
+    # A save writes the guest's memory at the nested bed's disk rate.
+    with _create(mvm, memory_mib=256, request_timeout=300) as src:
+        made.append(src.sandbox_id)
+        # A process that lives in the guest's memory only: a shell loop
+        # counting into the guest's tmpfs.
+        r = src.commands.run("echo before > /root/state; "
+                             "(i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.1; done) "
+                             ">/dev/null 2>&1 </dev/null & echo $!")
+        loop = r.stdout.strip()
+        assert r.exit_code == 0 and loop.isdigit(), r
+        _wait_ticking(src, loop)
+
+        children = src.fork(2, timeout=600)
+        made.extend(c.sandbox_id for c in children)
+        assert children.forked == "machine", children.processes
+        assert children.layer is None
+        # The saved machine went once the children had mapped it.
+        assert sorted(os.listdir(machines)) == ["staging"]
+        for c in children:
+            assert c.commands.run("cat /root/state").stdout == "before\n"
+            assert _running(c, loop), "the loop was not carried into %s" % c.sandbox_id
+            _wait_ticking(c, loop)
+        # Each goes on by itself: a write in one is not seen elsewhere.
+        children[0].files.write("/root/state", "child-0\n")
+        assert children[1].files.read("/root/state") == "before\n"
+        assert src.files.read("/root/state") == "before\n"
+        _wait_ticking(src, loop)
+
+        snapshot = src.snapshot()
+        info = libdsec.Client(socket_path=mvm.socket).snapshots()
+        record = [s for s in info if s["id"] == snapshot][0]
+        assert record["captured"] == "machine", record
+        assert os.path.exists(os.path.join(machines, snapshot, "manifest.json"))
+        for c in children:
+            c.kill()
+    # Each sandbox's staging directory went with it.
+    assert os.listdir(os.path.join(machines, "staging")) == []
+
+    # The snapshot outlives the daemon; a sandbox made from it goes on with
+    # the loop and the files of the moment it was taken.
+    mvm.kill9()
+    mvm.start()
+    assert mvm.leaks(made) == {}
+    client = libdsec.Client(socket_path=mvm.socket)
+    try:
+        with libdsec.Sandbox.create(snapshot=snapshot, socket=mvm.socket, timeout=600,
+                                    request_timeout=300) as again:
+            assert again.tier == "microvm"
+            assert again.commands.run("cat /root/state").stdout == "before\n"
+            assert _running(again, loop)
+            _wait_ticking(again, loop)
+            made.append(again.sandbox_id)
+    finally:
+        client.delete_snapshot(snapshot)
+        client.close()
+    assert not os.path.exists(os.path.join(machines, snapshot))
+    assert mvm.leaks(made) == {}
 
 
 # -- attacks (tests/security, against this tier) -----------------------------------

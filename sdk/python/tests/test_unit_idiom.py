@@ -324,3 +324,26 @@ def test_a_str_command_is_a_shell_command_on_every_tier_with_a_shell():
     assert _protocol.command_body("microvm", ["echo", "x"])["argv"] == ["echo", "x"]
     fncall = _protocol.command_body("fncall", "print(1)")
     assert fncall.get("argv") != ["/bin/sh", "-c", "print(1)"]
+
+
+# -- fork -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["machine", "files"])
+def test_fork_returns_the_children_and_says_how_they_were_made(fake, sb, how):
+    answer = {"source": "sb-i", "forked": how, "fork_seq": 0,
+              "processes": "carried: ..." if how == "machine" else "not carried: the tier ...",
+              "layer": None if how == "machine" else "fork-sb-i:1-0",
+              "sandboxes": [sandbox_obj("sb-c1", tier="microvm"), sandbox_obj("sb-c2", tier="microvm")]}
+    fake.reply(201, answer)
+    children = sb.fork(2, timeout=60)
+    assert fake.last().path == "/v1/sandboxes/sb-i/fork"
+    assert fake.last().json == {"count": 2, "ttl_s": 60}
+    assert [c.sandbox_id for c in children] == ["sb-c1", "sb-c2"]
+    assert isinstance(children, list) and isinstance(children, libdsec.Forked)
+    assert children.forked == how
+    assert children.processes == answer["processes"]
+    assert children.layer == answer["layer"]
+    for c in children:
+        fake.reply(204)
+        c.kill()
