@@ -154,6 +154,7 @@ class ContainerTierSandbox : public tier::TierSandbox {
     o.timeout_ms = spec.timeout_ms;
     o.output_cap_bytes = spec.output_cap_bytes;
     o.on_output = spec.on_output;
+    o.on_spawned = spec.on_spawned;
     auto r = sandbox_->Exec(o);
     if (!r.ok()) {
       // Not started inside the sandbox: 127 or 126, as a shell reports it.

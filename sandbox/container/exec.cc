@@ -150,6 +150,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
     return ErrnoToStatus("exec: the sandbox's init could not start the process", m.value);
   }
   if (!pidfd) return absl::InternalError("exec: the init's answer came without a pidfd");
+  if (options.on_spawned) options.on_spawned();
   const int32_t child = m.pid;  // in the sandbox's pid namespace
   pid_t host_pid = 0;           // looked up when needed (group kills)
   auto host_pgid = [&]() {

@@ -45,6 +45,9 @@ struct ExecOptions {
   // stdin wait while it runs: it must return promptly (buffer with a bound
   // or drop; never block on a client). `bytes` is valid during the call.
   OutputCallback on_output;
+  // Optional: called once, on the exec's thread, when the init reports the
+  // process made (before any output is read).
+  std::function<void()> on_spawned;
 };
 
 struct ExecResult {

@@ -155,6 +155,13 @@ absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, cons
   if (e->destroyed || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   if (e->paused) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is paused"));
   if (e->sandbox == nullptr) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is broken"));
+  e->ExecBegins();
+  struct ExecEnd {
+    Entry* e;
+    ~ExecEnd() { e->ExecEnds(); }
+  } exec_end{e.get()};
+  Entry* entry = e.get();
+  p.spec.on_spawned = [entry] { entry->ExecSpawned(); };
   if (observer != nullptr && observer->on_start) observer->on_start();
   if (e->replayer) {
     std::optional<trajectory::Record> rec = e->replayer->Next(p.request);

@@ -75,8 +75,36 @@ struct Service::Entry {
   // False where the tier cannot (tier.h).
   bool KillExecs() {
     std::lock_guard<std::mutex> lock(kill_mu);
+    // An exec past its start whose process the tier has not made yet: the
+    // tier kills it as soon as it is (ExecSpawned).
+    if (exec_in_flight && !exec_spawned) kill_pending = true;
     return sandbox != nullptr && sandbox->KillExecs();
   }
+  // The exec under way (Service::Exec, holding mu): begins before its
+  // on_start, ends with its answer.
+  void ExecBegins() {
+    std::lock_guard<std::mutex> lock(kill_mu);
+    exec_in_flight = true;
+    exec_spawned = false;
+    kill_pending = false;
+  }
+  void ExecEnds() {
+    std::lock_guard<std::mutex> lock(kill_mu);
+    exec_in_flight = false;
+  }
+  // The tier made the exec's process (tier::ExecSpec::on_spawned): a kill
+  // that came before it reaches it now.
+  void ExecSpawned() {
+    std::lock_guard<std::mutex> lock(kill_mu);
+    exec_spawned = true;
+    if (kill_pending && sandbox != nullptr) {
+      kill_pending = false;
+      (void)sandbox->KillExecs();
+    }
+  }
+  bool exec_in_flight = false;  // guarded by kill_mu
+  bool exec_spawned = false;    // guarded by kill_mu
+  bool kill_pending = false;    // guarded by kill_mu
   void ReplaceSandbox(std::unique_ptr<tier::TierSandbox> next) {
     std::lock_guard<std::mutex> lock(kill_mu);
     sandbox = std::move(next);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,10 @@ struct FakeState {
   // fails with, and what the creates were given.
   absl::Status save_error;
   std::vector<tier::CreateSpec> creates;
+  // `spawn`: runs this before it reports its process made; kills counts
+  // the sandbox's KillExecs.
+  std::function<void()> before_spawn;
+  std::atomic<int> kills{0};
 };
 
 using tier::ExecOutcome;
@@ -64,6 +69,13 @@ class FakeSandbox : public TierSandbox {
       machine_ = spec.argv[1];
       return o;
     }
+    if (spec.argv.size() == 1 && spec.argv[0] == "spawn") {
+      if (s_->before_spawn) s_->before_spawn();
+      const int before = s_->kills;
+      if (spec.on_spawned) spec.on_spawned();
+      o.stdout_data = s_->kills > before ? "killed at spawn" : "ran";
+      return o;
+    }
     if (spec.argv.size() == 1 && spec.argv[0] == "recall") {
       o.stdout_data = machine_;
       return o;
@@ -87,6 +99,10 @@ class FakeSandbox : public TierSandbox {
   absl::Status WriteFile(const std::string&, const std::string&, uint32_t) override { return absl::OkStatus(); }
   absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string&) override { return std::vector<FileEntry>{}; }
   absl::StatusOr<std::string> UpperDir() override { return absl::FailedPreconditionError("fake"); }
+  bool KillExecs() override {
+    s_->kills++;
+    return true;
+  }
   absl::Status Destroy() override {
     if (!destroyed_) s_->live--;
     destroyed_ = true;
@@ -758,6 +774,28 @@ TEST_F(ServiceUnitTest, AMachineSnapshotOutlivesTheDaemonAndGoesWithItsDelete) {
   EXPECT_EQ(Entries(Machines()), "staging");
   EXPECT_FALSE(svc->Create({{"snapshot", snapshot_id}}).ok());
   svc->DestroyAll();
+}
+
+TEST_F(ServiceUnitTest, AKillBeforeTheCommandsProcessExistsReachesItOnceItDoes) {
+  auto svc = Make();
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  const std::string id = (*sb)["id"];
+  // The kill comes after the exec started, before its process was made
+  // (an E2B client killing a command it just started).
+  state_.before_spawn = [&] { EXPECT_TRUE(svc->KillExecs(id).ok()); };
+  auto r = svc->Exec(id, {{"argv", {"spawn"}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)["stdout"], "killed at spawn");
+  // It does not linger for the next exec, nor does a kill between execs.
+  state_.before_spawn = nullptr;
+  r = svc->Exec(id, {{"argv", {"spawn"}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)["stdout"], "ran");
+  EXPECT_TRUE(svc->KillExecs(id).ok());
+  r = svc->Exec(id, {{"argv", {"spawn"}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)["stdout"], "ran");
 }
 
 TEST(HttpAuth, TokenComparison) {

@@ -84,6 +84,11 @@ struct ExecSpec {
   // timeout waits meanwhile). A tier that cannot call it still returns all
   // output in the outcome.
   std::function<void(int stream, std::string_view bytes)> on_output;
+  // Optional: called once on the exec's thread as soon as the command's
+  // process exists, so that a KillExecs that came before it (while the
+  // process was being made) can reach it. A tier that cannot tell never
+  // calls it.
+  std::function<void()> on_spawned;
 };
 
 struct ExecOutcome {
