@@ -374,7 +374,7 @@ class AsyncSandbox(P.SandboxFields):
         children = P.parse_fork(obj)
         return Forked([type(self)(self._client, info, False) for info in children],
                       {"forked": children.forked, "processes": children.processes,
-                       "layer": children.layer})
+                       "layer": children.layer, "pause_ms": children.pause_ms})
 
     async def snapshot(self) -> str:
         """As Sandbox.snapshot: keeps this sandbox (its machine where the tier

@@ -295,7 +295,8 @@ class Sandbox:
         text; kill() each."""
         handles = self.handle.fork(count, P.whole_seconds(timeout, "timeout"), task_ids)
         return Forked([type(self)._adopt(h, self._client, False, "text") for h in handles],
-                      {"forked": handles.forked, "processes": handles.processes, "layer": handles.layer})
+                      {"forked": handles.forked, "processes": handles.processes, "layer": handles.layer,
+                       "pause_ms": handles.pause_ms})
 
     def snapshot(self) -> str:
         """Keeps this sandbox as a snapshot and returns its id, for

@@ -292,7 +292,9 @@ class Forked(List[_T]):
     running machine, its processes included: the microvm tier) or "files"
     (the source's files only, no processes). processes: says which, and
     why processes were not carried. layer: the layer the source's files
-    were packed into, or None (a machine fork without task_ids)."""
+    were packed into, or None (a machine fork without task_ids).
+    pause_ms: how long the source stood still while its machine was saved
+    (None for a files fork)."""
 
     def __init__(self, children: Iterable[_T], answer: JSONObject) -> None:
         super().__init__(children)
@@ -300,3 +302,6 @@ class Forked(List[_T]):
         self.processes = str(answer.get("processes", ""))
         layer = answer.get("layer")
         self.layer: Optional[str] = layer if isinstance(layer, str) else None
+        pause = answer.get("pause_ms")
+        self.pause_ms: Optional[float] = (float(pause) if isinstance(pause, (int, float))
+                                          and not isinstance(pause, bool) else None)

@@ -194,7 +194,7 @@ class SandboxHandle(P.SandboxFields):
         children = P.parse_fork(self._t.send_json(P.fork(self.id, count, ttl_s, task_ids)))
         return Forked([SandboxHandle(self._client, info) for info in children],
                       {"forked": children.forked, "processes": children.processes,
-                       "layer": children.layer})
+                       "layer": children.layer, "pause_ms": children.pause_ms})
 
     def snapshot(self) -> JSONObject:
         """Keeps this sandbox as a snapshot that new sandboxes start from

@@ -334,6 +334,7 @@ def test_fork_returns_the_children_and_says_how_they_were_made(fake, sb, how):
     answer = {"source": "sb-i", "forked": how, "fork_seq": 0,
               "processes": "carried: ..." if how == "machine" else "not carried: the tier ...",
               "layer": None if how == "machine" else "fork-sb-i:1-0",
+              "pause_ms": 12.5 if how == "machine" else None,
               "sandboxes": [sandbox_obj("sb-c1", tier="microvm"), sandbox_obj("sb-c2", tier="microvm")]}
     fake.reply(201, answer)
     children = sb.fork(2, timeout=60)
@@ -344,6 +345,7 @@ def test_fork_returns_the_children_and_says_how_they_were_made(fake, sb, how):
     assert children.forked == how
     assert children.processes == answer["processes"]
     assert children.layer == answer["layer"]
+    assert children.pause_ms == answer["pause_ms"]
     for c in children:
         fake.reply(204)
         c.kill()
