@@ -305,6 +305,32 @@ TEST_F(MicrovmSandboxTest, PauseStopsEveryProcessAndResumeContinues) {
   EXPECT_TRUE(Entries().empty());
 }
 
+TEST_F(MicrovmSandboxTest, AMachineSaveIsRefusedWithTheReasonAndTheStagingGoesOnDestroy) {
+  // Without a staging directory: refused, saying so.
+  auto plain = MustCreate(Spec("nosave"));
+  ASSERT_NE(plain, nullptr);
+  auto refused = plain->SaveMachine(root_ + "/dest");
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("without a directory"), std::string::npos) << refused.status();
+  ASSERT_TRUE(plain->Destroy().ok());
+  // With one, the host-mode agent (a host process) has no machine to save;
+  // the staging directory goes with the sandbox.
+  MicrovmSpec spec = Spec("staged");
+  spec.machine_staging = dir_->path() + "/staging-" + root_.substr(root_.rfind('/') + 1);
+  ASSERT_EQ(::mkdir(spec.machine_staging.c_str(), 0700), 0);
+  auto staged = MustCreate(spec);
+  ASSERT_NE(staged, nullptr);
+  auto unsupported = staged->SaveMachine(root_ + "/dest");
+  EXPECT_TRUE(absl::IsUnimplemented(unsupported.status())) << unsupported.status();
+  ASSERT_TRUE(staged->Destroy().ok());
+  EXPECT_NE(::access(spec.machine_staging.c_str(), F_OK), 0) << "the staging directory stayed";
+  // Nor can it continue from a saved machine.
+  MicrovmSpec from = Spec("restored");
+  from.machine = dir_->path();
+  auto restored = MicrovmSandbox::Create(*launcher_, from, options_);
+  EXPECT_TRUE(absl::IsUnimplemented(restored.status())) << restored.status();
+}
+
 TEST_F(MicrovmSandboxTest, DestroyLeavesNothingBehind) {
   auto sb = MustCreate(Spec("doomed"));
   ASSERT_NE(sb, nullptr);
