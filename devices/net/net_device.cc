@@ -142,6 +142,33 @@ absl::Status NetDevice::Activate(const virtio::ActivateContext& context) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<nlohmann::json> NetDevice::SaveState() const {
+  MacAddress mac;
+  std::memcpy(mac.data(), config_space_.mac, mac.size());
+  return nlohmann::json{{"mac", FormatMac(mac)}, {"mtu", static_cast<unsigned>(config_space_.mtu)}};
+}
+
+absl::Status NetDevice::RestoreState(const nlohmann::json& state) {
+  if (!state.is_object() || state.size() != 2 || !state.contains("mac") || !state["mac"].is_string() ||
+      !state.contains("mtu") || !state["mtu"].is_number_integer() ||
+      (!state["mtu"].is_number_unsigned() && state["mtu"].get<int64_t>() < 0)) {
+    return absl::InvalidArgumentError(
+        "virtio-net: its snapshot state is {\"mac\": \"xx:xx:xx:xx:xx:xx\", \"mtu\": N}");
+  }
+  absl::StatusOr<MacAddress> mac = ParseMac(state["mac"].get<std::string>());
+  if (!mac.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("virtio-net: the snapshot's mac: ", mac.status().message()));
+  }
+  const uint64_t mtu = state["mtu"].get<uint64_t>();
+  if (mtu != config_.mtu) {
+    return absl::FailedPreconditionError(absl::StrCat("virtio-net: the snapshot's MTU is ", mtu, ", this device's ",
+                                                      config_.mtu, " (the guest sized its buffers by it)"));
+  }
+  if (activation_.active()) return absl::FailedPreconditionError("virtio-net: restored while active");
+  std::memcpy(config_space_.mac, mac->data(), mac->size());
+  return absl::OkStatus();
+}
+
 void NetDevice::QueueNotify(uint16_t queue_index) {
   if (queue_index == kRxQueue) {
     ProcessRx();

@@ -97,6 +97,16 @@ class NetDevice : public virtio::VirtioDevice {
   void QueueNotify(uint16_t queue_index) override;
   void Reset() override;
 
+  // Snapshots: the MAC address the guest's driver read at probe and the
+  // MTU it was offered. The restored device may be given another backend
+  // and MAC (a fork's child has a tap of its own): it keeps answering the
+  // saved MAC, which the guest's driver already uses; a different MTU is
+  // refused (the guest sized its buffers by it). Frames in the old
+  // backend's queue are not carried. The guest's address is the guest's
+  // business (the microvm tier re-addresses eth0 through its agent).
+  absl::StatusOr<nlohmann::json> SaveState() const override;
+  absl::Status RestoreState(const nlohmann::json& state) override;
+
   NetMetrics metrics() const;
   const NetDeviceConfig& config() const { return config_; }
 

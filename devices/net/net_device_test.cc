@@ -381,6 +381,45 @@ TEST_F(NetDeviceTest, ResetRemovesBackendFromLoopAndCanActivateAgain) {
   EXPECT_TRUE(DeviceWatchesBackend());
 }
 
+TEST_F(NetDeviceTest, ARestoredDeviceAnswersTheSavedMacOnItsOwnBackend) {
+  NetDeviceConfig saved_config;
+  saved_config.mac = {0x02, 0x00, 0x0a, 0xc9, 0x00, 0x02};
+  auto saved = NetDevice::Create(saved_config, std::make_unique<FakeNetBackend>(NetOffloads{}));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  absl::StatusOr<nlohmann::json> state = (*saved)->SaveState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(*state, (nlohmann::json{{"mac", "02:00:0a:c9:00:02"}, {"mtu", 1500}}));
+
+  // A fork's child: another backend and MAC; the guest keeps the saved MAC.
+  NetDeviceConfig child_config;
+  child_config.mac = {0x02, 0x00, 0x0a, 0xc9, 0x00, 0x07};
+  Start(0, NetOffloads{}, child_config);
+  dev_->Reset();
+  ASSERT_TRUE(dev_->RestoreState(*state).ok());
+  uint8_t mac[6];
+  for (uint64_t i = 0; i < sizeof(mac); ++i) dev_->ReadConfig(i, std::span<uint8_t>(&mac[i], 1));
+  EXPECT_EQ(mac[5], 0x02);
+  EXPECT_EQ(*dev_->SaveState(), *state);
+
+  // Refused: another MTU, a damaged or hostile state; nothing changes.
+  nlohmann::json other_mtu = *state;
+  other_mtu["mtu"] = 9000;
+  absl::Status refused = dev_->RestoreState(other_mtu);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("MTU"), std::string::npos) << refused;
+  for (const nlohmann::json& bad :
+       {nlohmann::json::array(), nlohmann::json{{"mac", "02:00:0a:c9:00:02"}},
+        nlohmann::json{{"mac", "01:00:5e:00:00:01"}, {"mtu", 1500}},
+        nlohmann::json{{"mac", "nonsense"}, {"mtu", 1500}}, nlohmann::json{{"mac", 7}, {"mtu", 1500}},
+        nlohmann::json{{"mac", "02:00:0a:c9:00:02"}, {"mtu", -1}},
+        nlohmann::json{{"mac", "02:00:0a:c9:00:02"}, {"mtu", 1500}, {"extra", 1}}}) {
+    absl::Status s = dev_->RestoreState(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad.dump() << ": " << s;
+  }
+  dev_->ReadConfig(5, std::span<uint8_t>(&mac[5], 1));
+  EXPECT_EQ(mac[5], 0x02);
+}
+
 TEST_F(NetDeviceTest, RingViolationMarksDeviceBroken) {
   Start();
   // A head index beyond the queue size (virtio 1.2 section 2.7.13.2).
