@@ -270,6 +270,15 @@ absl::StatusOr<DiffStats> Client::PackDiff(const std::string& dest_dir,
   return stats;
 }
 
+absl::Status Client::ConfigureNetwork(const std::string& net) {
+  NetworkRequest req;
+  req.net = net;
+  DSEC_RETURN_IF_ERROR(Send(ToFrame(req)));
+  DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));
+  if (f.type != MsgType::kNetworkDone) return Unexpected(f, MsgType::kNetworkDone);
+  return CheckEmptyObject(f);
+}
+
 absl::Status Client::Shutdown() {
   DSEC_RETURN_IF_ERROR(Send(EmptyFrame(MsgType::kShutdown)));
   DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));

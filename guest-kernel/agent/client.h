@@ -106,6 +106,9 @@ class Client {
   // Streams the agent's upper directory into `dest_dir` (existing, empty).
   absl::StatusOr<DiffStats> PackDiff(const std::string& dest_dir,
                                      const MaterializeOptions& options = {});
+  // Re-addresses the guest's eth0 ("<address>/<prefix>,<gateway>", as
+  // dsec.net): a guest restored from another sandbox's saved machine.
+  absl::Status ConfigureNetwork(const std::string& net);
   // Asks the agent to stop (guest: sync and power off; host mode: exit),
   // waits for its acknowledgement and closes the connection.
   absl::Status Shutdown();

@@ -138,6 +138,10 @@ Frame ToFrame(const FileWriteDone& m) {
   return JsonFrame(MsgType::kFileWriteDone, {{"bytes", m.bytes}});
 }
 
+Frame ToFrame(const NetworkRequest& m) {
+  return JsonFrame(MsgType::kNetwork, {{"net", m.net}});
+}
+
 Frame ToFrame(const ListDirRequest& m) {
   return JsonFrame(MsgType::kListDir, {{"path", BytesToJson(m.path)}});
 }
@@ -315,6 +319,10 @@ absl::Status FromFrame(const Frame& f, FileWriteDone* m) {
                     [&](Fields& r) { m->bytes = r.U64("bytes", 0, /*required=*/true); });
 }
 
+absl::Status FromFrame(const Frame& f, NetworkRequest* m) {
+  return DecodeWith(f, MsgType::kNetwork, [&](Fields& r) { m->net = r.Str("net", /*required=*/true); });
+}
+
 absl::Status FromFrame(const Frame& f, ListDirRequest* m) {
   return DecodeWith(f, MsgType::kListDir,
                     [&](Fields& r) { m->path = r.Bytes("path", /*required=*/true); });
@@ -451,6 +459,9 @@ absl::Status ValidateFrame(const Frame& f) {
       return Decode<DiffEntry>(f).status();
     case MsgType::kDiffEnd:
       return Decode<DiffEnd>(f).status();
+    case MsgType::kNetwork:
+      return Decode<NetworkRequest>(f).status();
+    case MsgType::kNetworkDone:
     case MsgType::kStdinClose:
     case MsgType::kPackDiff:
     case MsgType::kShutdown:

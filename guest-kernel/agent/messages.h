@@ -153,7 +153,17 @@ struct DiffEnd {
   uint64_t data_bytes = 0;
 };
 
-struct Empty {};  // STDIN_CLOSE, PACK_DIFF, SHUTDOWN, SHUTDOWN_ACK
+// --- network ---------------------------------------------------------------
+
+// NETWORK: the guest's eth0 anew, in dsec.net's form
+// ("<address>/<prefix>,<gateway>", boot_plan.h), for a guest restored from
+// another sandbox's saved machine (it still holds that one's address).
+// Answered with NETWORK_DONE ({}) or an ERROR.
+struct NetworkRequest {
+  std::string net;
+};
+
+struct Empty {};  // STDIN_CLOSE, PACK_DIFF, SHUTDOWN, SHUTDOWN_ACK, NETWORK_DONE
 
 const char* EntryTypeName(EntryType type);
 const char* DiffTypeName(DiffType type);
@@ -175,6 +185,7 @@ Frame ToFrame(const ListDirRequest& m);
 Frame ToFrame(const DirEntries& m);
 Frame ToFrame(const DiffEntry& m);
 Frame ToFrame(const DiffEnd& m);
+Frame ToFrame(const NetworkRequest& m);
 Frame EmptyFrame(MsgType type);
 Frame DataFrame(MsgType type, std::string_view bytes);  // kData / kStdin
 
@@ -194,6 +205,7 @@ absl::Status FromFrame(const Frame& f, ListDirRequest* m);
 absl::Status FromFrame(const Frame& f, DirEntries* m);
 absl::Status FromFrame(const Frame& f, DiffEntry* m);
 absl::Status FromFrame(const Frame& f, DiffEnd* m);
+absl::Status FromFrame(const Frame& f, NetworkRequest* m);
 // Checks that a JSON-typed frame holds an object (STDIN_CLOSE, PACK_DIFF, ...).
 absl::Status CheckEmptyObject(const Frame& f);
 

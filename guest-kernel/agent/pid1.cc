@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "guest-kernel/agent/boot_plan.h"
 #include "guest-kernel/agent/reaper.h"
@@ -233,31 +234,22 @@ struct sockaddr Inet(uint32_t host_order) {
 // dsec.net: lo and eth0 (the virtio-net device, probed before init runs)
 // up, eth0's address, the default route through the gateway, and
 // /etc/resolv.conf naming it (the node resolver). Plain ioctls: nothing
-// in the guest needs iproute2. False (with the reason on the console)
-// when any step fails.
-bool ConfigureNetwork(const NetConfig& net) {
+// in the guest needs iproute2. The first failing step's error.
+absl::Status ConfigureNetwork(const NetConfig& net) {
   ScopedFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!sock) {
-    Console(absl::StrCat("error: network: socket: ", Err()));
-    return false;
-  }
+  if (!sock) return absl::InternalError(absl::StrCat("network: socket: ", Err()));
   if (!SetFlagsUp(sock.get(), "lo")) Console(absl::StrCat("warning: network: lo up: ", Err()));
   struct ifreq ifr = {};
   std::strncpy(ifr.ifr_name, "eth0", IFNAMSIZ - 1);
   ifr.ifr_addr = Inet(net.address);
   if (ioctl(sock.get(), SIOCSIFADDR, &ifr) != 0) {
-    Console(absl::StrCat("error: network: eth0 address ", Ipv4String(net.address), ": ", Err()));
-    return false;
+    return absl::InternalError(absl::StrCat("network: eth0 address ", Ipv4String(net.address), ": ", Err()));
   }
   ifr.ifr_netmask = Inet(net.prefix_len == 32 ? 0xffffffffu : ~(0xffffffffu >> net.prefix_len));
   if (ioctl(sock.get(), SIOCSIFNETMASK, &ifr) != 0) {
-    Console(absl::StrCat("error: network: eth0 netmask /", net.prefix_len, ": ", Err()));
-    return false;
+    return absl::InternalError(absl::StrCat("network: eth0 netmask /", net.prefix_len, ": ", Err()));
   }
-  if (!SetFlagsUp(sock.get(), "eth0")) {
-    Console(absl::StrCat("error: network: eth0 up: ", Err()));
-    return false;
-  }
+  if (!SetFlagsUp(sock.get(), "eth0")) return absl::InternalError(absl::StrCat("network: eth0 up: ", Err()));
   struct rtentry route = {};
   route.rt_dst = Inet(0);
   route.rt_genmask = Inet(0);
@@ -266,20 +258,45 @@ bool ConfigureNetwork(const NetConfig& net) {
   char dev[] = "eth0";
   route.rt_dev = dev;
   if (ioctl(sock.get(), SIOCADDRT, &route) != 0) {
-    Console(absl::StrCat("error: network: default route via ", Ipv4String(net.gateway), ": ", Err()));
-    return false;
+    return absl::InternalError(
+        absl::StrCat("network: default route via ", Ipv4String(net.gateway), ": ", Err()));
   }
   // A symlink (systemd-resolved's) would send the write elsewhere.
   (void)unlink("/etc/resolv.conf");
   ScopedFd conf(open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
   const std::string text = absl::StrCat("nameserver ", Ipv4String(net.gateway), "\n");
   if (!conf || write(conf.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    Console(absl::StrCat("error: network: /etc/resolv.conf: ", Err()));
-    return false;
+    return absl::InternalError(absl::StrCat("network: /etc/resolv.conf: ", Err()));
   }
   Console(absl::StrCat("network: eth0 ", Ipv4String(net.address), "/", net.prefix_len, " via ",
                        Ipv4String(net.gateway)));
-  return true;
+  return absl::OkStatus();
+}
+
+// The agent's NETWORK request: a guest restored from another sandbox's
+// saved machine still holds that one's address, routes and neighbours
+// (its gateway's MAC is the other tap's). eth0 goes down first, which
+// drops its routes and neighbour entries whatever addresses it holds
+// (replacing its only address drops them too), then is configured as at
+// boot.
+absl::Status Readdress(const std::string& value) {
+  std::optional<NetConfig> net = ParseNetConfig(value);
+  if (!net) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("network: malformed \"", value, "\" (want <address>/<prefix>,<gateway>)"));
+  }
+  ScopedFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock) return absl::InternalError(absl::StrCat("network: socket: ", Err()));
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, "eth0", IFNAMSIZ - 1);
+  if (ioctl(sock.get(), SIOCGIFFLAGS, &ifr) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("network: eth0: ", Err()));
+  }
+  ifr.ifr_flags &= ~IFF_UP;
+  if (ioctl(sock.get(), SIOCSIFFLAGS, &ifr) != 0) {
+    return absl::InternalError(absl::StrCat("network: eth0 down: ", Err()));
+  }
+  return ConfigureNetwork(*net);
 }
 
 // Runs the dsec.run command on the console and waits for it.
@@ -345,7 +362,13 @@ void RunPid1() {
   if (!upper) Console("warning: serving from the initial root (no overlay)");
   // A sandbox that asked for a network it cannot have does not come up:
   // the host sees the VM stop, with these lines on its console.
-  if (config.net_malformed || (config.net && !ConfigureNetwork(*config.net))) PowerOff();
+  if (config.net_malformed) PowerOff();
+  if (config.net) {
+    if (absl::Status s = ConfigureNetwork(*config.net); !s.ok()) {
+      Console(absl::StrCat("error: ", s.message()));
+      PowerOff();
+    }
+  }
 
   absl::StatusOr<std::unique_ptr<Reaper>> reaper = Reaper::Create();
   if (!reaper.ok()) {
@@ -364,6 +387,11 @@ void RunPid1() {
   if (upper) options.upper = FdPath(upper.get());
   options.launcher = reaper->get();
   options.on_shutdown = [] { PowerOff(); };
+  options.configure_network = [](const std::string& net) {
+    absl::Status s = Readdress(net);
+    if (!s.ok()) Console(absl::StrCat("error: ", s.message()));
+    return s;
+  };
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
   if (!server.ok()) {
     Console(absl::StrCat("error: server: ", server.status().message()));

@@ -39,6 +39,8 @@ constexpr TypeInfo kTypes[] = {
     {MsgType::kPackDiff, "PACK_DIFF", true},
     {MsgType::kDiffEntry, "DIFF_ENTRY", true},
     {MsgType::kDiffEnd, "DIFF_END", true},
+    {MsgType::kNetwork, "NETWORK", true},
+    {MsgType::kNetworkDone, "NETWORK_DONE", true},
     {MsgType::kShutdown, "SHUTDOWN", true},
     {MsgType::kShutdownAck, "SHUTDOWN_ACK", true},
 };

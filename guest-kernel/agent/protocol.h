@@ -49,6 +49,8 @@ enum class MsgType : uint8_t {
   kPackDiff = 0x30,       // host -> agent, JSON {}
   kDiffEntry = 0x31,      // agent -> host, JSON: DiffEntry (+ DATA... for files)
   kDiffEnd = 0x32,        // agent -> host, JSON {entries, data_bytes}
+  kNetwork = 0x38,        // host -> agent, JSON {net}: re-address eth0 (a restored fork's child)
+  kNetworkDone = 0x39,    // agent -> host, JSON {}
   kShutdown = 0x40,       // host -> agent, JSON {}
   kShutdownAck = 0x41,    // agent -> host, JSON {}
 };

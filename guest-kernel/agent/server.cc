@@ -41,6 +41,14 @@ absl::Status Handshake(const ServerOptions& options, FrameConn& conn, int stop_f
   return conn.Write(ToFrame(reply), DeadlineAfterMs(options.write_stall_timeout_ms), stop_fd);
 }
 
+absl::Status HandleNetwork(HandlerEnv& env, FrameConn& conn, const NetworkRequest& request) {
+  absl::Status s = env.options.configure_network
+                       ? env.options.configure_network(request.net)
+                       : absl::FailedPreconditionError("this agent manages no network (it is not a guest's PID 1)");
+  if (!s.ok()) return SendRequestError(env, conn, s);
+  return conn.Write(EmptyFrame(MsgType::kNetworkDone), env.WriteDeadline(), env.stop_fd);
+}
+
 // Handles one request frame; see handlers.h for the return convention.
 absl::Status Dispatch(HandlerEnv& env, FrameConn& conn, const Frame& f) {
   switch (f.type) {
@@ -59,6 +67,10 @@ absl::Status Dispatch(HandlerEnv& env, FrameConn& conn, const Frame& f) {
     case MsgType::kListDir: {
       DSEC_ASSIGN_OR_RETURN(ListDirRequest req, Decode<ListDirRequest>(f));
       return HandleListDir(env, conn, req);
+    }
+    case MsgType::kNetwork: {
+      DSEC_ASSIGN_OR_RETURN(NetworkRequest req, Decode<NetworkRequest>(f));
+      return HandleNetwork(env, conn, req);
     }
     case MsgType::kPackDiff:
       DSEC_RETURN_IF_ERROR(CheckEmptyObject(f));

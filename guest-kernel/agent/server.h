@@ -44,6 +44,10 @@ struct ServerOptions {
   // Called (on the connection's thread) after a SHUTDOWN was acknowledged
   // and the host closed the connection or shutdown_linger_ms passed.
   std::function<void()> on_shutdown;
+  // NETWORK: re-addresses the guest's eth0 from dsec.net's form (PID 1
+  // passes its own; on the connection's thread). Null: NETWORK is refused
+  // (FAILED_PRECONDITION: this agent manages no network).
+  std::function<absl::Status(const std::string& net)> configure_network;
   // Environment every exec starts from; the request's env adds/overrides.
   std::vector<std::string> base_env = {
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};

@@ -155,6 +155,45 @@ TEST(ServerTest, ShutdownIsAcknowledgedThenReported) {
   EXPECT_TRUE(absl::IsFailedPrecondition(client->ListDir("").status()));
 }
 
+TEST(ServerTest, NetworkGoesToTheConfiguratorAndItsErrorComesBack) {
+  TempDir dir;
+  // Without a configurator (not a guest's PID 1): refused, and the
+  // connection serves on.
+  {
+    TestServer ts(RootedAt(dir));
+    auto client = ts.Connect();
+    absl::Status s = client->ConfigureNetwork("10.201.0.7/16,10.201.0.1");
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_NE(s.message().find("manages no network"), std::string::npos) << s;
+    EXPECT_TRUE(client->ListDir("").ok());
+  }
+  std::vector<std::string> asked;
+  ServerOptions o = RootedAt(dir);
+  o.configure_network = [&asked](const std::string& net) {
+    asked.push_back(net);
+    if (net == "bad") return absl::InvalidArgumentError("network: malformed \"bad\"");
+    return absl::OkStatus();
+  };
+  TestServer ts(o);
+  auto client = ts.Connect();
+  EXPECT_TRUE(client->ConfigureNetwork("10.201.0.7/16,10.201.0.1").ok());
+  absl::Status bad = client->ConfigureNetwork("bad");
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  EXPECT_NE(bad.message().find("malformed"), std::string::npos) << bad;
+  EXPECT_TRUE(client->ListDir("").ok());
+  EXPECT_EQ(asked, (std::vector<std::string>{"10.201.0.7/16,10.201.0.1", "bad"}));
+  // A NETWORK frame without its field is a protocol error: that connection
+  // closes.
+  RawPeer peer(ts.RawConnection());
+  peer.Handshake();
+  Frame f;
+  f.type = MsgType::kNetwork;
+  f.payload = "{}";
+  peer.Send(f);
+  peer.ExpectErrorThenClose(absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(asked.size(), 2u);
+}
+
 TEST(ServerTest, StoppingTheServerKillsRunningCommands) {
   TempDir dir;
   auto ts = std::make_unique<TestServer>(RootedAt(dir));
