@@ -726,10 +726,10 @@ TEST_F(ServiceUnitTest, AMachineForkThatFailsLeavesNothing) {
   EXPECT_EQ(Entries(Machines() + "/staging"), sid.get<std::string>());
   state_.create_error = absl::OkStatus();
 
-  // A save the tier refuses (a microVM with a network, say) falls back to
+  // A save the tier refuses (a microVM started without staging, say) falls back to
   // the files, which need a layer store this daemon lacks: the answer says
   // so and no machine is left behind.
-  state_.save_error = absl::FailedPreconditionError("a microVM with a network is not saved whole");
+  state_.save_error = absl::FailedPreconditionError("this microVM was started without a directory to save it into");
   fork = svc->Fork(sid, {{"count", 1}});
   EXPECT_TRUE(absl::IsUnavailable(fork.status())) << fork.status();
   EXPECT_NE(fork.status().message().find("layer store"), std::string::npos) << fork.status();

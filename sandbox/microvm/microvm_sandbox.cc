@@ -62,10 +62,6 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   // here, at once, with the reason.
   DSEC_RETURN_IF_ERROR(launcher.CheckHost());
   DSEC_RETURN_IF_ERROR(CheckDaxLayers(spec.layers));
-  if (spec.network && !spec.machine.empty()) {
-    return absl::InvalidArgumentError(
-        "microvm: a saved machine cannot be given a network (its guest keeps the saved one's address)");
-  }
   DSEC_ASSIGN_OR_RETURN(container::StateDir state, container::StateDir::Create(options.state_root, spec.id));
   std::unique_ptr<MicrovmSandbox> sb(new MicrovmSandbox(spec.id, std::move(state), options));
   LaunchSpec ls;
@@ -80,7 +76,6 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   ls.join = spec.join;
   ls.snapshot_dir = spec.machine_staging;
   ls.restore_dir = spec.machine;
-  sb->networked_ = spec.network.has_value();
   sb->staging_ = spec.machine_staging;
   for (const std::string& cg : spec.placement_cgroups) DSEC_RETURN_IF_ERROR(sb->state_.RecordCgroup(cg));
   if (spec.network) {
@@ -104,6 +99,17 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
   if (absl::Status s = sb->ConnectUntilBooted(); !s.ok()) {
     (void)sb->Destroy();
     return s;
+  }
+  if (spec.network && !spec.machine.empty()) {
+    // The saved guest's eth0 holds the saved sandbox's address, which this
+    // sandbox's tap filter drops: this one's, before anyone runs anything.
+    absl::Status s = sb->client_->ConfigureNetwork(
+        absl::StrCat(spec.network->address_cidr, ",", spec.network->gateway));
+    if (!s.ok()) {
+      s = absl::Status(s.code(), absl::StrCat("microvm: re-addressing the restored guest's eth0: ", s.message()));
+      (void)sb->Destroy();
+      return s;
+    }
   }
   sb->boot_ms_ = static_cast<double>(MonotonicNowNs() - start) / 1e6;
   return sb;
@@ -200,11 +206,6 @@ absl::Status MicrovmSandbox::Resume() {
 
 absl::StatusOr<MachineSaveInfo> MicrovmSandbox::SaveMachine(const std::string& dest_dir) {
   if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
-  if (networked_) {
-    return absl::FailedPreconditionError(
-        "a microVM with a network is not saved whole: virtio-net's state and the guest's address are not "
-        "carried");
-  }
   if (staging_.empty()) {
     return absl::FailedPreconditionError("this microVM was started without a directory to save it into");
   }

@@ -60,7 +60,10 @@ struct MicrovmSpec {
   std::optional<LaunchNetwork> network;
   // Machine snapshots (LaunchSpec): where SaveMachine may write ("" =
   // nowhere: it is refused), and a saved machine to continue from instead
-  // of booting (with the saved sandbox's layers; not with a network).
+  // of booting (with the saved sandbox's layers). With both a network and
+  // a machine, the restored guest's eth0 is re-addressed to this network
+  // through the agent (it held the saved sandbox's address) before Create
+  // returns.
   std::string machine_staging;
   std::string machine;
 };
@@ -101,9 +104,10 @@ class MicrovmSandbox {
   // A paused sandbox is resumed for the copy and paused again.
   absl::StatusOr<std::string> PackDiffDir();
   // The whole machine (AgentHost::SaveMachine) into `dest_dir`: the guest
-  // stands still meanwhile, then runs on. FailedPrecondition for a sandbox
-  // with a network (virtio-net's state and the guest's address are not
-  // carried) or one created without a staging directory.
+  // stands still meanwhile, then runs on. FailedPrecondition for one
+  // created without a staging directory. A network's device is saved
+  // (virtio-net: its MAC and MTU), its connections are not: a machine
+  // restored elsewhere gets that sandbox's tap and address.
   absl::StatusOr<MachineSaveInfo> SaveMachine(const std::string& dest_dir);
   // Agent shutdown (bounded by the client's io timeout), then the host is
   // killed, its cgroups and the state directory removed. Idempotent.
@@ -132,7 +136,6 @@ class MicrovmSandbox {
   double boot_ms_ = 0;
   bool paused_ = false;
   bool destroyed_ = false;
-  bool networked_ = false;
   std::string staging_;  // MicrovmSpec::machine_staging, removed with the sandbox
 };
 

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """A microVM sandbox with a network, end to end through the SDK and a real
 daemon: the tap the daemon makes, the tap filter on it, the guest's eth0
-configured by its PID 1 (dsec.net), and cleanup. Runs where guest kernel
+configured by its PID 1 (dsec.net), and cleanup; a fork of it whose
+child, restored from the saved machine, has a tap and an address of its
+own. Runs where guest kernel
 code is not emulated: in L1 of the nested bed (ctest
 nested_microvm_network_test); on this PVM host the tier answers 503 and the
 module skips with the reason.
@@ -144,3 +146,62 @@ def test_a_networked_microvm_reaches_what_its_policy_allows_and_no_more(node):
     finally:
         assert sb.kill() is True
     assert not os.path.exists("/sys/class/net/%s" % tap), "the tap outlived its sandbox"
+
+
+def _addresses(sb):
+    """The guest's own IPv4 addresses (the kernel's local routes)."""
+    r = sb.commands.run("awk '/32 host LOCAL/ {print prev} {prev=$2}' /proc/net/fib_trie")
+    assert r.exit_code == 0, r.stderr
+    return sorted(set(r.stdout.split()) - {"127.0.0.1"})
+
+
+def test_a_forked_networked_microvm_child_gets_its_own_tap_and_address(node):
+    listener = Listener()
+    allow = {"egress": {"allow": ["%s:%d" % (GATEWAY, listener.port)]}}
+    try:
+        src = libdsec.Sandbox.create(tier="microvm", layers=[BASE], socket=node.socket, timeout=600,
+                                     memory_mib=256, request_timeout=300, network=allow)
+    except libdsec.DsecError as e:
+        if e.status == 503:
+            pytest.skip("microvm tier or network unavailable here: %s" % e)
+        raise
+    children = []
+    try:
+        address = src.network.address
+        # The source has talked to its gateway: the guest's neighbour table
+        # holds the source tap's MAC, which a child must not keep.
+        connect = ["bash", "-c", "echo hi > /dev/tcp/%s/%d" % (GATEWAY, listener.port)]
+        r = src.commands.run(connect, timeout=60)
+        assert r.exit_code == 0, r.stderr
+        assert listener.accept_line() == (address, b"hi\n")
+
+        t0 = time.monotonic()
+        children = src.fork(1, timeout=600)
+        print("fork of a networked microVM: %.1f s" % (time.monotonic() - t0))
+        assert children.forked == "machine", children.processes
+        child = children[0]
+        child_address = child.network.address
+        assert child_address != address
+        assert os.path.exists("/sys/class/net/%s" % tap_of(child_address)), "no tap for the child"
+        # The child's eth0 holds its own address only, and its default route.
+        assert _addresses(child) == [child_address]
+        r = child.commands.run("cat /proc/net/route /etc/resolv.conf")
+        gw_hex = "%08X" % int.from_bytes(socket.inet_aton(GATEWAY), "little")
+        assert any(l.split()[:3] == ["eth0", "00000000", gw_hex] for l in r.stdout.splitlines()), r.stdout
+        assert "nameserver %s" % GATEWAY in r.stdout, r.stdout
+
+        # Its policy is the source's, on its own tap; its connections come
+        # from its own address. The source goes on with its own.
+        r = child.commands.run(connect, timeout=60)
+        assert r.exit_code == 0, r.stderr
+        assert listener.accept_line() == (child_address, b"hi\n")
+        r = src.commands.run(connect, timeout=60)
+        assert r.exit_code == 0, r.stderr
+        assert listener.accept_line() == (address, b"hi\n")
+        assert _addresses(src) == [address]
+    finally:
+        for c in children:
+            assert c.kill() is True
+        assert src.kill() is True
+    for sb in [src] + list(children):
+        assert not os.path.exists("/sys/class/net/%s" % tap_of(sb.network.address)), "a tap outlived its sandbox"
