@@ -199,6 +199,19 @@ def test_a_forked_networked_microvm_child_gets_its_own_tap_and_address(node):
         assert r.exit_code == 0, r.stderr
         assert listener.accept_line() == (address, b"hi\n")
         assert _addresses(src) == [address]
+
+        # A sandbox made from a snapshot of it: the same, through the
+        # snapshot's record.
+        snapshot = src.snapshot()
+        again = libdsec.Sandbox.create(snapshot=snapshot, socket=node.socket, timeout=600,
+                                       request_timeout=300)
+        children.append(again)
+        assert again.network.address not in (address, child_address)
+        assert _addresses(again) == [again.network.address]
+        r = again.commands.run(connect, timeout=60)
+        assert r.exit_code == 0, r.stderr
+        assert listener.accept_line() == (again.network.address, b"hi\n")
+        libdsec.Client(socket_path=node.socket).delete_snapshot(snapshot)
     finally:
         for c in children:
             assert c.kill() is True
