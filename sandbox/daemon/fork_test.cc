@@ -6,10 +6,15 @@
 // anything is made.
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
 #include "gtest/gtest.h"
@@ -146,6 +151,69 @@ TEST_P(DaemonForkTest, ChildrenStartFromTheSourcesFilesAndStayIndependent) {
   ASSERT_EQ(again->status, 201) << again->body;
   const std::string grandchild = testing::JsonOf(again)["sandboxes"][0]["id"];
   EXPECT_EQ(Sh(grandchild, "cat /work/state"), "mine\n");
+}
+
+// A fork while the source writes and other clients work: each child gets
+// the files of one moment (a file replaced by rename is whole, never torn
+// or missing), holds still (processes are not carried), the source's
+// writer goes on, and another sandbox's execs all answer meanwhile.
+TEST_P(DaemonForkTest, AForkUnderLoadCopiesOneMomentAndDisturbsNoOne) {
+  const std::string src = NewSandbox(json{{"memory_mib", 96}, {"pids", 64}});
+  const std::string other = NewSandbox(json::object());
+  ASSERT_FALSE(src.empty());
+  ASSERT_FALSE(other.empty());
+  ASSERT_EQ(Sh(src, "mkdir -p /work && echo 0 > /work/n || exit 1; "
+                    "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /work/n.tmp; mv /work/n.tmp /work/n; done' "
+                    "</dev/null >/dev/null 2>&1 & "
+                    // Until the writer has written: it left the exec's
+                    // process group (which goes when the exec ends) by then.
+                    "while [ \"$(cat /work/n)\" = 0 ]; do sleep 0.05; done; echo started"),
+            "started\n");
+  auto value_of = [this](const std::string& id) {
+    const std::string out = Sh(id, "cat /work/n");
+    int64_t v = -1;
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(out), &v) ? v : int64_t{-1};
+  };
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> execs{0}, failures{0};
+  std::thread load([&] {
+    auto c = testing::UnixClient(daemon_->socket());
+    while (!stop.load()) {
+      auto r = c->Post(absl::StrCat("/v1/sandboxes/", other, "/exec"),
+                       json{{"argv", {"sh", "-c", "echo x"}}}.dump(), kJson);
+      if (r && r->status == 200 && testing::JsonOf(r).value("stdout", "") == "x\n") {
+        execs.fetch_add(1);
+      } else {
+        failures.fetch_add(1);
+      }
+    }
+  });
+
+  int64_t last = 0;
+  for (int round = 0; round < 3; ++round) {
+    auto r = Fork(src, json{{"count", 2}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 201) << r->body;
+    for (const json& c : testing::JsonOf(r)["sandboxes"]) {
+      const std::string kid = c["id"];
+      const int64_t at_fork = value_of(kid);
+      EXPECT_GE(at_fork, 0) << "round " << round << ": /work/n torn or missing in " << kid;
+      EXPECT_GE(at_fork, last) << "a child went back in time";
+      last = std::max(last, at_fork);
+      ::usleep(200'000);
+      EXPECT_EQ(value_of(kid), at_fork) << "the child " << kid << " has a writer: processes were carried";
+      ASSERT_TRUE(client_->Delete(absl::StrCat("/v1/sandboxes/", kid)));
+    }
+    // The source's writer runs on past the fork.
+    const int64_t before = value_of(src);
+    ::usleep(200'000);
+    EXPECT_GT(value_of(src), before) << "round " << round << ": the source's writer stopped";
+  }
+  stop = true;
+  load.join();
+  EXPECT_GT(execs.load(), 0);
+  EXPECT_EQ(failures.load(), 0) << "execs on another sandbox failed during the forks";
 }
 
 // POST /v1/sandboxes/{id}/snapshot, create with {"snapshot": id}, the
