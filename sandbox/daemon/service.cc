@@ -16,6 +16,7 @@
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/requests.h"
 #include "sandbox/daemon/service_internal.h"
+#include "sandbox/daemon/snapshot_store.h"
 #include "base/file_io.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -66,6 +67,19 @@ Service::Service(ServiceOptions options, std::vector<std::unique_ptr<tier::Tier>
   if (!options_.snapshot_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(MachineDir("staging"), ec);
+    // Saved machines no snapshot record names: a fork's (its children are
+    // gone with the daemon that made them) or a snapshot's whose record was
+    // never written. A record that cannot be read keeps its machine.
+    absl::StatusOr<SnapshotStore> records = SnapshotStore::Open(options_.snapshot_dir);
+    std::filesystem::directory_iterator it(MachineDir(""), ec);
+    for (; records.ok() && !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name == "staging" || !absl::IsNotFound(records->Get(name).status())) continue;
+      std::error_code rm;
+      std::filesystem::remove_all(it->path(), rm);
+      DSEC_LOG(info, "daemon: removed the saved machine {}, which no snapshot names{}", name,
+               rm ? absl::StrCat(" (partly: ", rm.message(), ")") : "");
+    }
   }
   if (options_.start_reaper) reaper_ = std::thread([this] { ReaperLoop(); });
 }

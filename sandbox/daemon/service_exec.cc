@@ -301,12 +301,8 @@ absl::StatusOr<layers::BuildResult> Service::PackLocked(Entry& e, layers::LayerS
                                                         const std::string& version) {
   DSEC_ASSIGN_OR_RETURN(std::string upper, e.sandbox->UpperDir());
   std::vector<std::string> parents;
-  const std::string prefix = absl::StrCat(store.root(), "/layers/");
   for (const std::string& img : e.images) {
-    if (img.rfind(prefix, 0) == 0 && img.size() > prefix.size() + 6 &&
-        img.compare(img.size() - 6, 6, ".erofs") == 0) {
-      parents.push_back(absl::StrCat("sha256:", img.substr(prefix.size(), img.size() - prefix.size() - 6)));
-    }
+    if (std::string digest = StoreDigestOfImage(store.root(), img); !digest.empty()) parents.push_back(digest);
   }
   // Frozen while the upper directory is copied, and no files call of the
   // API writes into it meanwhile (they may run beside an exec: kill_mu).

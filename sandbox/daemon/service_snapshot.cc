@@ -46,6 +46,18 @@ json Summary(const json& record) {
   return s;
 }
 
+// Removes the tags that kept a machine snapshot's images from `layer gc`.
+void Unpin(layers::LayerStore& store, const json& pins, const std::string& snapshot_id) {
+  if (!pins.is_array()) return;
+  for (const json& tag : pins) {
+    if (!tag.is_string()) continue;
+    absl::Status s = store.Untag(tag.get<std::string>());
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      DSEC_LOG(warn, "daemon: snapshot {}: untagging {}: {}", snapshot_id, tag.get<std::string>(), s.ToString());
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) {
@@ -87,9 +99,34 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
       record["size_bytes"] = machine.saved.memory_bytes_written;
       record["pause_ms"] = machine.saved.pause_ms;
       record["layer"] = nullptr;
-      // The exact images its guest maps (a tag may move meanwhile).
+      // The exact images its guest maps (a tag may move meanwhile), each
+      // tagged in the layer store so that `layer gc` keeps it while the
+      // snapshot lives.
       record["images"] = e->images;
       record["create"] = CloneBody(*e, "");
+      json pins = json::array();
+      if (!options_.layer_store.empty()) {
+        absl::Status pinned = [&]() -> absl::Status {
+          DSEC_ASSIGN_OR_RETURN(layers::LayerStore s, layers::LayerStore::Create(options_.layer_store));
+          store = std::move(s);
+          for (size_t i = 0; i < e->images.size(); ++i) {
+            const std::string digest = StoreDigestOfImage(store->root(), e->images[i]);
+            if (digest.empty()) continue;
+            const std::string pin = absl::StrCat("pin-", snapshot_id);
+            const std::string version = absl::StrCat("image-", i);
+            DSEC_RETURN_IF_ERROR(store->Tag(digest, pin, version));
+            pins.push_back(absl::StrCat(pin, ":", version));
+          }
+          return absl::OkStatus();
+        }();
+        if (!pinned.ok()) {
+          if (store) Unpin(*store, pins, snapshot_id);
+          std::error_code ec;
+          std::filesystem::remove_all(machine.dir, ec);
+          return HostFailure("snapshot (keeping its images from layer gc)", id, pinned);
+        }
+      }
+      record["pins"] = pins;
     } else {
       if (options_.layer_store.empty()) {
         return absl::UnavailableError("this daemon has no layer store (a snapshot packs the sandbox's files into one)");
@@ -145,13 +182,15 @@ absl::Status Service::DeleteSnapshot(const std::string& snapshot_id) {
     if (ec) DSEC_LOG(warn, "daemon: snapshot {} removed; its machine stays: {}", snapshot_id, ec.message());
   }
   const std::string tag = record["layer"].is_string() ? record["layer"].get<std::string>() : "";
-  if (!tag.empty() && !options_.layer_store.empty()) {
+  const bool pinned = record.contains("pins") && record["pins"].is_array() && !record["pins"].empty();
+  if ((!tag.empty() || pinned) && !options_.layer_store.empty()) {
     absl::StatusOr<layers::LayerStore> store = layers::LayerStore::Create(options_.layer_store);
-    absl::Status s = store.ok() ? store->Untag(tag) : store.status();
+    absl::Status s = !store.ok() ? store.status() : tag.empty() ? absl::OkStatus() : store->Untag(tag);
     if (!s.ok() && !absl::IsNotFound(s)) {
       DSEC_LOG(warn, "daemon: snapshot {} removed; its layer tag {} stays: {}", snapshot_id, tag,
                s.ToString());
     }
+    if (store.ok() && pinned) Unpin(*store, record["pins"], snapshot_id);
   }
   return absl::OkStatus();
 }

@@ -753,11 +753,19 @@ TEST_F(ServiceUnitTest, AMachineSnapshotOutlivesTheDaemonAndGoesWithItsDelete) {
     EXPECT_TRUE((*snap)["layer"].is_null());
     snapshot_id = (*snap)["id"];
     EXPECT_EQ(Entries(Machines() + "/" + snapshot_id), "memory");
-    // A daemon killed with a sandbox alive leaves its staging directory.
+    // No layer store: nothing to keep from its gc.
+    EXPECT_EQ((*snap)["pins"], json::array());
+    // A daemon killed with a sandbox alive leaves its staging directory,
+    // and one killed mid-fork or mid-snapshot a machine no record names.
+    for (const char* orphan : {"/fork-sb-1-2", "/snap-00000000000000aa"}) {
+      ASSERT_TRUE(dsec::MakeDirs(Machines() + orphan, 0700).ok());
+      ASSERT_TRUE(dsec::WriteFile(Machines() + orphan + "/memory", "x").ok());
+    }
     svc.release();
   }
   auto svc = MakeMachines();
-  EXPECT_EQ(Entries(Machines()), snapshot_id) << "the killed daemon's staging was not removed";
+  EXPECT_EQ(Entries(Machines()), snapshot_id)
+      << "the killed daemon's staging, or a machine no snapshot names, was not removed";
   image_ = dir_->path() + "/moved.erofs";
   ASSERT_TRUE(dsec::WriteFile(image_, "m").ok());
   auto made = svc->Create({{"snapshot", snapshot_id}, {"ttl_s", 600}});

@@ -367,6 +367,17 @@ absl::Status LayerStore::Remove(const std::string& ref) {
   return absl::OkStatus();
 }
 
+absl::Status LayerStore::Tag(const std::string& ref, const std::string& name, const std::string& version) {
+  if (!IsValidNameComponent(name) || !IsValidNameComponent(version)) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid tag ", name, ":", version));
+  }
+  DSEC_ASSIGN_OR_RETURN(ScopedFd lock, Lock(JoinPath(root(), "lock"), /*exclusive=*/true));
+  DSEC_ASSIGN_OR_RETURN(StoreState state, LoadState(RefsPath(), LayersDir()));
+  DSEC_ASSIGN_OR_RETURN(std::string digest, ResolveIn(state, ref));
+  state.refs[absl::StrCat(name, ":", version)] = digest;
+  return SaveRefs(RefsPath(), state.refs);
+}
+
 absl::Status LayerStore::Untag(const std::string& tag) {
   DSEC_ASSIGN_OR_RETURN(ScopedFd lock, Lock(JoinPath(root(), "lock"), /*exclusive=*/true));
   DSEC_ASSIGN_OR_RETURN(StoreState state, LoadState(RefsPath(), LayersDir()));

@@ -98,6 +98,10 @@ class LayerStore {
   // Removes a layer and every tag pointing at it. FailedPrecondition if
   // another layer names it as a parent.
   absl::Status Remove(const std::string& ref);
+  // Tags the layer `ref` names (Resolve's forms) name:version too, moving
+  // the tag if it pointed elsewhere: a tag keeps a layer from Gc.
+  // InvalidArgument for a malformed name or version, NotFound for `ref`.
+  absl::Status Tag(const std::string& ref, const std::string& name, const std::string& version);
   // Removes one tag ("name:version"), leaving its layer (Gc takes a layer
   // no tag references). NotFound if no such tag.
   absl::Status Untag(const std::string& tag);

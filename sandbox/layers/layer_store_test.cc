@@ -122,6 +122,27 @@ TEST_F(LayerStoreTest, UntagRemovesOneTagAndKeepsTheLayer) {
   EXPECT_EQ(store_->Untag("nothing:1").code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(LayerStoreTest, ATagAddedToALayerKeepsItFromGcUntilUntagged) {
+  BuildResult a = Build(MakeTree("a", "pinned"), "a", "1");
+  ASSERT_TRUE(store_->Tag(a.layer.digest, "pin", "0").ok());
+  ASSERT_TRUE(store_->Untag("a:1").ok());
+  auto removed = store_->Gc();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_TRUE(removed->empty());
+  auto info = store_->Inspect("pin:0");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->metadata.digest, a.layer.digest);
+  // Refused: a malformed tag, an unknown layer; nothing changes.
+  EXPECT_EQ(store_->Tag("pin:0", "bad/name", "1").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Tag("pin:0", "ok", "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Tag("nothing:1", "ok", "1").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Inspect("pin:0")->tags, std::vector<std::string>{"pin:0"});
+  ASSERT_TRUE(store_->Untag("pin:0").ok());
+  removed = store_->Gc();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, std::vector<std::string>{a.layer.digest});
+}
+
 TEST_F(LayerStoreTest, RejectsBadNamesAndMissingParents) {
   std::string tree = MakeTree("t", "x");
   EXPECT_EQ(store_->Build(tree, {"bad/name", "1", {}, ""}).status().code(),
