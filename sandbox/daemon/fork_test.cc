@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/daemon/daemon_testing.h"
+#include "sandbox/layers/layer_store.h"
 
 namespace dsec::daemon {
 namespace {
@@ -272,13 +273,25 @@ TEST_P(DaemonForkTest, SnapshotsMakeSandboxesAndOutliveTheDaemon) {
   EXPECT_EQ(bad->status, 400) << bad->body;
 
   // The daemon restarts: the snapshot is still there and still makes
-  // sandboxes.
+  // sandboxes. A layer pin of a snapshot that was never recorded (a daemon
+  // killed mid-snapshot) goes; one of a recorded snapshot stays.
   client_.reset();
   daemon_.reset();
+  const std::string orphan_pin = "pin-snap-00000000000000ab:image-0";
+  const std::string live_pin = absl::StrCat("pin-", sid, ":image-0");
+  absl::StatusOr<layers::LayerStore> store = layers::LayerStore::Create(Store());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(store->Tag("bb:1", "pin-snap-00000000000000ab", "image-0").ok());
+  ASSERT_TRUE(store->Tag("bb:1", absl::StrCat("pin-", sid), "image-0").ok());
   auto d = testing::LocalDaemon::Start(run_dir_, Store(), ServiceOptions{});
   ASSERT_TRUE(d.ok()) << d.status();
   daemon_ = std::move(*d);
   client_ = testing::UnixClient(daemon_->socket());
+  absl::StatusOr<layers::LayerInfo> bb = store->Inspect("bb:1");
+  ASSERT_TRUE(bb.ok()) << bb.status();
+  EXPECT_EQ(std::count(bb->tags.begin(), bb->tags.end(), orphan_pin), 0) << "an orphan pin stayed";
+  EXPECT_EQ(std::count(bb->tags.begin(), bb->tags.end(), live_pin), 1) << "a live snapshot's pin went";
+  ASSERT_TRUE(store->Untag(live_pin).ok());
   auto after = Post("/v1/sandboxes", json{{"snapshot", sid}});
   ASSERT_TRUE(after);
   ASSERT_EQ(after->status, 201) << after->body;

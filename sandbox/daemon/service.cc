@@ -80,6 +80,23 @@ Service::Service(ServiceOptions options, std::vector<std::unique_ptr<tier::Tier>
       DSEC_LOG(info, "daemon: removed the saved machine {}, which no snapshot names{}", name,
                rm ? absl::StrCat(" (partly: ", rm.message(), ")") : "");
     }
+    // Likewise the layer-store tags that pinned such a machine's images
+    // (pin-<snapshot id>:image-<i>).
+    if (records.ok() && !options_.layer_store.empty()) {
+      absl::StatusOr<layers::LayerStore> store = layers::LayerStore::Create(options_.layer_store);
+      absl::StatusOr<std::vector<layers::LayerInfo>> all =
+          store.ok() ? store->List() : absl::StatusOr<std::vector<layers::LayerInfo>>(store.status());
+      for (const layers::LayerInfo& l : all.ok() ? *all : std::vector<layers::LayerInfo>{}) {
+        for (const std::string& tag : l.tags) {
+          const size_t colon = tag.find(':');
+          if (tag.rfind("pin-", 0) != 0 || colon == std::string::npos) continue;
+          if (!absl::IsNotFound(records->Get(tag.substr(4, colon - 4)).status())) continue;
+          if (absl::Status s = store->Untag(tag); !s.ok()) {
+            DSEC_LOG(warn, "daemon: untagging {}, which no snapshot names: {}", tag, s.ToString());
+          }
+        }
+      }
+    }
   }
   if (options_.start_reaper) reaper_ = std::thread([this] { ReaperLoop(); });
 }

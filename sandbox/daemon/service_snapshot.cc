@@ -147,6 +147,7 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
   if (absl::Status s = snapshots.Put(record); !s.ok()) {
     std::error_code ec;
     if (!machine.dir.empty()) std::filesystem::remove_all(machine.dir, ec);
+    if (store && record.contains("pins")) Unpin(*store, record["pins"], snapshot_id);
     if (!tag.empty()) {
       if (absl::Status u = reused ? store->Untag(tag) : store->Remove(tag); !u.ok()) {
         DSEC_LOG(warn, "daemon: snapshot of {}: removing {}: {}", id, tag, u.ToString());
