@@ -283,6 +283,7 @@ TEST_P(DaemonForkTest, SnapshotsMakeSandboxesAndOutliveTheDaemon) {
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE(store->Tag("bb:1", "pin-snap-00000000000000ab", "image-0").ok());
   ASSERT_TRUE(store->Tag("bb:1", absl::StrCat("pin-", sid), "image-0").ok());
+  ASSERT_TRUE(store->Tag("bb:1", "pin-mine", "1").ok());  // someone's own tag
   auto d = testing::LocalDaemon::Start(run_dir_, Store(), ServiceOptions{});
   ASSERT_TRUE(d.ok()) << d.status();
   daemon_ = std::move(*d);
@@ -291,7 +292,9 @@ TEST_P(DaemonForkTest, SnapshotsMakeSandboxesAndOutliveTheDaemon) {
   ASSERT_TRUE(bb.ok()) << bb.status();
   EXPECT_EQ(std::count(bb->tags.begin(), bb->tags.end(), orphan_pin), 0) << "an orphan pin stayed";
   EXPECT_EQ(std::count(bb->tags.begin(), bb->tags.end(), live_pin), 1) << "a live snapshot's pin went";
+  EXPECT_EQ(std::count(bb->tags.begin(), bb->tags.end(), "pin-mine:1"), 1) << "a tag not the daemon's went";
   ASSERT_TRUE(store->Untag(live_pin).ok());
+  ASSERT_TRUE(store->Untag("pin-mine:1").ok());
   auto after = Post("/v1/sandboxes", json{{"snapshot", sid}});
   ASSERT_TRUE(after);
   ASSERT_EQ(after->status, 201) << after->body;

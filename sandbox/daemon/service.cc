@@ -16,7 +16,6 @@
 #include "sandbox/daemon/errors.h"
 #include "sandbox/daemon/requests.h"
 #include "sandbox/daemon/service_internal.h"
-#include "sandbox/daemon/snapshot_store.h"
 #include "base/file_io.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -67,36 +66,7 @@ Service::Service(ServiceOptions options, std::vector<std::unique_ptr<tier::Tier>
   if (!options_.snapshot_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(MachineDir("staging"), ec);
-    // Saved machines no snapshot record names: a fork's (its children are
-    // gone with the daemon that made them) or a snapshot's whose record was
-    // never written. A record that cannot be read keeps its machine.
-    absl::StatusOr<SnapshotStore> records = SnapshotStore::Open(options_.snapshot_dir);
-    std::filesystem::directory_iterator it(MachineDir(""), ec);
-    for (; records.ok() && !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (name == "staging" || !absl::IsNotFound(records->Get(name).status())) continue;
-      std::error_code rm;
-      std::filesystem::remove_all(it->path(), rm);
-      DSEC_LOG(info, "daemon: removed the saved machine {}, which no snapshot names{}", name,
-               rm ? absl::StrCat(" (partly: ", rm.message(), ")") : "");
-    }
-    // Likewise the layer-store tags that pinned such a machine's images
-    // (pin-<snapshot id>:image-<i>).
-    if (records.ok() && !options_.layer_store.empty()) {
-      absl::StatusOr<layers::LayerStore> store = layers::LayerStore::Create(options_.layer_store);
-      absl::StatusOr<std::vector<layers::LayerInfo>> all =
-          store.ok() ? store->List() : absl::StatusOr<std::vector<layers::LayerInfo>>(store.status());
-      for (const layers::LayerInfo& l : all.ok() ? *all : std::vector<layers::LayerInfo>{}) {
-        for (const std::string& tag : l.tags) {
-          const size_t colon = tag.find(':');
-          if (tag.rfind("pin-", 0) != 0 || colon == std::string::npos) continue;
-          if (!absl::IsNotFound(records->Get(tag.substr(4, colon - 4)).status())) continue;
-          if (absl::Status s = store->Untag(tag); !s.ok()) {
-            DSEC_LOG(warn, "daemon: untagging {}, which no snapshot names: {}", tag, s.ToString());
-          }
-        }
-      }
-    }
+    RemoveUnrecordedMachines();
   }
   if (options_.start_reaper) reaper_ = std::thread([this] { ReaperLoop(); });
 }

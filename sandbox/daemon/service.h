@@ -207,6 +207,9 @@ class Service {
   // Machine snapshots live in <snapshot_dir>/machines/<name>; "" when the
   // daemon keeps no snapshots.
   std::string MachineDir(const std::string& name) const;
+  // At start: saved machines and layer pins that no snapshot record names
+  // (a daemon killed mid-fork or mid-snapshot) go.
+  void RemoveUnrecordedMachines();
   // Under e.mu: the whole machine of e (TierSandbox::SaveMachine) into a
   // new MachineDir(name). On success `dir` is set; otherwise `refused`
   // says why (the caller falls back to e's files) and nothing is left.

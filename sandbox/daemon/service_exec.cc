@@ -302,7 +302,7 @@ absl::StatusOr<layers::BuildResult> Service::PackLocked(Entry& e, layers::LayerS
   DSEC_ASSIGN_OR_RETURN(std::string upper, e.sandbox->UpperDir());
   std::vector<std::string> parents;
   for (const std::string& img : e.images) {
-    if (std::string digest = StoreDigestOfImage(store.root(), img); !digest.empty()) parents.push_back(digest);
+    if (std::string digest = store.DigestOfImage(img); !digest.empty()) parents.push_back(digest);
   }
   // Frozen while the upper directory is copied, and no files call of the
   // API writes into it meanwhile (they may run beside an exec: kill_mu).

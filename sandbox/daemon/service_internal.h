@@ -117,19 +117,6 @@ struct Service::Entry {
   std::unique_ptr<trajectory::Replayer> replayer;
 };
 
-// The layer-store digest ("sha256:<hex>") of an image file stored in the
-// store at `store_root` (<root>/layers/<hex>.erofs); "" for any other file
-// (the microvm tier's root image, a layer from elsewhere).
-inline std::string StoreDigestOfImage(const std::string& store_root, const std::string& image) {
-  const std::string prefix = store_root + "/layers/";
-  constexpr size_t kSuffix = sizeof(".erofs") - 1;
-  if (image.rfind(prefix, 0) != 0 || image.size() <= prefix.size() + kSuffix ||
-      image.compare(image.size() - kSuffix, kSuffix, ".erofs") != 0) {
-    return "";
-  }
-  return "sha256:" + image.substr(prefix.size(), image.size() - prefix.size() - kSuffix);
-}
-
 // The error of a host-side operation (`what`) on sandbox `id`: logged whole
 // (rate-limited: a client can trigger it), answered without the host paths
 // in it (errors.h WithoutHostPaths).

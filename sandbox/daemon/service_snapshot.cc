@@ -60,6 +60,42 @@ void Unpin(layers::LayerStore& store, const json& pins, const std::string& snaps
 
 }  // namespace
 
+void Service::RemoveUnrecordedMachines() {
+  // Saved machines no snapshot record names: a fork's (its children are
+  // gone with the daemon that made them) or a snapshot's whose record was
+  // never written. A record that cannot be read keeps its machine.
+  absl::StatusOr<SnapshotStore> records = SnapshotStore::Open(options_.snapshot_dir);
+  if (!records.ok()) return;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(MachineDir(""), ec);
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == "staging" || !absl::IsNotFound(records->Get(name).status())) continue;
+    std::error_code rm;
+    std::filesystem::remove_all(it->path(), rm);
+    DSEC_LOG(info, "daemon: removed the saved machine {}, which no snapshot names{}", name,
+             rm ? absl::StrCat(" (partly: ", rm.message(), ")") : "");
+  }
+  // Likewise the pins of such snapshots (pin-<snapshot id>:image-<i>; a
+  // tag whose name is not "pin-" and a snapshot id is someone else's).
+  if (options_.layer_store.empty()) return;
+  absl::StatusOr<layers::LayerStore> store = layers::LayerStore::Create(options_.layer_store);
+  absl::StatusOr<std::vector<layers::LayerInfo>> all =
+      store.ok() ? store->List() : absl::StatusOr<std::vector<layers::LayerInfo>>(store.status());
+  if (!all.ok()) return;
+  for (const layers::LayerInfo& l : *all) {
+    for (const std::string& tag : l.tags) {
+      const size_t colon = tag.find(':');
+      if (tag.rfind("pin-", 0) != 0 || colon == std::string::npos) continue;
+      const std::string snapshot_id = tag.substr(4, colon - 4);
+      if (!SnapshotStore::ValidId(snapshot_id) || !absl::IsNotFound(records->Get(snapshot_id).status())) continue;
+      if (absl::Status s = store->Untag(tag); !s.ok()) {
+        DSEC_LOG(warn, "daemon: untagging {}, which no snapshot names: {}", tag, s.ToString());
+      }
+    }
+  }
+}
+
 absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) {
   DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(body));
   DSEC_RETURN_IF_ERROR(f.RejectUnknown());
@@ -110,7 +146,7 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
           DSEC_ASSIGN_OR_RETURN(layers::LayerStore s, layers::LayerStore::Create(options_.layer_store));
           store = std::move(s);
           for (size_t i = 0; i < e->images.size(); ++i) {
-            const std::string digest = StoreDigestOfImage(store->root(), e->images[i]);
+            const std::string digest = store->DigestOfImage(e->images[i]);
             if (digest.empty()) continue;
             const std::string pin = absl::StrCat("pin-", snapshot_id);
             const std::string version = absl::StrCat("image-", i);

@@ -192,6 +192,15 @@ std::string LayerStore::TmpDir() const { return JoinPath(options_.root, "tmp"); 
 std::string LayerStore::ImagePath(const std::string& digest) const {
   return JoinPath(LayersDir(), (digest.size() > 7 ? digest.substr(7) : digest) + ".erofs");
 }
+std::string LayerStore::DigestOfImage(const std::string& path) const {
+  const std::string prefix = LayersDir() + "/";
+  constexpr size_t kSuffix = sizeof(".erofs") - 1;
+  if (path.rfind(prefix, 0) != 0 || path.size() <= prefix.size() + kSuffix ||
+      path.compare(path.size() - kSuffix, kSuffix, ".erofs") != 0) {
+    return "";
+  }
+  return "sha256:" + path.substr(prefix.size(), path.size() - prefix.size() - kSuffix);
+}
 std::string LayerStore::MetadataPath(const std::string& digest) const {
   return JoinPath(LayersDir(), (digest.size() > 7 ? digest.substr(7) : digest) + ".json");
 }

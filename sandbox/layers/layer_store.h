@@ -112,6 +112,9 @@ class LayerStore {
 
   // Path of a layer's image (whether or not it exists).
   std::string ImagePath(const std::string& digest) const;
+  // The inverse: the digest ("sha256:<hex>") of a path ImagePath gives;
+  // "" for any other path (an image from outside this store).
+  std::string DigestOfImage(const std::string& path) const;
 
  private:
   explicit LayerStore(LayerStoreOptions options) : options_(std::move(options)) {}

@@ -137,6 +137,11 @@ TEST_F(LayerStoreTest, ATagAddedToALayerKeepsItFromGcUntilUntagged) {
   EXPECT_EQ(store_->Tag("pin:0", "ok", "").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->Tag("nothing:1", "ok", "1").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->Inspect("pin:0")->tags, std::vector<std::string>{"pin:0"});
+  // An image path and its digest, both ways; other paths have none.
+  EXPECT_EQ(store_->DigestOfImage(store_->ImagePath(a.layer.digest)), a.layer.digest);
+  EXPECT_EQ(store_->DigestOfImage("/elsewhere/" + a.layer.digest.substr(7) + ".erofs"), "");
+  EXPECT_EQ(store_->DigestOfImage(store_->root() + "/layers/.erofs"), "");
+  EXPECT_EQ(store_->DigestOfImage(store_->root() + "/layers/x.json"), "");
   ASSERT_TRUE(store_->Untag("pin:0").ok());
   removed = store_->Gc();
   ASSERT_TRUE(removed.ok()) << removed.status();
