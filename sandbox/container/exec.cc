@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +105,20 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   const int64_t start = clock.NowNs();
   const int64_t deadline = start + std::max<int64_t>(options.timeout_ms, 1) * 1'000'000;
 
+  // Counted from here to the end, so that a timeout's kill knows whether
+  // another exec of the sandbox runs (its strays may be that one's).
+  ExecShared local;
+  ExecShared& shared = target.shared != nullptr ? *target.shared : local;
+  if (shared.running.fetch_add(1) >= kMaxConcurrentExecs) {
+    shared.running.fetch_sub(1);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("exec: the sandbox runs its maximum of ", kMaxConcurrentExecs, " commands at once"));
+  }
+  struct Running {
+    std::atomic<int>* n;
+    ~Running() { n->fetch_sub(1); }
+  } running{&shared.running};
+
   ExecSpec spec;
   spec.argv = options.argv;
   spec.env = options.env.empty() ? *target.default_env : options.env;
@@ -118,34 +133,48 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   DSEC_ASSIGN_OR_RETURN(Pipe out, Pipe::Create());
   DSEC_ASSIGN_OR_RETURN(Pipe err, Pipe::Create());
   DSEC_ASSIGN_OR_RETURN(Pipe error, Pipe::Create());
+  DSEC_ASSIGN_OR_RETURN(Pipe report, Pipe::Create());
 
   target.cgroups->ResetPeak();
   const uint64_t oom_before = target.cgroups->OomKills();
   const int control = target.init_control_fd;
   const int fds[kExecRequestFds] = {in.read.get(), out.write.get(), err.write.get(),
-                                    error.write.get()};
+                                    error.write.get(), report.write.get()};
+  auto left_ms = [&] { return (deadline - clock.NowNs()) / 1'000'000; };
+  auto not_started = [] {
+    return absl::DeadlineExceededError("exec: the sandbox's init did not start the process");
+  };
+  // The request and its answer, under the sandbox's lock: answers come in
+  // the order of the requests; one left by an exec that gave up waiting
+  // (an older seq) is read and dropped here.
+  std::unique_lock<std::timed_mutex> request_lock(shared.mu, std::defer_lock);
+  if (!request_lock.try_lock_until(std::chrono::steady_clock::now() +
+                                   std::chrono::milliseconds(std::max<int64_t>(left_ms(), 0)))) {
+    return not_started();
+  }
+  header.seq = ++shared.next_seq;
   if (!SendRequest(control, header, body, fds)) return InitGone();
   in.read.Reset();
   out.write.Reset();
   err.write.Reset();
   error.write.Reset();
+  report.write.Reset();
 
-  // The init's answer. Reports of earlier execs that gave up waiting may
-  // come first; they carry other pids.
   InitMessage m;
   ScopedFd pidfd;
   while (true) {
     pollfd p{control, POLLIN, 0};
-    int64_t left_ms = (deadline - clock.NowNs()) / 1'000'000;
-    if (left_ms <= 0) {
-      return absl::DeadlineExceededError("exec: the sandbox's init did not start the process");
-    }
-    int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 1000)));
+    if (left_ms() <= 0) return not_started();
+    int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms(), 1000)));
     if (ready < 0 && errno != EINTR) return ErrnoToStatus("exec: poll");
     if (ready <= 0) continue;
     if (!ReadInitMessage(control, &m, &pidfd)) return InitGone();
-    if (m.type == kInitSpawned || m.type == kInitSpawnFailed) break;
+    if ((m.type == kInitSpawned || m.type == kInitSpawnFailed) && m.seq == header.seq) break;
+    // A stale answer: the process it made has no one to wait for it.
+    if (m.type == kInitSpawned && pidfd) ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+    pidfd.Reset();
   }
+  request_lock.unlock();
   if (m.type == kInitSpawnFailed) {
     return ErrnoToStatus("exec: the sandbox's init could not start the process", m.value);
   }
@@ -168,12 +197,14 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   pump_options.drain_after_exit_ns = kDrainNs;
   pump_options.drain_after_kill_ns = kKillGraceNs;
   StringOutputSink sink(&result.stdout_data, &result.stderr_data, options.on_output);
-  // The timeout kills the process group, then anything else in the
-  // sandbox's cgroups but its init (double-forked, setsid'd strays).
+  // The timeout kills the process group, then, when no other exec of the
+  // sandbox runs, anything else in its cgroups but its init
+  // (double-forked, setsid'd strays).
   ExecPump pump(pump_options, std::move(in.write), std::move(out.read), std::move(err.read), &sink,
                 [&] {
                   if (pid_t g = host_pgid(); g > 0) ::kill(-g, SIGKILL);
                   ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+                  if (shared.running.load() > 1) return;
                   auto strays = target.cgroups->KillAll(target.init_pid, clock.NowNs() + kKillGraceNs);
                   if (strays.ok()) {
                     result.stray_processes_killed = *strays;
@@ -182,7 +213,18 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
                   }
                 });
   pump.AppendStdin(options.stdin_data);
-  pump.CloseStdin();
+  if (options.control == nullptr || !options.control->stdin_open()) pump.CloseStdin();
+  // Other signals reach the process group, as a terminal's would.
+  WatchExecControl(pump, options.control, [&](int sig) {
+    if (pid_t g = host_pgid(); g > 0) ::kill(-g, sig);
+    ::syscall(SYS_pidfd_send_signal, pidfd.get(), sig, nullptr, 0);
+  });
+  struct ControlEnd {
+    ExecControl* c;
+    ~ControlEnd() {
+      if (c != nullptr) c->MarkEnded();
+    }
+  } control_end{options.control.get()};
   // The error pipe: a ChildError if the init's child could not exec, else EOF.
   ChildError exec_error{};
   bool have_error = false;
@@ -194,28 +236,30 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
                error.read.Reset();
                return absl::OkStatus();
              });
-  // The init reports the exit on the control socket.
+  // The init reports the exit on the exec's report pipe.
   bool init_lost = false;
   pump.Watch(
       [&](int64_t) {
-        return ExecPump::Interest{pump.exited() || init_lost ? -1 : control, POLLIN};
+        return ExecPump::Interest{pump.exited() || init_lost ? -1 : report.read.get(), POLLIN};
       },
       [&](short, int64_t) {
-        ScopedFd extra;
-        if (!ReadInitMessage(control, &m, &extra)) {
-          // The init died (the sandbox with it): its processes are gone, so
-          // the pipes close and the pump ends; there is no status to report.
+        InitMessage exited;
+        ssize_t n = ::read(report.read.get(), &exited, sizeof(exited));
+        if (n < 0 && errno == EINTR) return absl::OkStatus();
+        if (n != static_cast<ssize_t>(sizeof(exited)) || exited.type != kInitExited || exited.pid != child) {
+          // EOF: the init died (the sandbox with it: its processes are
+          // gone, so the pipes close and the pump ends) or dropped this
+          // exec; there is no status to report.
           init_lost = true;
           pump.MarkExitUnknown();
           return absl::OkStatus();
         }
-        if (m.type != kInitExited || m.pid != child) return absl::OkStatus();
-        if (WIFEXITED(m.value)) result.exit_code = WEXITSTATUS(m.value);
-        if (WIFSIGNALED(m.value)) result.signal = WTERMSIG(m.value);
-        result.peak_rss_bytes = m.maxrss_kib * 1024;
+        if (WIFEXITED(exited.value)) result.exit_code = WEXITSTATUS(exited.value);
+        if (WIFSIGNALED(exited.value)) result.signal = WTERMSIG(exited.value);
+        result.peak_rss_bytes = exited.maxrss_kib * 1024;
         // The init SIGKILLed what the process left in its group; wait until
         // those members are gone, so that the exec returns without them.
-        if (m.group_left != 0 && !pump.killed()) {
+        if (exited.group_left != 0 && !pump.killed()) {
           if (pid_t g = host_pgid(); g > 0) {
             auto left = target.cgroups->KillGroup(g, clock.NowNs() + kKillGraceNs);
             if (!left.ok()) {

@@ -7,7 +7,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
+#include "base/exec_control.h"
 #include "base/exec_pump.h"
 #include "base/scoped_fd.h"
 
@@ -48,6 +52,11 @@ struct ExecOptions {
   // Optional: called once, on the exec's thread, when the init reports the
   // process made (before any output is read).
   std::function<void()> on_spawned;
+  // Optional: stdin streamed after the start (with control->stdin_open(),
+  // stdin stays open after stdin_data until the control closes it) and
+  // signals to this command's process group; SIGKILL ends it as the
+  // timeout does. Served from the process's start to its end.
+  std::shared_ptr<ExecControl> control;
 };
 
 struct ExecResult {
@@ -68,6 +77,15 @@ struct ExecResult {
   int status() const { return exit_code ? *exit_code : 128 + signal.value_or(0); }
 };
 
+// What the execs of one sandbox share, for running at once: a request to
+// the init and its answer go under `mu` (init_protocol.h), and `running`
+// counts the execs between their request and their end.
+struct ExecShared {
+  std::timed_mutex mu;
+  uint32_t next_seq = 0;  // guarded by mu
+  std::atomic<int> running{0};
+};
+
 // What an exec needs from its sandbox. Owned by the Sandbox; valid while
 // the sandbox's init lives.
 struct ExecTarget {
@@ -75,7 +93,13 @@ struct ExecTarget {
   pid_t init_pid = 0;
   int init_control_fd = -1;  // the runtime's end of the init's control socket (init_protocol.h)
   const std::vector<std::string>* default_env = nullptr;
+  // Null: the caller runs one exec at a time on this target.
+  ExecShared* shared = nullptr;
 };
+
+// Execs one sandbox runs at once at most (its init tracks each one's
+// report pipe); one more is ResourceExhausted.
+inline constexpr int kMaxConcurrentExecs = 32;
 
 // Runs `options` in `target`: the sandbox's init starts the process
 // (init_process.h), so it is born in the sandbox's namespaces and cgroups
@@ -83,7 +107,12 @@ struct ExecTarget {
 // too large), NotFound or PermissionDenied (execve failed in the sandbox),
 // ResourceExhausted (the pids limit refused the process),
 // FailedPrecondition (the init is gone), Internal (syscalls).
+// ResourceExhausted: kMaxConcurrentExecs already run in the sandbox.
 // Threads: any thread; blocks until the command finishes or times out.
+// Several execs of one target run at once when it has `shared`. A timeout
+// kills the command's process group; the sandbox's other processes
+// (strays that left the group: setsid, double forks) only when no other
+// exec of the sandbox runs, since they may be that exec's.
 absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options);
 
 // write(2) to a pipe whose reader may be gone, without SIGPIPE (the exec

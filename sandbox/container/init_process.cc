@@ -31,13 +31,14 @@ constexpr size_t kChildStackBytes = 64 << 10;
 constexpr size_t kStandingBodyBytes = 256 << 10;
 constexpr size_t kStandingSlots = 16 << 10;
 constexpr size_t kStandingBytes = kStandingBodyBytes + kStandingSlots * sizeof(char*);
-// Exec processes whose exit is still to be reported. The runtime runs one
-// exec at a time; older entries only remain when an exec gave up waiting.
-constexpr int kMaxTracked = 64;
+// Exec processes whose exit is still to be reported (the runtime refuses
+// execs beyond it, so the oldest is dropped only after an exec gave up).
+constexpr int kMaxTracked = kMaxInitTracked;
 
 struct Tracked {
   pid_t pid = 0;
   bool kill_group = false;
+  int report_fd = -1;  // the exec's report pipe: kExited goes there
 };
 
 struct InitState {
@@ -51,7 +52,7 @@ struct InitState {
 
 struct SpawnArgs {
   const ParsedExecRequest* request = nullptr;
-  int fds[kExecRequestFds] = {-1, -1, -1, -1};
+  int fds[kExecRequestFds] = {-1, -1, -1, -1, -1};
   uid_t uid = 0;
   gid_t gid = 0;
 };
@@ -112,12 +113,14 @@ bool ReadFull(int fd, char* buf, size_t len) {
   return true;
 }
 
-void Track(InitState& in, pid_t pid, bool kill_group) {
+void Track(InitState& in, pid_t pid, bool kill_group, int report_fd) {
   if (in.ntracked == kMaxTracked) {
+    // Its runtime side sees EOF: the exit is unknown.
+    ::close(in.tracked[0].report_fd);
     std::memmove(&in.tracked[0], &in.tracked[1], sizeof(Tracked) * (kMaxTracked - 1));
     --in.ntracked;
   }
-  in.tracked[in.ntracked++] = Tracked{pid, kill_group};
+  in.tracked[in.ntracked++] = Tracked{pid, kill_group, report_fd};
 }
 
 // Reaps every child that has exited, own and adopted. For an exec process
@@ -146,10 +149,15 @@ void ReapChildren(InitState& in) {
     m.maxrss_kib = static_cast<uint64_t>(usage.ru_maxrss);
     // With the leader reaped, only members left behind still carry the id.
     m.group_left = kill_group && ::kill(-pid, 0) == 0 ? 1 : 0;
+    const int report_fd = in.tracked[index].report_fd;
     std::memmove(&in.tracked[index], &in.tracked[index + 1],
                  sizeof(Tracked) * static_cast<size_t>(in.ntracked - index - 1));
     --in.ntracked;
-    Send(in, m, -1);
+    // One small write into an empty pipe only this init writes to: it
+    // never blocks; a reader that gave up makes it fail (EPIPE, SIGPIPE
+    // blocked), which is fine.
+    (void)!::write(report_fd, &m, sizeof(m));
+    ::close(report_fd);
   }
 }
 
@@ -157,7 +165,7 @@ void ReapChildren(InitState& in) {
 // closed by the runtime, or out of step (nothing after can be trusted).
 bool ServeRequest(InitState& in) {
   ExecRequestHeader h;
-  int fds[kExecRequestFds] = {-1, -1, -1, -1};
+  int fds[kExecRequestFds] = {-1, -1, -1, -1, -1};
   size_t nfds = 0;
   bool dropped = false;
   const ssize_t n = ReceiveWithFds(in.control, &h, sizeof(h), fds, kExecRequestFds, &nfds,
@@ -176,6 +184,7 @@ bool ServeRequest(InitState& in) {
   InitMessage reply;
   reply.type = kInitSpawnFailed;
   reply.value = EINVAL;
+  reply.seq = h.seq;
   const size_t slots = ExecRequestPointerSlots(h);
   char* buf = in.standing;
   size_t mapped = 0;
@@ -228,7 +237,8 @@ bool ServeRequest(InitState& in) {
                       (switch_ids ? 0 : CLONE_VM) | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args,
                       &pidfd);
     if (pid > 0) {
-      Track(in, pid, (h.flags & kExecKillGroupOnExit) != 0);
+      Track(in, pid, (h.flags & kExecKillGroupOnExit) != 0, fds[4]);
+      fds[4] = -1;  // kept until the exit is reported
       reply.type = kInitSpawned;
       reply.pid = pid;
       reply.value = 0;

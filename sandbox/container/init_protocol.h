@@ -5,12 +5,22 @@
 // namespaces and cgroups, and reports when each one has exited:
 //
 //   runtime -> init   ExecRequestHeader + SCM_RIGHTS {stdin, stdout,
-//                     stderr, error}, then `body_bytes` of body: argc argv
-//                     strings, envc environment strings, pathc candidate
-//                     paths for argv[0], then the cwd, each NUL-terminated.
-//   init -> runtime   InitMessage kSpawned (+ SCM_RIGHTS pidfd of the
-//                     process) or kSpawnFailed (errno), then, when the
-//                     process has been reaped, kExited.
+//                     stderr, error, report}, then `body_bytes` of body:
+//                     argc argv strings, envc environment strings, pathc
+//                     candidate paths for argv[0], then the cwd, each
+//                     NUL-terminated.
+//   init -> runtime   on the control socket, InitMessage kSpawned (+
+//                     SCM_RIGHTS pidfd of the process) or kSpawnFailed
+//                     (errno), carrying the request's `seq`; when the
+//                     process has been reaped, kExited on that exec's own
+//                     report pipe (the write end the init keeps until then).
+//
+// Each exec's exit goes to its own pipe so that several execs of one
+// sandbox run at once without a reader that sorts the init's messages:
+// the control socket carries only the answers to requests, one per
+// request and in order, and the runtime sends a request and reads its
+// answer under one lock (a stale answer, of an exec that gave up waiting
+// for it, is told apart by its seq).
 //
 // The init's parser (ParseExecRequest) allocates nothing and touches only
 // the buffers it is given: it runs in the init, whose memory its vfork-style
@@ -103,7 +113,10 @@ inline constexpr uint32_t kExecRequestMagic = 0x31455344;  // "DSE1"
 // The kernel caps argv + envp at a quarter of the stack limit (2 MiB with
 // the default 8 MiB stack); 16 MiB leaves room for larger stack limits.
 inline constexpr uint32_t kMaxExecRequestBytes = 16u << 20;
-inline constexpr int kExecRequestFds = 4;  // stdin, stdout, stderr, error
+inline constexpr int kExecRequestFds = 5;  // stdin, stdout, stderr, error, report
+// Exec processes a sandbox's init tracks at once (each holds its report
+// pipe); the runtime refuses execs beyond it (exec.h).
+inline constexpr int kMaxInitTracked = 64;
 
 // Flags of ExecRequestHeader.
 inline constexpr uint32_t kExecKillGroupOnExit = 1;
@@ -117,6 +130,7 @@ struct ExecRequestHeader {
   uint32_t envc = 0;
   uint32_t pathc = 0;
   uint32_t flags = 0;
+  uint32_t seq = 0;  // echoed in the answer
 };
 
 // What the runtime asks for (runtime side only: allocates).
@@ -166,6 +180,7 @@ struct InitMessage {
   int32_t pid = 0;          // in the sandbox's pid namespace
   int32_t value = 0;
   uint32_t group_left = 0;  // kInitExited: members of its process group were left (and SIGKILLed)
+  uint32_t seq = 0;         // kSpawned, kSpawnFailed: the request's
   uint64_t maxrss_kib = 0;  // kInitExited: the process's peak RSS (rusage)
 };
 

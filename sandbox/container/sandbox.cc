@@ -486,6 +486,7 @@ absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {
   target.init_pid = init_pid_;
   target.init_control_fd = init_control_.get();
   target.default_env = &config_.env;
+  target.shared = &exec_shared_;
   return RunExec(target, options);
 }
 

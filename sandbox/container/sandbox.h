@@ -72,7 +72,9 @@ struct SandboxConfig {
 // One container sandbox. Network: its own empty net namespace (lo only).
 // The sandbox's PID 1 is a clone of the runtime that starts the exec
 // processes and reaps every process (init_process.h).
-// Threads: one thread at a time (Exec blocks that thread for the command).
+// Threads: Execs may run on several threads at once (each blocks its
+// thread for its command); every other method one at a time, never
+// alongside an Exec.
 class Sandbox {
  public:
   // Errors: InvalidArgument (bad id, no layers), NotFound (a layer file),
@@ -84,6 +86,8 @@ class Sandbox {
   Sandbox(const Sandbox&) = delete;
   Sandbox& operator=(const Sandbox&) = delete;
 
+  // Several may run at once (from different threads), up to
+  // kMaxConcurrentExecs; not while Reset or Destroy runs.
   absl::StatusOr<ExecResult> Exec(const ExecOptions& options);
   // Kills every process, drops the upper layer and starts again from the
   // layers alone (same id, cgroups and layer mounts).
@@ -154,6 +158,7 @@ class Sandbox {
   ContainerCgroups cgroups_{ContainerCgroups::Empty()};
   pid_t init_pid_ = 0;  // our child, unreaped until StopInit (no pidfd kept)
   ScopedFd init_control_;  // our end of the init's control socket (init_protocol.h)
+  ExecShared exec_shared_;  // what concurrent Execs share (exec.h)
   bool destroyed_ = false;
 };
 

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -493,6 +494,100 @@ TEST_F(SandboxTest, ExecsFailCleanlyOnceTheInitIsGone) {
     EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
   }
   EXPECT_TRUE((*sb)->Destroy().ok());
+}
+
+// Several execs of one sandbox run at once: each waits for a file that a
+// later exec makes (with execs one at a time, the first would wait until
+// its timeout), and each gets its own output and status.
+TEST_F(SandboxTest, ExecsRunAtOnceEachWithItsOwnOutputAndStatus) {
+  auto sb = Sandbox::Create(Config("concurrent"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  constexpr int kWaiters = 4;
+  std::vector<ExecResult> results(kWaiters);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] {
+      results[i] = Sh(**sb, absl::StrCat("while [ ! -e /tmp/go ]; do sleep 0.01; done; echo waiter ", i,
+                                         "; echo err ", i, " >&2; exit ", i));
+    });
+  }
+  ExecResult go = Sh(**sb, "touch /tmp/go; echo go");
+  for (std::thread& t : waiters) t.join();
+  EXPECT_EQ(go.stdout_data, "go\n");
+  for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_FALSE(results[i].timed_out) << i;
+    EXPECT_EQ(results[i].stdout_data, absl::StrCat("waiter ", i, "\n"));
+    EXPECT_EQ(results[i].stderr_data, absl::StrCat("err ", i, "\n"));
+    ASSERT_TRUE(results[i].exit_code.has_value()) << i;
+    EXPECT_EQ(*results[i].exit_code, i);
+  }
+  EXPECT_EQ(Sh(**sb, "echo after").stdout_data, "after\n");
+}
+
+// Stdin stays open through the exec's control: a line written after the
+// command answered the first one reaches it, and closing stdin ends it.
+TEST_F(SandboxTest, StdinStreamsThroughTheExecsControlUntilItIsClosed) {
+  auto sb = Sandbox::Create(Config("stdin-stream"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto control = ExecControl::Create(/*stdin_open=*/true);
+  ASSERT_TRUE(control.ok()) << control.status();
+  ExecOptions o;
+  o.argv = {"sh", "-c", "while read l; do echo \"got $l\"; done; echo eof"};
+  o.stdin_data = "first\n";
+  o.control = *control;
+  o.timeout_ms = 20000;
+  std::string seen;
+  bool sent = false;
+  o.on_output = [&](int, std::string_view bytes) {
+    seen.append(bytes);
+    if (!sent && absl::StrContains(seen, "got first\n")) {
+      sent = true;
+      EXPECT_TRUE((*control)->WriteStdin("second\n").ok());
+      EXPECT_TRUE((*control)->CloseStdin().ok());
+    }
+  };
+  auto r = (*sb)->Exec(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stdout_data, "got first\ngot second\neof\n");
+  EXPECT_EQ(r->status(), 0);
+  EXPECT_TRUE(absl::IsFailedPrecondition((*control)->WriteStdin("late\n")));
+}
+
+// A signal through one exec's control reaches that command alone: SIGKILL
+// ends it (not as a timeout), SIGTERM reaches the other's trap.
+TEST_F(SandboxTest, ASignalReachesOneExecAndLeavesTheOthers) {
+  auto sb = Sandbox::Create(Config("signal-one"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto killed = ExecControl::Create(false);
+  auto trapped = ExecControl::Create(false);
+  ASSERT_TRUE(killed.ok() && trapped.ok());
+  auto run = [&](std::shared_ptr<ExecControl> c, std::string script) {
+    ExecOptions o;
+    o.argv = {"sh", "-c", std::move(script)};
+    o.control = std::move(c);
+    o.timeout_ms = 20000;
+    auto r = (*sb)->Exec(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ExecResult{};
+  };
+  ExecResult r1, r2;
+  std::thread t1([&] { r1 = run(*killed, "sleep 30"); });
+  std::thread t2([&] { r2 = run(*trapped, "trap 'echo term; exit 3' TERM; while :; do sleep 0.05; done"); });
+  for (int i = 0; i < 2000 && !((*killed)->running() && (*trapped)->running()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE((*killed)->Signal(SIGKILL).ok());
+  t1.join();
+  EXPECT_FALSE(r1.timed_out);
+  EXPECT_EQ(r1.signal, SIGKILL);
+  EXPECT_TRUE((*trapped)->running());
+  // The trap is set once the shell runs its loop.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE((*trapped)->Signal(SIGTERM).ok());
+  t2.join();
+  EXPECT_EQ(r2.stdout_data, "term\n");
+  EXPECT_EQ(r2.exit_code, 3);
+  EXPECT_FALSE((*trapped)->running());
 }
 
 }  // namespace
