@@ -155,6 +155,7 @@ class ContainerTierSandbox : public tier::TierSandbox {
     o.output_cap_bytes = spec.output_cap_bytes;
     o.on_output = spec.on_output;
     o.on_spawned = spec.on_spawned;
+    o.control = spec.control;
     auto r = sandbox_->Exec(o);
     if (!r.ok()) {
       // Not started inside the sandbox: 127 or 126, as a shell reports it.
@@ -364,6 +365,10 @@ const tier::TierTraits& ContainerTierTraits() {
     // Files through the sandbox's root from the host (root_files.h), not
     // through its init: they need not wait for a running command.
     t.files_beside_exec = true;
+    // Execs overlap (each exit on its own report pipe: exec.h) and take
+    // streamed stdin and signals (ExecOptions::control).
+    t.concurrent_execs = true;
+    t.exec_control = true;
     // Measured on idle sandboxes (docs/benchmarks.md, bench density): the
     // init (one task), its memory cgroup and network namespace; the daemon
     // holds the init's control socket only (no pidfd, no BPF link, the

@@ -23,11 +23,12 @@ std::string OutputLine(int stream, std::string_view bytes) {
 }  // namespace
 
 std::unique_ptr<StreamedExec> StreamedExec::Start(Service* service, std::string id, json body,
-                                                  StreamOptions options) {
+                                                  StreamOptions options, std::shared_ptr<ExecControl> control) {
   std::unique_ptr<StreamedExec> s(new StreamedExec(options));
   StreamedExec* raw = s.get();
-  s->thread_ = std::thread([raw, service, id = std::move(id), body = std::move(body)] {
-    raw->Run(service, id, body);
+  s->thread_ = std::thread([raw, service, id = std::move(id), body = std::move(body),
+                            control = std::move(control)]() mutable {
+    raw->Run(service, id, body, std::move(control));
   });
   return s;
 }
@@ -37,8 +38,10 @@ StreamedExec::~StreamedExec() {
   if (thread_.joinable()) thread_.join();
 }
 
-void StreamedExec::Run(Service* service, const std::string& id, const json& body) {
+void StreamedExec::Run(Service* service, const std::string& id, const json& body,
+                       std::shared_ptr<ExecControl> control) {
   ExecObserver observer;
+  observer.control = std::move(control);
   observer.on_start = [this] {
     std::lock_guard<std::mutex> lock(mu_);
     started_ = true;

@@ -43,8 +43,10 @@ struct StreamOptions {
 // reads: destroy it on a thread that may wait that long.
 class StreamedExec {
  public:
+  // `control`: the command's ExecObserver::control (null: none).
   static std::unique_ptr<StreamedExec> Start(Service* service, std::string id, nlohmann::json body,
-                                             StreamOptions options = {});
+                                             StreamOptions options = {},
+                                             std::shared_ptr<ExecControl> control = nullptr);
   ~StreamedExec();
   StreamedExec(const StreamedExec&) = delete;
   StreamedExec& operator=(const StreamedExec&) = delete;
@@ -75,7 +77,8 @@ class StreamedExec {
     std::string data;
   };
   explicit StreamedExec(StreamOptions options) : options_(options) {}
-  void Run(Service* service, const std::string& id, const nlohmann::json& body);
+  void Run(Service* service, const std::string& id, const nlohmann::json& body,
+           std::shared_ptr<ExecControl> control);
   void OnOutput(int stream, std::string_view bytes);
   // The lines after the exec ended: deferred output, then the last line.
   void Finish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -533,13 +533,13 @@ absl::StatusOr<json> Service::Get(const std::string& id) const {
 }
 
 void Service::DestroyEntry(Entry& e) {
-  // A running exec holds e.mu: end it rather than wait for it (its client
-  // gets the killed result), and refuse the ones queued behind it.
+  // Running execs hold e.mu: end them rather than wait for them (their
+  // clients get the killed result), and refuse the ones queued behind.
   // (A paused sandbox runs no exec, and its frozen processes would not
   // die before the tier's destroy thaws them.)
   e.deleting = true;
   if (!e.paused) e.KillExecs();
-  std::lock_guard<std::mutex> lock(e.mu);
+  std::lock_guard<std::shared_mutex> lock(e.mu);
   if (e.destroyed) return;
   e.destroyed = true;
   if (e.sandbox) {
@@ -598,6 +598,11 @@ absl::Status Service::KillExecs(const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> Service::ExecControlOffered(const std::string& id) const {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  return registry_.traits(e->tier).exec_control && !e->task_id;
+}
+
 absl::StatusOr<json> Service::SetTtl(const std::string& id, int64_t ttl_s) {
   if (ttl_s < 0 || ttl_s > options_.max_ttl_s) {
     return InvalidField("ttl_s", absl::StrCat("must be in [0, ", options_.max_ttl_s, "]"));
@@ -625,7 +630,7 @@ void Service::DestroyAll() {
 absl::StatusOr<json> Service::Pause(const std::string& id) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   {
-    std::lock_guard<std::mutex> lock(e->mu);
+    std::lock_guard<std::shared_mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
     if (absl::Status s = e->sandbox->Pause(); !s.ok()) return HostFailure("pause", id, s);
     e->paused = true;
@@ -636,7 +641,7 @@ absl::StatusOr<json> Service::Pause(const std::string& id) {
 absl::StatusOr<json> Service::Resume(const std::string& id) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   {
-    std::lock_guard<std::mutex> lock(e->mu);
+    std::lock_guard<std::shared_mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
     if (absl::Status s = e->sandbox->Resume(); !s.ok()) return HostFailure("resume", id, s);
     e->paused = false;
@@ -644,13 +649,14 @@ absl::StatusOr<json> Service::Resume(const std::string& id) {
   return Describe(*e);
 }
 
-std::unique_lock<std::mutex> Service::FilesLock(Entry& e) const {
-  return std::unique_lock<std::mutex>(registry_.traits(e.tier).files_beside_exec ? e.kill_mu : e.mu);
+Service::FilesGuard Service::FilesLock(Entry& e) const {
+  if (registry_.traits(e.tier).files_beside_exec) return {std::unique_lock<std::mutex>(e.kill_mu), {}};
+  return {{}, std::unique_lock<std::shared_mutex>(e.mu)};
 }
 
 absl::StatusOr<std::string> Service::ReadFile(const std::string& id, const std::string& path) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  std::unique_lock<std::mutex> lock = FilesLock(*e);
+  FilesGuard lock = FilesLock(*e);
   if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   auto r = e->sandbox->ReadFile(path, options_.max_file_bytes);
   if (absl::IsInvalidArgument(r.status())) return InvalidField("path", std::string(r.status().message()));
@@ -664,7 +670,7 @@ absl::Status Service::WriteFile(const std::string& id, const std::string& path, 
   if (data.size() > options_.max_file_bytes) {
     return absl::ResourceExhaustedError("file larger than the upload limit");
   }
-  std::unique_lock<std::mutex> lock = FilesLock(*e);
+  FilesGuard lock = FilesLock(*e);
   if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   absl::Status s = e->sandbox->WriteFile(path, data, m);
   if (absl::IsInvalidArgument(s)) return InvalidField("path", std::string(s.message()));
@@ -673,7 +679,7 @@ absl::Status Service::WriteFile(const std::string& id, const std::string& path, 
 
 absl::StatusOr<json> Service::ListFiles(const std::string& id, const std::string& path) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  std::unique_lock<std::mutex> lock = FilesLock(*e);
+  FilesGuard lock = FilesLock(*e);
   if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   auto entries = e->sandbox->ListDir(path);
   if (absl::IsInvalidArgument(entries.status())) {

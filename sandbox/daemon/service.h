@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -96,11 +97,16 @@ struct ExecObserver {
   std::function<void()> on_start;
   // Live output (tier::ExecSpec::on_output). Not called for replayed execs.
   std::function<void(int stream, std::string_view bytes)> on_output;
+  // Streamed stdin and signals to this command (tier::ExecSpec::control):
+  // refused (FailedPrecondition) on a tier without TierTraits::exec_control,
+  // and on a task's sandbox (its trajectory records stdin given up front).
+  std::shared_ptr<ExecControl> control;
 };
 
 // Threads: every method from any thread (the HTTP pool). Calls on one
-// sandbox are serialised by its entry lock; the registry lock is never
-// held while a tier works.
+// sandbox are serialised by its entry lock, but execs on a tier with
+// TierTraits::concurrent_execs share it (overlap); the registry lock is
+// never held while a tier works.
 class Service {
  public:
   // Takes the tiers this node offers (each registered once, by its traits'
@@ -126,6 +132,9 @@ class Service {
   // reports the kill. For front ends whose clients signal a running
   // command (sandbox/e2b: envd's SendSignal).
   absl::Status KillExecs(const std::string& id);
+  // Whether an exec on this sandbox takes an ExecObserver::control (its
+  // tier's TierTraits::exec_control, and not a task's sandbox).
+  absl::StatusOr<bool> ExecControlOffered(const std::string& id) const;
   // Moves a sandbox's TTL end to now + ttl_s (at most the node's max TTL;
   // a sandbox created without one gets one). For front ends whose clients
   // extend a sandbox's life (sandbox/e2b: E2B's setTimeout).
@@ -234,7 +243,11 @@ class Service {
   void ReaperLoop();
   // The lock a files call on e holds: the entry's, or kill_mu alone for a
   // tier whose files live beside its execs (service_internal.h).
-  std::unique_lock<std::mutex> FilesLock(Entry& e) const;
+  struct FilesGuard {
+    std::unique_lock<std::mutex> beside;
+    std::unique_lock<std::shared_mutex> entry;
+  };
+  FilesGuard FilesLock(Entry& e) const;
   // pack_diff's core, under e.mu: packs e's writable layer (frozen while
   // it is read) into `store` as name:version.
   absl::StatusOr<layers::BuildResult> PackLocked(Entry& e, layers::LayerStore& store,

@@ -139,8 +139,20 @@ tier::ExecOutcome FromRecord(const trajectory::Record& r) {
 
 absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, const ExecObserver* observer) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
-  DSEC_ASSIGN_OR_RETURN(ParsedExec p, ParseExec(body, registry_.traits(e->tier), e->options, options_));
+  const tier::TierTraits& traits = registry_.traits(e->tier);
+  DSEC_ASSIGN_OR_RETURN(ParsedExec p, ParseExec(body, traits, e->options, options_));
   if (observer != nullptr) p.spec.on_output = observer->on_output;
+  if (observer != nullptr && observer->control != nullptr) {
+    if (!traits.exec_control) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the ", traits.name, " tier takes stdin only with the request and cannot signal one command"));
+    }
+    if (e->task_id) {
+      return absl::FailedPreconditionError(
+          "a task's sandbox takes stdin only with the request (its trajectory records it)");
+    }
+    p.spec.control = observer->control;
+  }
   if (running_execs_.fetch_add(1) >= options_.max_concurrent_execs) {
     running_execs_.fetch_sub(1);
     metrics_.rejected_limit++;
@@ -151,17 +163,30 @@ absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, cons
     std::atomic<int>* n;
     ~SlotRelease() { n->fetch_sub(1); }
   } slot{&running_execs_};
-  std::lock_guard<std::mutex> lock(e->mu);
+  // A tier whose execs overlap shares the entry's lock among them; a
+  // task's execs go one at a time (its trajectory is one sequence).
+  std::shared_lock<std::shared_mutex> shared(e->mu, std::defer_lock);
+  std::unique_lock<std::shared_mutex> exclusive(e->mu, std::defer_lock);
+  if (traits.concurrent_execs && !e->task_id) {
+    shared.lock();
+  } else {
+    exclusive.lock();
+  }
   if (e->destroyed || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   if (e->paused) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is paused"));
   if (e->sandbox == nullptr) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is broken"));
   e->ExecBegins();
   struct ExecEnd {
     Entry* e;
-    ~ExecEnd() { e->ExecEnds(); }
+    bool spawned = false;
+    ~ExecEnd() { e->ExecEnds(spawned); }
   } exec_end{e.get()};
   Entry* entry = e.get();
-  p.spec.on_spawned = [entry] { entry->ExecSpawned(); };
+  bool* spawned = &exec_end.spawned;
+  p.spec.on_spawned = [entry, spawned] {
+    *spawned = true;
+    entry->ExecSpawned();
+  };
   if (observer != nullptr && observer->on_start) observer->on_start();
   if (e->replayer) {
     std::optional<trajectory::Record> rec = e->replayer->Next(p.request);
@@ -270,7 +295,7 @@ absl::StatusOr<json> Service::PackDiff(const std::string& id, const json& body) 
   if (options_.layer_store.empty()) return absl::UnavailableError("this daemon has no layer store");
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(options_.layer_store));
-  std::lock_guard<std::mutex> lock(e->mu);
+  std::lock_guard<std::shared_mutex> lock(e->mu);
   if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   if (e->replayer && !e->replayer->live()) {
     // A resumed client re-sends its pack_diffs too: answer with the
@@ -402,7 +427,7 @@ absl::StatusOr<json> Service::ResumeTask(const std::string& task_id, const json&
   std::vector<trajectory::Record> execs = log->Execs();
   const size_t recorded = execs.size();
   {
-    std::lock_guard<std::mutex> lock(e->mu);
+    std::lock_guard<std::shared_mutex> lock(e->mu);
     e->replayer = std::make_unique<trajectory::Replayer>(std::move(execs), log->Checkpoints());
   }
   json j = Describe(*e);

@@ -119,7 +119,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
     if (!machine.dir.empty()) std::filesystem::remove_all(machine.dir, ec);
   };
   {
-    std::lock_guard<std::mutex> lock(e->mu);
+    std::lock_guard<std::shared_mutex> lock(e->mu);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
     if (e->replayer && !e->replayer->live()) {
       return absl::FailedPreconditionError(
@@ -172,7 +172,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
     absl::Status failed = child.status();
     if (child.ok() && !fork.task_ids.empty()) {
       // The child's log, before anything can append to it.
-      std::lock_guard<std::mutex> lock((*child)->mu);
+      std::lock_guard<std::shared_mutex> lock((*child)->mu);
       absl::StatusOr<trajectory::TrajectoryLog*> log = trajectories_->Get(fork.task_ids[i]);
       failed = log.ok() ? WriteChildLog(**log, parent_execs, parent_checkpoints, tag) : log.status();
       if (failed.ok()) {

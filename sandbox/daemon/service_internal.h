@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,9 @@ struct Service::Entry {
     return network_spec;
   }
 
-  // Serialises every operation on the tier sandbox.
-  std::mutex mu;
+  // Serialises every operation on the tier sandbox; the execs of a tier
+  // with TierTraits::concurrent_execs (not a task's) hold it shared.
+  std::shared_mutex mu;
   // Guarded by mu, and replaced or reset only while holding kill_mu too,
   // so that KillExecs and the files of a tier whose files live beside its
   // execs (TierTraits::files_beside_exec) can reach it under kill_mu alone
@@ -75,36 +77,34 @@ struct Service::Entry {
   // False where the tier cannot (tier.h).
   bool KillExecs() {
     std::lock_guard<std::mutex> lock(kill_mu);
-    // An exec past its start whose process the tier has not made yet: the
-    // tier kills it as soon as it is (ExecSpawned).
-    if (exec_in_flight && !exec_spawned) kill_pending = true;
+    // Execs past their start whose process the tier has not made yet: the
+    // tier kills them as soon as they are (ExecSpawned).
+    if (execs_unspawned > 0) kill_pending = true;
     return sandbox != nullptr && sandbox->KillExecs();
   }
-  // The exec under way (Service::Exec, holding mu): begins before its
-  // on_start, ends with its answer.
+  // An exec under way (Service::Exec, holding mu): begins before its
+  // on_start, ends with its answer; `spawned` says whether ExecSpawned
+  // came for it.
   void ExecBegins() {
     std::lock_guard<std::mutex> lock(kill_mu);
-    exec_in_flight = true;
-    exec_spawned = false;
-    kill_pending = false;
+    ++execs_unspawned;
   }
-  void ExecEnds() {
+  void ExecEnds(bool spawned) {
     std::lock_guard<std::mutex> lock(kill_mu);
-    exec_in_flight = false;
+    if (!spawned && --execs_unspawned == 0) kill_pending = false;
   }
-  // The tier made the exec's process (tier::ExecSpec::on_spawned): a kill
+  // The tier made an exec's process (tier::ExecSpec::on_spawned): a kill
   // that came before it reaches it now.
   void ExecSpawned() {
     std::lock_guard<std::mutex> lock(kill_mu);
-    exec_spawned = true;
+    --execs_unspawned;
     if (kill_pending && sandbox != nullptr) {
-      kill_pending = false;
+      if (execs_unspawned == 0) kill_pending = false;
       (void)sandbox->KillExecs();
     }
   }
-  bool exec_in_flight = false;  // guarded by kill_mu
-  bool exec_spawned = false;    // guarded by kill_mu
-  bool kill_pending = false;    // guarded by kill_mu
+  int execs_unspawned = 0;    // guarded by kill_mu
+  bool kill_pending = false;  // guarded by kill_mu
   void ReplaceSandbox(std::unique_ptr<tier::TierSandbox> next) {
     std::lock_guard<std::mutex> lock(kill_mu);
     sandbox = std::move(next);

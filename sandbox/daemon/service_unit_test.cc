@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,11 @@ struct FakeState {
   // the sandbox's KillExecs.
   std::function<void()> before_spawn;
   std::atomic<int> kills{0};
+  // `meet`: waits up to 500 ms for another `meet` to be running too.
+  std::mutex meet_mu;
+  std::condition_variable meet_cv;
+  int meeting = 0;    // running now; guarded by meet_mu
+  int meet_peak = 0;  // most ever running at once; guarded by meet_mu
 };
 
 using tier::ExecOutcome;
@@ -74,6 +81,15 @@ class FakeSandbox : public TierSandbox {
       const int before = s_->kills;
       if (spec.on_spawned) spec.on_spawned();
       o.stdout_data = s_->kills > before ? "killed at spawn" : "ran";
+      return o;
+    }
+    if (spec.argv.size() == 1 && spec.argv[0] == "meet") {
+      std::unique_lock<std::mutex> lock(s_->meet_mu);
+      s_->meet_peak = std::max(s_->meet_peak, ++s_->meeting);
+      s_->meet_cv.notify_all();
+      const bool met = s_->meet_cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return s_->meet_peak >= 2; });
+      --s_->meeting;
+      o.stdout_data = met ? "met" : "alone";
       return o;
     }
     if (spec.argv.size() == 1 && spec.argv[0] == "recall") {
@@ -156,7 +172,8 @@ class ServiceUnitTest : public ::testing::Test {
   }
   std::unique_ptr<Service> Make(int max_sandboxes = 8, bool reaper = false,
                                 std::shared_ptr<QosPlacer> qos = nullptr,
-                                const Clock* wall_clock = nullptr) {
+                                const Clock* wall_clock = nullptr,
+                                tier::TierTraits traits = FakeTier::ContainerLike()) {
     ServiceOptions o;
     o.wall_clock = wall_clock;
     o.qos = std::move(qos);
@@ -171,7 +188,7 @@ class ServiceUnitTest : public ::testing::Test {
       return std::vector<std::string>{"/fake.erofs"};
     };
     std::vector<std::unique_ptr<tier::Tier>> tiers;
-    tiers.push_back(std::make_unique<FakeTier>(&state_));
+    tiers.push_back(std::make_unique<FakeTier>(&state_, std::move(traits)));
     auto store = trajectory::TrajectoryStore::Open(dir_->path() + "/trj", {});
     EXPECT_TRUE(store.ok());
     return std::make_unique<Service>(o, std::move(tiers), std::move(*store));
@@ -804,6 +821,75 @@ TEST_F(ServiceUnitTest, AKillBeforeTheCommandsProcessExistsReachesItOnceItDoes) 
   r = svc->Exec(id, {{"argv", {"spawn"}}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)["stdout"], "ran");
+}
+
+// Two `meet` execs on one sandbox, each on its own thread: what each said.
+std::vector<std::string> MeetTwice(Service& svc, const std::string& id) {
+  std::vector<std::string> said(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = svc.Exec(id, {{"argv", {"meet"}}});
+      said[i] = r.ok() ? std::string((*r)["stdout"]) : r.status().ToString();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return said;
+}
+
+TEST_F(ServiceUnitTest, ExecsOverlapOnATierWithConcurrentExecsButNotOnATasksSandbox) {
+  tier::TierTraits traits = FakeTier::ContainerLike();
+  traits.concurrent_execs = true;
+  auto svc = Make(8, false, nullptr, nullptr, traits);
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_EQ(MeetTwice(*svc, (*sb)["id"]), (std::vector<std::string>{"met", "met"}));
+  // A task's execs go one at a time: neither meets the other.
+  state_.meet_peak = 0;
+  auto task = svc->Create({{"tier", "container"}, {"task_id", "overlap-1"}});
+  ASSERT_TRUE(task.ok()) << task.status();
+  EXPECT_EQ(MeetTwice(*svc, (*task)["id"]), (std::vector<std::string>{"alone", "alone"}));
+  // A pause waits for the running execs and then holds the next ones off.
+  ASSERT_TRUE(svc->Pause((*sb)["id"]).ok());
+  auto paused = svc->Exec((*sb)["id"], {{"argv", {"meet"}}});
+  EXPECT_TRUE(absl::IsFailedPrecondition(paused.status())) << paused.status();
+  svc->DestroyAll();
+}
+
+TEST_F(ServiceUnitTest, ExecsGoOneAtATimeOnATierWithoutConcurrentExecs) {
+  auto svc = Make();
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_EQ(MeetTwice(*svc, (*sb)["id"]), (std::vector<std::string>{"alone", "alone"}));
+  svc->DestroyAll();
+}
+
+TEST_F(ServiceUnitTest, AnExecControlIsRefusedWhereTheTierOrATaskCannotHonourIt) {
+  auto control = ExecControl::Create(true);
+  ASSERT_TRUE(control.ok());
+  ExecObserver observer;
+  observer.control = *control;
+  {
+    auto svc = Make();
+    auto sb = svc->Create({{"tier", "container"}});
+    ASSERT_TRUE(sb.ok()) << sb.status();
+    auto r = svc->Exec((*sb)["id"], {{"argv", {"true"}}}, &observer);
+    EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+    EXPECT_NE(r.status().message().find("container tier"), std::string::npos) << r.status();
+    svc->DestroyAll();
+  }
+  tier::TierTraits traits = FakeTier::ContainerLike();
+  traits.exec_control = true;
+  auto svc = Make(8, false, nullptr, nullptr, traits);
+  auto task = svc->Create({{"tier", "container"}, {"task_id", "control-1"}});
+  ASSERT_TRUE(task.ok()) << task.status();
+  auto r = svc->Exec((*task)["id"], {{"argv", {"true"}}}, &observer);
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  r = svc->Exec((*sb)["id"], {{"argv", {"true"}}}, &observer);
+  EXPECT_TRUE(r.ok()) << r.status();
+  svc->DestroyAll();
 }
 
 TEST(HttpAuth, TokenComparison) {

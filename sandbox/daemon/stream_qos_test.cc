@@ -254,10 +254,13 @@ TEST_F(StreamQosTest, SlowClientDoesNotHoldTheExecAndLosesNothing) {
   bool waited = false;
   json after;
   // At the first line the client stops reading until another exec on the
-  // sandbox has run, which it can only once the streamed one ended.
-  Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo go; yes | head -c 3000000; echo end >&2"}}},
+  // sandbox has seen the streamed command finish all its output.
+  Streamed s = Stream(id, {{"argv", {"sh", "-c", "echo go; yes | head -c 3000000; echo end >&2; touch /tmp/end"}}},
                       [&](const Streamed&) {
-                        if (!waited) after = Exec(id, {{"argv", {"echo", "after"}}});
+                        if (!waited) {
+                          after = Exec(id, {{"argv", {"sh", "-c",
+                                                      "while [ ! -e /tmp/end ]; do sleep 0.01; done; echo after"}}});
+                        }
                         waited = true;
                         return true;
                       });

@@ -5,10 +5,13 @@
 // QoS and trajectory, a bounded buffer that never waits for the client)
 // and turns its NDJSON lines into Connect envelopes: a start event, data
 // events as output comes, the end event, the end of the stream. List shows
-// the commands streaming through this server; SendSignal ends the one that
-// runs now (Service::KillExecs). The rest that needs a handle on a running
-// command (stdin, reattaching, PTY resize) is unimplemented, named in the
-// error (docs/e2b.md).
+// the commands streaming through this server. On a tier whose execs take
+// an ExecControl (the container tier), each command has one: SendSignal
+// reaches that command alone, SendInput and CloseStdin feed the stdin of
+// one started with `stdin: true`, and commands run side by side. On
+// others SendSignal ends the command that runs now (Service::KillExecs)
+// and stdin is refused. Reattaching (Connect) and PTYs are unimplemented,
+// named in the error (docs/e2b.md).
 #include <algorithm>
 
 #include "absl/strings/match.h"
@@ -72,7 +75,19 @@ void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response&
   std::shared_ptr<Record> rec = st->Find(id);
   if (rec == nullptr) return EndStreamNow(res, absl::UnavailableError("the sandbox is gone"));
   const json exec = NodeExecBody(*start, rec->env_vars, *timeout_ms, st->options.max_command_timeout_s);
-  std::shared_ptr<daemon::StreamedExec> stream = daemon::StreamedExec::Start(st->svc, id, exec);
+  std::shared_ptr<ExecControl> control;
+  absl::StatusOr<bool> offered = st->svc->ExecControlOffered(id);
+  if (!offered.ok()) return EndStreamNow(res, absl::UnavailableError("the sandbox is gone"));
+  if (*offered) {
+    absl::StatusOr<std::shared_ptr<ExecControl>> made = ExecControl::Create(start->stdin);
+    if (!made.ok()) return EndStreamNow(res, made.status());
+    control = *std::move(made);
+  } else if (start->stdin) {
+    return EndStreamNow(res, absl::UnimplementedError(
+                                 "stdin: this sandbox takes a command's stdin only with its start (its tier, or "
+                                 "a task's trajectory; not supported by dsec-vmm's E2B API)"));
+  }
+  std::shared_ptr<daemon::StreamedExec> stream = daemon::StreamedExec::Start(st->svc, id, exec, {}, control);
   if (absl::Status s = stream->WaitStarted(); !s.ok()) return EndStreamNow(res, s);
   uint32_t pid = 0;
   {
@@ -80,11 +95,13 @@ void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response&
     pid = rec->next_pid++;
     rec->running[pid] = *start;
     rec->streams[pid] = stream;
+    if (control) rec->controls[pid] = control;
   }
   auto forget = [rec, pid] {
     std::lock_guard<std::mutex> lock(rec->mu);
     rec->running.erase(pid);
     rec->streams.erase(pid);
+    rec->controls.erase(pid);
   };
   struct Progress {
     bool started = false;
@@ -194,18 +211,21 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
       return json{{"processes", list}};
     });
   });
-  // commands.kill: SIGKILL or SIGTERM to the command whose exec runs now
-  // ends it as the node's exec timeout does (every process the sandbox's
-  // commands started, not its init: Service::KillExecs); its stream then
-  // ends with the signal. A command not running here is not_found; one
-  // still queued behind another, or a tier that cannot, unimplemented.
+  // commands.kill: the signal to that command's process group through its
+  // control; its stream then ends with the signal. Without a control (a
+  // tier that has none), SIGKILL or SIGTERM to the command whose exec runs
+  // now ends it as the node's exec timeout does (every process the
+  // sandbox's commands started, not its init: Service::KillExecs). A
+  // command not running here is not_found; one still queued behind
+  // another, or a tier that cannot, unimplemented.
   srv.Post("/process.Process/SendSignal", [st](const httplib::Request& req, httplib::Response& res) {
     ServeUnary(st, req, res, [st](const std::string& id, const json& body) -> absl::StatusOr<json> {
       DSEC_ASSIGN_OR_RETURN(Selector sel, ParseSelector(body));
-      DSEC_RETURN_IF_ERROR(ParseSignal(body).status());
+      DSEC_ASSIGN_OR_RETURN(const int sig, ParseSignal(body));
       std::shared_ptr<Record> rec = st->Find(id);
       if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
       std::shared_ptr<daemon::StreamedExec> target;
+      std::shared_ptr<ExecControl> control;
       {
         std::lock_guard<std::mutex> lock(rec->mu);
         bool known = false;
@@ -214,8 +234,16 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
           known = true;
           auto it = rec->streams.find(pid);
           if (it != rec->streams.end()) target = it->second.lock();
+          auto c = rec->controls.find(pid);
+          if (c != rec->controls.end()) control = c->second;
         }
         if (!known) return absl::NotFoundError("no such process running");
+      }
+      if (control != nullptr) {
+        absl::Status s = control->Signal(sig);
+        if (absl::IsFailedPrecondition(s)) return absl::NotFoundError("no such process running");
+        DSEC_RETURN_IF_ERROR(s);
+        return json::object();
       }
       if (target == nullptr || !target->ExecRunning()) {
         return absl::UnimplementedError(
@@ -226,9 +254,42 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
       return json::object();
     });
   });
+  // sendStdin / closeStdin: through the command's control. One started
+  // without `stdin: true` has its stdin closed: failed_precondition.
+  auto control_of = [st](const std::string& id, const json& body) -> absl::StatusOr<std::shared_ptr<ExecControl>> {
+    DSEC_ASSIGN_OR_RETURN(Selector sel, ParseSelector(body));
+    std::shared_ptr<Record> rec = st->Find(id);
+    if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
+    std::lock_guard<std::mutex> lock(rec->mu);
+    bool known = false;
+    for (const auto& [pid, r] : rec->running) {
+      if (sel.pid ? pid != *sel.pid : r.tag != sel.tag) continue;
+      known = true;
+      auto c = rec->controls.find(pid);
+      if (c != rec->controls.end()) return c->second;
+    }
+    if (!known) return absl::NotFoundError("no such process running");
+    return absl::UnimplementedError(
+        "stdin: this sandbox takes a command's stdin only with its start (not supported by dsec-vmm's E2B API)");
+  };
+  srv.Post("/process.Process/SendInput", [st, control_of](const httplib::Request& req, httplib::Response& res) {
+    ServeUnary(st, req, res, [control_of](const std::string& id, const json& body) -> absl::StatusOr<json> {
+      DSEC_ASSIGN_OR_RETURN(std::string bytes, ParseStdinInput(body));
+      DSEC_ASSIGN_OR_RETURN(std::shared_ptr<ExecControl> control, control_of(id, body));
+      DSEC_RETURN_IF_ERROR(control->WriteStdin(bytes));
+      return json::object();
+    });
+  });
+  srv.Post("/process.Process/CloseStdin", [st, control_of](const httplib::Request& req, httplib::Response& res) {
+    ServeUnary(st, req, res, [control_of](const std::string& id, const json& body) -> absl::StatusOr<json> {
+      DSEC_ASSIGN_OR_RETURN(std::shared_ptr<ExecControl> control, control_of(id, body));
+      absl::Status s = control->CloseStdin();
+      if (absl::IsFailedPrecondition(s)) return absl::NotFoundError("no such process running");
+      DSEC_RETURN_IF_ERROR(s);
+      return json::object();
+    });
+  });
   const std::pair<const char*, const char*> kUnary[] = {
-      {"/process.Process/SendInput", "input to a running command"},
-      {"/process.Process/CloseStdin", "closing a running command's stdin"},
       {"/process.Process/Update", "resizing a PTY"},
       {"/process.Process/StreamInput", "streamed input to a running command"},
   };

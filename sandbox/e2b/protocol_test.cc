@@ -311,6 +311,21 @@ TEST_F(E2bProtocolTest, WhatIsMissingIsNamed) {
                     "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);  // not a running command here
+  r = client_->Post("/process.Process/SendInput", Envd(sb), R"({"process":{"pid":77},"input":{"stdin":"aGkK"}})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  r = client_->Post("/process.Process/SendInput", Envd(sb), R"({"process":{"pid":77},"input":{"stdin":"!"}})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  r = client_->Post("/process.Process/SendInput", Envd(sb), R"({"process":{"pid":77},"input":{"pty":"aGkK"}})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 501);
+  r = client_->Post("/process.Process/CloseStdin", Envd(sb), R"({"process":{"pid":77}})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
   r = client_->Post("/filesystem.Filesystem/CreateWatcher", Envd(sb), R"({"path":"/"})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 501);
@@ -354,6 +369,14 @@ TEST_F(E2bProtocolTest, ATaskSandboxRecordsItsCommandsInTheTrajectory) {
   auto log = daemon_->service().TaskLog(task);
   ASSERT_TRUE(log.ok()) << log.status();
   EXPECT_TRUE(absl::StrContains(log->dump(), "echo recorded")) << log->dump();
+  // Its trajectory records stdin given with the start only: stdin: true
+  // ends the stream unimplemented, naming it.
+  s = Start(sb, EncodeEnvelope(0, json{{"process", {{"cmd", "/bin/cat"}}}, {"stdin", true}}.dump()));
+  ASSERT_TRUE(s);
+  std::vector<Frame> f = Frames(s->body);
+  ASSERT_FALSE(f.empty());
+  EXPECT_TRUE(absl::StrContains(f.back().message.dump(), "unimplemented")) << s->body;
+  EXPECT_TRUE(absl::StrContains(f.back().message.dump(), "stdin")) << s->body;
   r = client_->Post("/v2/sandboxes", {{"X-API-KEY", kKey}},
                     json{{"templateID", "bb"}, {"metadata", {{"dsec_task_id", "bad task/id"}}}}.dump(),
                     "application/json");

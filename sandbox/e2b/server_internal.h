@@ -40,6 +40,9 @@ struct Record {
   // Their node execs: the one whose exec runs now is the one a signal
   // can end (SendSignal).
   std::map<uint32_t, std::weak_ptr<daemon::StreamedExec>> streams ABSL_GUARDED_BY(mu);
+  // Their controls, where the sandbox's tier offers them
+  // (Service::ExecControlOffered): stdin, and a signal to one command.
+  std::map<uint32_t, std::shared_ptr<ExecControl>> controls ABSL_GUARDED_BY(mu);
   uint32_t next_pid ABSL_GUARDED_BY(mu) = 1000;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/json_fields.h"
@@ -243,10 +244,25 @@ absl::StatusOr<StartRequest> ParseStartRequest(const json& body) {
     r.tag = tag->get<std::string>();
   }
   if (Field(body, "pty") != nullptr) return Unsupported("pty", "pseudo-terminals");
-  if (const json* s = Field(body, "stdin"); s != nullptr && (!s->is_boolean() || s->get<bool>())) {
-    return Unsupported("stdin", "input to a running command");
+  if (const json* s = Field(body, "stdin"); s != nullptr && !s->is_null()) {
+    if (!s->is_boolean()) return InvalidField("stdin", "must be a boolean");
+    r.stdin = s->get<bool>();
   }
   return r;
+}
+
+absl::StatusOr<std::string> ParseStdinInput(const json& body) {
+  const json* in = Field(body, "input");
+  if (in == nullptr || !in->is_object()) return InvalidField("input", "input is required");
+  if (Field(*in, "pty") != nullptr) return Unsupported("input.pty", "pseudo-terminals");
+  const json* data = Field(*in, "stdin");
+  if (data == nullptr) return InvalidField("input.stdin", "input.stdin is required (base64)");
+  if (!data->is_string()) return InvalidField("input.stdin", "must be a base64 string");
+  std::string bytes;
+  if (!absl::Base64Unescape(data->get<std::string>(), &bytes)) {
+    return InvalidField("input.stdin", "must be a base64 string");
+  }
+  return bytes;
 }
 
 json NodeExecBody(const StartRequest& req, const std::map<std::string, std::string>& defaults, int64_t timeout_ms,

@@ -70,8 +70,12 @@ struct StartRequest {
   std::map<std::string, std::string> envs;
   std::string cwd;
   std::optional<std::string> tag;
+  bool stdin = false;  // stdin stays open for SendInput until CloseStdin
 };
 absl::StatusOr<StartRequest> ParseStartRequest(const nlohmann::json& body);
+// SendInput's bytes for stdin ({"input": {"stdin": base64}}); input for a
+// PTY is unimplemented.
+absl::StatusOr<std::string> ParseStdinInput(const nlohmann::json& body);
 // The node API's exec body: argv = cmd + args, env = defaults overlaid by
 // the request's, timeout_s from Connect-Timeout-Ms (< 0: absent, the
 // node's default; 0: E2B's "no limit", the longest the node allows).

@@ -75,13 +75,29 @@ TEST(Start, TranslatesToANodeExec) {
   EXPECT_FALSE(NodeExecBody(*r, {}, -1, 3600).contains("timeout_s"));
 }
 
-TEST(Start, RefusesPtyAndStdinByName) {
+TEST(Start, RefusesPtyByNameAndTakesStdinAsABoolean) {
   auto r = ParseStartRequest(json::parse(R"({"process":{"cmd":"sh"},"pty":{"size":{"cols":80,"rows":24}}})"));
   EXPECT_TRUE(absl::IsUnimplemented(r.status()));
   r = ParseStartRequest(json::parse(R"({"process":{"cmd":"sh"},"stdin":true})"));
-  EXPECT_TRUE(absl::IsUnimplemented(r.status()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stdin);
+  r = ParseStartRequest(json::parse(R"({"process":{"cmd":"sh"},"stdin":false})"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->stdin);
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseStartRequest(json::parse(R"({"process":{"cmd":"sh"},"stdin":"yes"})")).status()));
   EXPECT_FALSE(ParseStartRequest(json::parse(R"({"process":{"cmd":""}})")).ok());
   EXPECT_FALSE(ParseStartRequest(json::parse(R"({"process":{"cmd":"sh","args":[1]}})")).ok());
+}
+
+TEST(SendInput, TakesBase64StdinAndRefusesPtyInputByName) {
+  auto r = ParseStdinInput(json::parse(R"({"process":{"pid":1},"input":{"stdin":"aGkK"}})"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "hi\n");
+  EXPECT_TRUE(absl::IsUnimplemented(ParseStdinInput(json::parse(R"({"input":{"pty":"aGkK"}})")).status()));
+  for (const char* bad : {R"({})", R"({"input":{}})", R"({"input":{"stdin":5}})", R"({"input":{"stdin":"!!"}})",
+                          R"({"input":"aGkK"})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseStdinInput(json::parse(bad)).status())) << bad;
+  }
 }
 
 TEST(SendSignal, TakesKillAndTermByNameOrNumberOnly) {

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/exec_control.h"
 #include "sandbox/tier/options.h"
 
 namespace dsec::sched {
@@ -89,6 +90,10 @@ struct ExecSpec {
   // process was being made) can reach it. A tier that cannot tell never
   // calls it.
   std::function<void()> on_spawned;
+  // Optional, for a tier with TierTraits::exec_control (others ignore it):
+  // stdin streamed after the start and signals to this command alone,
+  // from other threads while it runs (base/exec_control.h).
+  std::shared_ptr<ExecControl> control;
 };
 
 struct ExecOutcome {
@@ -116,9 +121,11 @@ struct FileEntry {
 };
 
 // One sandbox of a tier. Threads: the daemon calls one method at a time
-// per sandbox (its entry lock), except KillExecs, and the file methods of
-// a tier with TierTraits::files_beside_exec, which may come while an Exec
-// runs; Destroy ends its life.
+// per sandbox (its entry lock), except KillExecs, the file methods of a
+// tier with TierTraits::files_beside_exec, which may come while an Exec
+// runs, and Exec itself for a tier with TierTraits::concurrent_execs,
+// which may run on several threads at once (never beside another
+// method but those); Destroy ends its life.
 class TierSandbox {
  public:
   virtual ~TierSandbox() = default;
@@ -211,6 +218,13 @@ struct TierTraits {
   // nothing an Exec uses: the daemon runs them while an exec runs (still
   // never while the sandbox is replaced, destroyed or packed).
   bool files_beside_exec = false;
+  // Its sandboxes run several Execs at once: the daemon lets a sandbox's
+  // execs overlap (those of a task's sandbox still go one at a time: its
+  // trajectory is one sequence).
+  bool concurrent_execs = false;
+  // Its Exec serves ExecSpec::control (streamed stdin, signals to one
+  // command); without it a request that needs one is refused.
+  bool exec_control = false;
   // What an idle sandbox holds of the node, and what a network adds to it
   // (memory_mib is a limit, not a reservation: not counted).
   Footprint footprint;

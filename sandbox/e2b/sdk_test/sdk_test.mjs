@@ -155,8 +155,41 @@ await check('files.read of a missing file is NotFoundError', async () => {
   await assert.rejects(sbx.files.read('/no/such/file'), (e) => e instanceof NotFoundError || /not found|404/i.test(String(e)))
 })
 
-await check('not supported: stdin answers clearly', async () => {
-  await assert.rejects(sbx.commands.run('cat', { stdin: true, background: true }), /not supported/)
+await check('commands.run with stdin: sendStdin, closeStdin', async () => {
+  let seen = ''
+  const h = await sbx.commands.run('while read l; do echo "got $l"; done; echo eof',
+    { background: true, stdin: true, onStdout: (d) => { seen += d } })
+  await h.sendStdin('first\n')
+  for (let i = 0; i < 400 && !seen.includes('got first'); i++) await new Promise((r) => setTimeout(r, 25))
+  assert.equal(seen, 'got first\n')
+  await sbx.commands.sendStdin(h.pid, new TextEncoder().encode('second\n'))
+  await h.closeStdin()
+  const r = await h.wait()
+  assert.equal(r.stdout, 'got first\ngot second\neof\n')
+  // A command started without stdin: true has its stdin closed.
+  const closed = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  await assert.rejects(closed.sendStdin('x\n'), /stdin/)
+  assert.equal(await closed.kill(), true)
+  await closed.wait().catch(() => {})
+})
+
+await check('commands run side by side; a kill ends only its own', async () => {
+  // A server-like command runs while others start, finish and are killed.
+  const server = await sbx.commands.run('while [ ! -e /tmp/stop ]; do sleep 0.05; done; echo server-done',
+    { background: true, timeoutMs: 0 })
+  const victim = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  const started = Date.now()
+  const r = await sbx.commands.run('echo beside')
+  assert.equal(r.stdout, 'beside\n')
+  assert.ok(Date.now() - started < 30_000, `a command beside others took ${Date.now() - started} ms`)
+  const listed = (await sbx.commands.list()).map((p) => p.pid)
+  assert.ok(listed.includes(server.pid) && listed.includes(victim.pid), JSON.stringify(listed))
+  assert.equal(await sbx.commands.kill(victim.pid), true)
+  await victim.wait().then(() => { throw new Error('the killed command ended normally') }, () => {})
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === server.pid), 'the kill ended the other command too')
+  await sbx.files.write('/tmp/stop', '')
+  const done = await server.wait()
+  assert.equal(done.stdout, 'server-done\n')
 })
 
 await check('getInfo, list, setTimeout', async () => {
