@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzzes the init's parser of exec requests (init_protocol.h): the init
 // runs inside the sandbox and trusts the bytes it reads no more than guest
-// input. The first 32 bytes are the header, the rest the body. The parser
-// must never read outside the body or the slots, and whatever it accepts
-// must re-encode to the same header and body.
+// input. The first sizeof(ExecRequestHeader) bytes are the header, the
+// rest the body. The parser must never read outside the body or the
+// slots, and whatever it accepts must re-encode to the same header (but
+// its seq, which the runtime sets per request, not the encoder) and body.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   spec.kill_group_on_exit = (h.flags & kExecKillGroupOnExit) != 0;
   ExecRequestHeader again;
   auto encoded = EncodeExecRequest(spec, &again);
+  again.seq = h.seq;
   if (!encoded.ok() || std::memcmp(&again, &h, sizeof(h)) != 0 ||
       *encoded != std::string(data + sizeof(h), data + size)) {
     __builtin_trap();
