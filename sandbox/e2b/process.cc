@@ -10,8 +10,9 @@
 // reaches that command alone, SendInput and CloseStdin feed the stdin of
 // one started with `stdin: true`, and commands run side by side. On
 // others SendSignal ends the command that runs now (Service::KillExecs)
-// and stdin is refused. Reattaching (Connect) and PTYs are unimplemented,
-// named in the error (docs/e2b.md).
+// and stdin is refused. Connect attaches one more client to a running
+// command (command_feed.h). PTYs are unimplemented, named in the error
+// (docs/e2b.md).
 #include <algorithm>
 
 #include "absl/strings/match.h"
@@ -64,6 +65,78 @@ absl::StatusOr<json> StreamRequest(const E2bServer::State* st, const httplib::Re
   return body;
 }
 
+// envd's keepalive: an event after each quiet interval the client asks
+// for (the SDK: Keepalive-Ping-Interval 50 s), so that a silent command
+// outlives the client's and proxies' idle timeouts (undici: 300 s).
+int64_t KeepaliveMs(const httplib::Request& req) {
+  if (int64_t s = 0; absl::SimpleAtoi(req.get_header_value("Keepalive-Ping-Interval"), &s) && s > 0) {
+    return std::min<int64_t>(s, 3600) * 1000;
+  }
+  return -1;
+}
+
+// Streams `feed` to one attached client (`client`): the start event, data
+// events as output comes, the end event, the end of the stream. A client
+// that goes away detaches; the command runs on (the record holds it).
+void StreamFeed(httplib::Response& res, std::shared_ptr<Record> rec, std::shared_ptr<CommandFeed> feed,
+                int client, uint32_t pid, int64_t keepalive_ms) {
+  struct Progress {
+    bool started = false;
+    bool ended = false;
+  };
+  auto progress = std::make_shared<Progress>();
+  // The command ended: its record entry goes (the feed stays with this
+  // client until it has sent the end).
+  auto sweep = [rec] {
+    std::vector<std::shared_ptr<CommandFeed>> ended;
+    std::lock_guard<std::mutex> lock(rec->mu);
+    ended = rec->Sweep();
+  };
+  res.status = 200;
+  res.set_chunked_content_provider(
+      kConnectJson,
+      [feed, client, progress, pid, keepalive_ms, sweep](size_t, httplib::DataSink& sink) {
+        if (progress->ended) {
+          sink.done();
+          return true;
+        }
+        std::string out;
+        if (!progress->started) {
+          progress->started = true;
+          out = MessageEnvelope(json{{"event", {{"start", {{"pid", pid}}}}}});
+        } else {
+          std::string line;
+          const CommandFeed::Next next = feed->NextLine(client, &line, keepalive_ms);
+          if (next == CommandFeed::Next::kTimeout) {
+            out = MessageEnvelope(json{{"event", {{"keepalive", json::object()}}}});
+          } else if (next == CommandFeed::Next::kEnd) {
+            out = EndStreamEnvelope(absl::InternalError("the exec ended without a result"));
+            progress->ended = true;
+          } else {
+            json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+            if (auto data = DataEventOf(j); data.ok()) {
+              out = MessageEnvelope(*data);
+            } else {
+              const ProcessEnd end = ProcessEndOf(j);
+              out = end.status.ok() ? MessageEnvelope(end.end_event) + EndStreamEnvelope(absl::OkStatus())
+                                    : EndStreamEnvelope(end.status);
+              progress->ended = true;
+              sweep();
+            }
+          }
+        }
+        if (!sink.write(out.data(), out.size())) {
+          feed->Detach(client);  // the client is gone; the command runs to its end
+          return false;
+        }
+        return true;
+      },
+      [feed, client, sweep](bool) {
+        feed->Detach(client);
+        sweep();
+      });
+}
+
 void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response& res) {
   const std::string id = EnvdSandboxOf(req);
   auto body = StreamRequest(st, req, res);
@@ -89,76 +162,48 @@ void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response&
   }
   std::shared_ptr<daemon::StreamedExec> stream = daemon::StreamedExec::Start(st->svc, id, exec, {}, control);
   if (absl::Status s = stream->WaitStarted(); !s.ok()) return EndStreamNow(res, s);
+  auto feed = std::make_shared<CommandFeed>(std::move(stream));
+  const int client = feed->Attach();
   uint32_t pid = 0;
+  std::vector<std::shared_ptr<CommandFeed>> ended;
   {
     std::lock_guard<std::mutex> lock(rec->mu);
+    ended = rec->Sweep();
     pid = rec->next_pid++;
     rec->running[pid] = *start;
-    rec->streams[pid] = stream;
+    rec->feeds[pid] = feed;
     if (control) rec->controls[pid] = control;
   }
-  auto forget = [rec, pid] {
+  StreamFeed(res, rec, feed, client, pid, KeepaliveMs(req));
+}
+
+// commands.connect: one more client of a running command, from now on.
+void Connect(E2bServer::State* st, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = EnvdSandboxOf(req);
+  auto body = StreamRequest(st, req, res);
+  if (!body.ok()) return;
+  auto sel = ParseSelector(*body);
+  if (!sel.ok()) return EndStreamNow(res, sel.status());
+  std::shared_ptr<Record> rec = st->Find(id);
+  if (rec == nullptr) return EndStreamNow(res, absl::UnavailableError("the sandbox is gone"));
+  std::shared_ptr<CommandFeed> feed;
+  uint32_t pid = 0;
+  std::vector<std::shared_ptr<CommandFeed>> ended;
+  {
     std::lock_guard<std::mutex> lock(rec->mu);
-    rec->running.erase(pid);
-    rec->streams.erase(pid);
-    rec->controls.erase(pid);
-  };
-  struct Progress {
-    bool started = false;
-    bool ended = false;
-  };
-  auto progress = std::make_shared<Progress>();
-  // envd's keepalive: an event after each quiet interval the client asks
-  // for (the SDK: Keepalive-Ping-Interval 50 s), so that a silent command
-  // outlives the client's and proxies' idle timeouts (undici: 300 s).
-  int64_t keepalive_ms = -1;
-  if (int64_t s = 0; absl::SimpleAtoi(req.get_header_value("Keepalive-Ping-Interval"), &s) && s > 0) {
-    keepalive_ms = std::min<int64_t>(s, 3600) * 1000;
+    ended = rec->Sweep();
+    for (const auto& [p, r] : rec->running) {
+      if (sel->pid ? p != *sel->pid : r.tag != sel->tag) continue;
+      auto it = rec->feeds.find(p);
+      if (it == rec->feeds.end()) continue;
+      feed = it->second;
+      pid = p;
+      break;
+    }
   }
-  res.status = 200;
-  res.set_chunked_content_provider(
-      kConnectJson,
-      [stream, progress, pid, forget, keepalive_ms](size_t, httplib::DataSink& sink) {
-        if (progress->ended) {
-          sink.done();
-          return true;
-        }
-        std::string out;
-        if (!progress->started) {
-          progress->started = true;
-          out = MessageEnvelope(json{{"event", {{"start", {{"pid", pid}}}}}});
-        } else {
-          std::string line;
-          const daemon::StreamedExec::Next next = stream->NextLineWithin(&line, keepalive_ms);
-          if (next == daemon::StreamedExec::Next::kTimeout) {
-            out = MessageEnvelope(json{{"event", {{"keepalive", json::object()}}}});
-          } else if (next == daemon::StreamedExec::Next::kEnd) {
-            out = EndStreamEnvelope(absl::InternalError("the exec ended without a result"));
-            progress->ended = true;
-          } else {
-            json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-            if (auto data = DataEventOf(j); data.ok()) {
-              out = MessageEnvelope(*data);
-            } else {
-              const ProcessEnd end = ProcessEndOf(j);
-              out = end.status.ok() ? MessageEnvelope(end.end_event) + EndStreamEnvelope(absl::OkStatus())
-                                    : EndStreamEnvelope(end.status);
-              progress->ended = true;
-              forget();
-            }
-          }
-        }
-        if (!sink.write(out.data(), out.size())) {
-          stream->Abandon();  // the client is gone; the command runs to its end
-          forget();
-          return false;
-        }
-        return true;
-      },
-      [stream, forget](bool success) {
-        if (!success) stream->Abandon();
-        forget();
-      });
+  if (feed == nullptr) return EndStreamNow(res, absl::NotFoundError("no such process running"));
+  const int client = feed->Attach();
+  StreamFeed(res, rec, feed, client, pid, KeepaliveMs(req));
 }
 
 json ProcessInfoJson(uint32_t pid, const StartRequest& r) {
@@ -167,13 +212,6 @@ json ProcessInfoJson(uint32_t pid, const StartRequest& r) {
   json p = {{"config", config}, {"pid", pid}};
   if (r.tag) p["tag"] = *r.tag;
   return p;
-}
-
-void NotImplementedStream(httplib::Server& srv, const std::string& path, const std::string& what) {
-  srv.Post(path, [what, path](const httplib::Request&, httplib::Response& res) {
-    EndStreamNow(res, absl::UnimplementedError(absl::StrCat(path, ": ", what,
-                                                            " is not supported by dsec-vmm's E2B API (docs/e2b.md)")));
-  });
 }
 
 }  // namespace
@@ -206,7 +244,9 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
       std::shared_ptr<Record> rec = st->Find(id);
       if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
       json list = json::array();
+      std::vector<std::shared_ptr<CommandFeed>> ended;
       std::lock_guard<std::mutex> lock(rec->mu);
+      ended = rec->Sweep();
       for (const auto& [pid, r] : rec->running) list.push_back(ProcessInfoJson(pid, r));
       return json{{"processes", list}};
     });
@@ -224,16 +264,18 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
       DSEC_ASSIGN_OR_RETURN(const int sig, ParseSignal(body));
       std::shared_ptr<Record> rec = st->Find(id);
       if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
-      std::shared_ptr<daemon::StreamedExec> target;
+      std::shared_ptr<CommandFeed> target;
       std::shared_ptr<ExecControl> control;
+      std::vector<std::shared_ptr<CommandFeed>> ended;
       {
         std::lock_guard<std::mutex> lock(rec->mu);
+        ended = rec->Sweep();
         bool known = false;
         for (const auto& [pid, r] : rec->running) {
           if (sel.pid ? pid != *sel.pid : r.tag != sel.tag) continue;
           known = true;
-          auto it = rec->streams.find(pid);
-          if (it != rec->streams.end()) target = it->second.lock();
+          auto it = rec->feeds.find(pid);
+          if (it != rec->feeds.end()) target = it->second;
           auto c = rec->controls.find(pid);
           if (c != rec->controls.end()) control = c->second;
         }
@@ -245,7 +287,7 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
         DSEC_RETURN_IF_ERROR(s);
         return json::object();
       }
-      if (target == nullptr || !target->ExecRunning()) {
+      if (target == nullptr || target->ended()) {
         return absl::UnimplementedError(
             "/process.Process/SendSignal: only the command running now can be signalled (this one has "
             "ended or waits behind another)");
@@ -311,7 +353,9 @@ void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st) {
       });
     });
   }
-  NotImplementedStream(srv, "/process.Process/Connect", "reattaching to a running command");
+  srv.Post("/process.Process/Connect", [st](const httplib::Request& req, httplib::Response& res) {
+    Connect(st, req, res);
+  });
 }
 
 }  // namespace dsec::e2b

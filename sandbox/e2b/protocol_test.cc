@@ -326,6 +326,13 @@ TEST_F(E2bProtocolTest, WhatIsMissingIsNamed) {
   r = client_->Post("/process.Process/CloseStdin", Envd(sb), R"({"process":{"pid":77}})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
+  // Connect to a command not running here ends its stream not_found.
+  auto c = client_->Post("/process.Process/Connect", Envd(sb), EncodeEnvelope(0, R"({"process":{"pid":77}})"),
+                         "application/connect+json");
+  ASSERT_TRUE(c);
+  std::vector<Frame> cf = Frames(c->body);
+  ASSERT_FALSE(cf.empty());
+  EXPECT_TRUE(absl::StrContains(cf.back().message.dump(), "not_found")) << c->body;
   r = client_->Post("/filesystem.Filesystem/CreateWatcher", Envd(sb), R"({"path":"/"})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 501);

@@ -37,8 +37,27 @@ std::shared_ptr<Record> E2bServer::State::Find(const std::string& id) {
 }
 
 void E2bServer::State::Forget(const std::string& id) {
+  std::shared_ptr<Record> gone;  // released outside the lock: it may join exec threads
   std::lock_guard<std::mutex> lock(mu);
-  records.erase(id);
+  auto it = records.find(id);
+  if (it == records.end()) return;
+  gone = std::move(it->second);
+  records.erase(it);
+}
+
+std::vector<std::shared_ptr<CommandFeed>> Record::Sweep() {
+  std::vector<std::shared_ptr<CommandFeed>> ended;
+  for (auto it = feeds.begin(); it != feeds.end();) {
+    if (!it->second->ended()) {
+      ++it;
+      continue;
+    }
+    running.erase(it->first);
+    controls.erase(it->first);
+    ended.push_back(std::move(it->second));
+    it = feeds.erase(it);
+  }
+  return ended;
 }
 
 std::vector<std::shared_ptr<Record>> E2bServer::State::All() {

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "sandbox/daemon/exec_stream.h"
 #include "sandbox/daemon/http_guard.h"
+#include "sandbox/e2b/command_feed.h"
 #include "sandbox/e2b/server.h"
 
 namespace dsec::e2b {
@@ -35,15 +36,21 @@ struct Record {
   int64_t started_ms = 0;
 
   std::mutex mu;
-  // Commands started through process.Process/Start and still streaming.
+  // Commands started through process.Process/Start whose exec has not
+  // been seen to end (Sweep drops those that ended).
   std::map<uint32_t, StartRequest> running ABSL_GUARDED_BY(mu);
-  // Their node execs: the one whose exec runs now is the one a signal
-  // can end (SendSignal).
-  std::map<uint32_t, std::weak_ptr<daemon::StreamedExec>> streams ABSL_GUARDED_BY(mu);
+  // Their node execs as the clients attached to them read them (Start's,
+  // Connect's). Held here until the exec ends, so that a command outlives
+  // its clients (a background command whose client left) and a client
+  // can attach again.
+  std::map<uint32_t, std::shared_ptr<CommandFeed>> feeds ABSL_GUARDED_BY(mu);
   // Their controls, where the sandbox's tier offers them
   // (Service::ExecControlOffered): stdin, and a signal to one command.
   std::map<uint32_t, std::shared_ptr<ExecControl>> controls ABSL_GUARDED_BY(mu);
   uint32_t next_pid ABSL_GUARDED_BY(mu) = 1000;
+  // Drops the commands whose exec ended; returns their feeds, to be
+  // released outside `mu` (the last release joins the exec's thread).
+  std::vector<std::shared_ptr<CommandFeed>> Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 struct E2bServer::State {

@@ -173,6 +173,21 @@ await check('commands.run with stdin: sendStdin, closeStdin', async () => {
   await closed.wait().catch(() => {})
 })
 
+await check('commands.connect reattaches to a running command', async () => {
+  const h = await sbx.commands.run('for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; sleep 0.2; done; exit 4',
+    { background: true, timeoutMs: 0 })
+  await h.disconnect()
+  let seen = ''
+  const again = await sbx.commands.connect(h.pid, { onStdout: (d) => { seen += d } })
+  assert.equal(again.pid, h.pid)
+  const err = await again.wait().then(() => null, (e) => e)
+  assert.ok(err instanceof CommandExitError, `wait gave ${err}`)
+  assert.equal(err.exitCode, 4)
+  assert.match(seen, /tick 10\n$/)
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === h.pid), 'an ended command is still listed')
+  await assert.rejects(sbx.commands.connect(h.pid), (e) => e instanceof NotFoundError || /not found|no such process/i.test(String(e)))
+})
+
 await check('commands run side by side; a kill ends only its own', async () => {
   // A server-like command runs while others start, finish and are killed.
   const server = await sbx.commands.run('while [ ! -e /tmp/stop ]; do sleep 0.05; done; echo server-done',
