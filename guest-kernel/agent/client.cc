@@ -49,6 +49,15 @@ absl::Status ExecStream::CloseStdin() {
   return s.ok() ? s : client_->Break(s);
 }
 
+absl::Status ExecStream::Signal(int sig) {
+  DSEC_RETURN_IF_ERROR(client_->Usable());
+  if (done_) return absl::OkStatus();
+  if (sig < 1 || sig > 64) return absl::InvalidArgumentError("exec: no such signal");
+  DSEC_RETURN_IF_ERROR(client_->conn_.Queue(ToFrame(SignalRequest{sig})));
+  absl::Status s = client_->conn_.Flush(client_->IoDeadline(), -1, /*read_while_waiting=*/true);
+  return s.ok() ? s : client_->Break(s);
+}
+
 absl::StatusOr<ExecEvent> ExecStream::Next(int64_t timeout_ms) {
   DSEC_RETURN_IF_ERROR(client_->Usable());
   if (done_) return absl::FailedPreconditionError("exec: the command has ended");

@@ -60,6 +60,9 @@ class ExecStream {
   // arrives meanwhile is kept for Next().
   absl::Status WriteStdin(std::string_view data);
   absl::Status CloseStdin();
+  // `sig` (1..64) to the command's process group; SIGKILL ends it as its
+  // timeout would. Nothing once the command has ended.
+  absl::Status Signal(int sig);
   // The next output chunk or the end. DeadlineExceeded if nothing arrives
   // within timeout_ms (the stream stays usable).
   absl::StatusOr<ExecEvent> Next(int64_t timeout_ms);

@@ -8,6 +8,7 @@
 // bound (reading the socket pauses beyond it).
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -270,6 +271,14 @@ class ExecRun final : public ExecOutputSink {
           return absl::InvalidArgumentError("protocol: STDIN_CLOSE twice or without stdin");
         stdin_open_ = false;
         pump_->CloseStdin();
+      } else if (f->type == MsgType::kSignal) {
+        SignalRequest sig;
+        DSEC_RETURN_IF_ERROR(FromFrame(*f, &sig));
+        if (sig.signal == SIGKILL) {
+          (void)pump_->Kill(ExecKill::kCaller);  // the whole tree, as the timeout's kill
+        } else if (!pump_->exited() && child_->Unreaped()) {
+          ::kill(-child_->pid(), sig.signal);  // its process group (it leads a session)
+        }
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("protocol: ", TypeName(f->type), " while a command runs"));

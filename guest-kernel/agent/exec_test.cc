@@ -160,6 +160,35 @@ TEST_F(ExecTest, StreamsStdinInteractively) {
   EXPECT_EQ(done->exit_code, 0);
 }
 
+// SIGNAL reaches the running command's process group: a trap answers
+// SIGTERM; SIGKILL ends the command as a kill, not as a timeout.
+TEST_F(ExecTest, SignalsReachTheRunningCommand) {
+  TestServer ts(Options());
+  auto client = ts.Connect();
+  auto stream = client->StartExec(Sh("trap 'echo term; exit 3' TERM; echo ready; while :; do sleep 0.05; done"));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  auto ev = (*stream)->Next(20'000);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_EQ(ev->data, "ready\n");
+  ASSERT_TRUE((*stream)->Signal(SIGTERM).ok());
+  Captured c;
+  auto done = (*stream)->Wait(c.Callback());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(c.out, "term\n");
+  EXPECT_EQ(done->exit_code, 3);
+  EXPECT_TRUE((*stream)->Signal(SIGTERM).ok());  // ended: nothing is sent
+
+  stream = client->StartExec(Sh("echo ready; sleep 30"));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ev = (*stream)->Next(20'000);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_TRUE((*stream)->Signal(SIGKILL).ok());
+  done = (*stream)->Wait(nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->signal, SIGKILL);
+  EXPECT_FALSE(done->timed_out);
+}
+
 TEST_F(ExecTest, LargeStdinAndOutputDoNotDeadlock) {
   TestServer ts(Options());
   auto client = ts.Connect();

@@ -142,6 +142,10 @@ Frame ToFrame(const NetworkRequest& m) {
   return JsonFrame(MsgType::kNetwork, {{"net", m.net}});
 }
 
+Frame ToFrame(const SignalRequest& m) {
+  return JsonFrame(MsgType::kSignal, {{"signal", m.signal}});
+}
+
 Frame ToFrame(const ListDirRequest& m) {
   return JsonFrame(MsgType::kListDir, {{"path", BytesToJson(m.path)}});
 }
@@ -323,6 +327,14 @@ absl::Status FromFrame(const Frame& f, NetworkRequest* m) {
   return DecodeWith(f, MsgType::kNetwork, [&](Fields& r) { m->net = r.Str("net", /*required=*/true); });
 }
 
+absl::Status FromFrame(const Frame& f, SignalRequest* m) {
+  absl::Status s = DecodeWith(f, MsgType::kSignal, [&](Fields& r) {
+    m->signal = static_cast<int>(r.U32("signal", 0, /*required=*/true, 64));
+  });
+  if (s.ok() && m->signal < 1) return absl::InvalidArgumentError("protocol: SIGNAL: signal must be in [1, 64]");
+  return s;
+}
+
 absl::Status FromFrame(const Frame& f, ListDirRequest* m) {
   return DecodeWith(f, MsgType::kListDir,
                     [&](Fields& r) { m->path = r.Bytes("path", /*required=*/true); });
@@ -461,6 +473,8 @@ absl::Status ValidateFrame(const Frame& f) {
       return Decode<DiffEnd>(f).status();
     case MsgType::kNetwork:
       return Decode<NetworkRequest>(f).status();
+    case MsgType::kSignal:
+      return Decode<SignalRequest>(f).status();
     case MsgType::kNetworkDone:
     case MsgType::kStdinClose:
     case MsgType::kPackDiff:

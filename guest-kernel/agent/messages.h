@@ -163,6 +163,12 @@ struct NetworkRequest {
   std::string net;
 };
 
+// A signal for the running command (1..64; SIGKILL ends it as its timeout
+// would, without counting as one).
+struct SignalRequest {
+  int signal = 0;
+};
+
 struct Empty {};  // STDIN_CLOSE, PACK_DIFF, SHUTDOWN, SHUTDOWN_ACK, NETWORK_DONE
 
 const char* EntryTypeName(EntryType type);
@@ -186,6 +192,7 @@ Frame ToFrame(const DirEntries& m);
 Frame ToFrame(const DiffEntry& m);
 Frame ToFrame(const DiffEnd& m);
 Frame ToFrame(const NetworkRequest& m);
+Frame ToFrame(const SignalRequest& m);
 Frame EmptyFrame(MsgType type);
 Frame DataFrame(MsgType type, std::string_view bytes);  // kData / kStdin
 
@@ -206,6 +213,7 @@ absl::Status FromFrame(const Frame& f, DirEntries* m);
 absl::Status FromFrame(const Frame& f, DiffEntry* m);
 absl::Status FromFrame(const Frame& f, DiffEnd* m);
 absl::Status FromFrame(const Frame& f, NetworkRequest* m);
+absl::Status FromFrame(const Frame& f, SignalRequest* m);
 // Checks that a JSON-typed frame holds an object (STDIN_CLOSE, PACK_DIFF, ...).
 absl::Status CheckEmptyObject(const Frame& f);
 

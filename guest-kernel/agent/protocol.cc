@@ -30,6 +30,7 @@ constexpr TypeInfo kTypes[] = {
     {MsgType::kStdinClose, "STDIN_CLOSE", true},
     {MsgType::kOutput, "OUTPUT", false},
     {MsgType::kExecDone, "EXEC_DONE", true},
+    {MsgType::kSignal, "SIGNAL", true},
     {MsgType::kFileRead, "FILE_READ", true},
     {MsgType::kFileReadDone, "FILE_READ_DONE", true},
     {MsgType::kFileWrite, "FILE_WRITE", true},

@@ -40,6 +40,7 @@ enum class MsgType : uint8_t {
   kStdinClose = 0x13,     // host -> agent, JSON {}
   kOutput = 0x14,         // agent -> host, raw: u8 stream (1|2) + bytes
   kExecDone = 0x15,       // agent -> host, JSON: ExecDone
+  kSignal = 0x16,         // host -> agent, JSON {signal}: to the running command's process group
   kFileRead = 0x20,       // host -> agent, JSON {path, max_bytes}
   kFileReadDone = 0x21,   // agent -> host, JSON {size, bytes, truncated}
   kFileWrite = 0x22,      // host -> agent, JSON {path, mode, size} + DATA...

@@ -109,7 +109,7 @@ TEST(FrameTest, AcceptsAFrameOfExactlyTheLimit) {
 }
 
 TEST(FrameTest, RejectsUnknownTypes) {
-  for (int t : {0x00, 0x04, 0x16, 0x7f, 0xff}) {
+  for (int t : {0x00, 0x04, 0x17, 0x7f, 0xff}) {
     FrameReader reader;
     reader.Append(std::string("\x00\x00\x00\x00", 4) + static_cast<char>(t));
     auto next = reader.Next();
@@ -202,6 +202,17 @@ TEST(MessagesTest, RoundTripsEveryMessage) {
   absl::Status st = StatusFromError(*er);
   EXPECT_TRUE(absl::IsNotFound(st));
   EXPECT_NE(st.message().find("no such file"), absl::string_view::npos);
+}
+
+TEST(MessagesTest, SignalCarriesOneSignalNumberInRange) {
+  auto sig = Decode<SignalRequest>(ToFrame(SignalRequest{15}));
+  ASSERT_TRUE(sig.ok()) << sig.status();
+  EXPECT_EQ(sig->signal, 15);
+  EXPECT_TRUE(ValidateFrame(ToFrame(SignalRequest{9})).ok());
+  for (const char* bad : {R"({})", R"({"signal": 0})", R"({"signal": 65})", R"({"signal": -1})",
+                          R"({"signal": "TERM"})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ValidateFrame(Json(MsgType::kSignal, bad)))) << bad;
+  }
 }
 
 TEST(MessagesTest, EveryEncodedFrameValidates) {

@@ -77,8 +77,9 @@ absl::Status Dispatch(HandlerEnv& env, FrameConn& conn, const Frame& f) {
       return HandlePackDiff(env, conn);
     case MsgType::kStdin:
     case MsgType::kStdinClose:
-      // Stdin of a command that has finished: it crossed EXEC_DONE in
-      // flight. Dropped.
+    case MsgType::kSignal:
+      // Stdin of (or a signal for) a command that has finished: it crossed
+      // EXEC_DONE in flight. Dropped.
       return absl::OkStatus();
     default:
       return absl::InvalidArgumentError(

@@ -122,6 +122,7 @@ TEST(ServerTest, StaleStdinBetweenRequestsIsIgnored) {
   peer.Handshake();
   peer.Send(DataFrame(MsgType::kStdin, "late"));
   peer.Send(EmptyFrame(MsgType::kStdinClose));
+  peer.Send(ToFrame(SignalRequest{15}));
   peer.Send(ToFrame(ListDirRequest()));
   auto f = peer.Read();
   ASSERT_TRUE(f.ok()) << f.status();

@@ -167,9 +167,44 @@ absl::StatusOr<agent::Client*> MicrovmSandbox::Agent() {
 
 absl::StatusOr<agent::ExecDone> MicrovmSandbox::Exec(const agent::ExecRequest& request,
                                                      const agent::OutputCallback& on_chunk,
-                                                     std::string_view stdin_data) {
+                                                     std::string_view stdin_data, ExecControl* control) {
   DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
-  return c->Exec(request, on_chunk, stdin_data);
+  if (control == nullptr) return c->Exec(request, on_chunk, stdin_data);
+  if (control->stdin_open() && !request.stdin) {
+    return absl::InvalidArgumentError("exec: a streamed stdin needs request.stdin");
+  }
+  struct Ended {
+    ExecControl* c;
+    ~Ended() { c->MarkEnded(); }
+  } ended{control};
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<agent::ExecStream> stream, c->StartExec(request));
+  bool stdin_open = request.stdin;
+  if (stdin_open) {
+    DSEC_RETURN_IF_ERROR(stream->WriteStdin(stdin_data));
+    if (!control->stdin_open()) {
+      DSEC_RETURN_IF_ERROR(stream->CloseStdin());
+      stdin_open = false;
+    }
+  }
+  control->MarkStarted();
+  // The agent's frames and the control's requests, one after the other: a
+  // request waits at most one slice.
+  constexpr int64_t kSliceMs = 25;
+  constexpr size_t kTakeAtMost = 256 << 10;
+  for (;;) {
+    ExecControl::Taken t = control->Take(kTakeAtMost);
+    if (stdin_open && !t.stdin_bytes.empty()) DSEC_RETURN_IF_ERROR(stream->WriteStdin(t.stdin_bytes));
+    if (stdin_open && t.close_stdin) {
+      DSEC_RETURN_IF_ERROR(stream->CloseStdin());
+      stdin_open = false;
+    }
+    for (int sig : t.signals) DSEC_RETURN_IF_ERROR(stream->Signal(sig));
+    absl::StatusOr<agent::ExecEvent> ev = stream->Next(kSliceMs);
+    if (absl::IsDeadlineExceeded(ev.status()) && !c->broken()) continue;
+    if (!ev.ok()) return ev.status();
+    if (ev->kind == agent::ExecEvent::Kind::kDone) return ev->done;
+    if (on_chunk) on_chunk(ev->stream, ev->data);
+  }
 }
 
 absl::StatusOr<std::string> MicrovmSandbox::ReadFile(const std::string& path, uint64_t max_bytes,

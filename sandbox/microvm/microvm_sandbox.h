@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/exec_control.h"
 #include "guest-kernel/agent/client.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/microvm/launcher.h"
@@ -89,9 +90,13 @@ class MicrovmSandbox {
   double boot_ms() const { return boot_ms_; }
   bool paused() const { return paused_; }
 
+  // With `control`: stdin streamed after the start (request.stdin must be
+  // set when control->stdin_open()) and signals to the command, taken from
+  // the control between the agent's frames (every 25 ms at the latest).
   absl::StatusOr<agent::ExecDone> Exec(const agent::ExecRequest& request,
                                        const agent::OutputCallback& on_chunk,
-                                       std::string_view stdin_data = {});
+                                       std::string_view stdin_data = {},
+                                       ExecControl* control = nullptr);
   absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes,
                                        agent::FileReadDone* info = nullptr);
   absl::Status WriteFile(const std::string& path, std::string_view data, uint32_t mode);

@@ -207,6 +207,63 @@ TEST_F(MicrovmSandboxTest, ExecRunsCommandsAndReportsTheirOutcome) {
   ASSERT_TRUE(sb->Destroy().ok());
 }
 
+// An ExecControl streams stdin after the start (a line sent once the
+// command answered the first) and signals the command (SIGTERM reaches a
+// trap; SIGKILL ends it, not as a timeout), through the agent.
+TEST_F(MicrovmSandboxTest, AControlStreamsStdinAndSignalsTheCommand) {
+  auto sb = MustCreate(Spec("control"));
+  ASSERT_NE(sb, nullptr);
+  auto control = ExecControl::Create(/*stdin_open=*/true);
+  ASSERT_TRUE(control.ok()) << control.status();
+  std::string out;
+  agent::ExecRequest req;
+  req.argv = {"sh", "-c", "while read l; do echo \"got $l\"; done; echo eof"};
+  req.stdin = true;
+  auto done = sb->Exec(
+      req,
+      [&](int, std::string_view data) {
+        out.append(data);
+        if (out == "got first\n") {
+          EXPECT_TRUE((*control)->WriteStdin("second\n").ok());
+          EXPECT_TRUE((*control)->CloseStdin().ok());
+        }
+      },
+      "first\n", control->get());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(out, "got first\ngot second\neof\n");
+  EXPECT_EQ(done->exit_code, 0);
+  EXPECT_TRUE((*control)->ended());
+
+  for (int sig : {SIGTERM, SIGKILL}) {
+    auto c = ExecControl::Create(false);
+    ASSERT_TRUE(c.ok());
+    std::string seen;
+    agent::ExecRequest r;
+    r.argv = {"sh", "-c", "trap 'echo term; exit 3' TERM; echo ready; while :; do sleep 0.05; done"};
+    r.timeout_ms = 20'000;
+    auto d = sb->Exec(
+        r,
+        [&](int stream, std::string_view data) {
+          if (stream != 1) return;  // the shell may report its killed sleep on stderr
+          seen.append(data);
+          if (seen == "ready\n") {
+            EXPECT_TRUE((*c)->Signal(sig).ok());
+          }
+        },
+        {}, c->get());
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_FALSE(d->timed_out) << sig;
+    if (sig == SIGTERM) {
+      EXPECT_EQ(seen, "ready\nterm\n");
+      EXPECT_EQ(d->exit_code, 3);
+    } else {
+      EXPECT_EQ(seen, "ready\n");
+      EXPECT_EQ(d->signal, SIGKILL);
+    }
+  }
+  ASSERT_TRUE(sb->Destroy().ok());
+}
+
 TEST_F(MicrovmSandboxTest, FilesGoThroughTheAgentInsideTheRoot) {
   auto sb = MustCreate(Spec("files"));
   ASSERT_NE(sb, nullptr);

@@ -41,14 +41,14 @@ class MicrovmTierSandbox : public tier::TierSandbox {
     req.cwd = spec.cwd;
     req.timeout_ms = spec.timeout_ms > 0 ? static_cast<uint64_t>(spec.timeout_ms) : 0;
     req.output_cap_bytes = spec.output_cap_bytes;
-    req.stdin = !spec.stdin_data.empty();
+    req.stdin = !spec.stdin_data.empty() || (spec.control != nullptr && spec.control->stdin_open());
     tier::ExecOutcome out;
     // The agent applies the cap; what arrives is what the cap admitted.
     auto on_chunk = [&out, &spec](int stream, std::string_view data) {
       (stream == 2 ? out.stderr_data : out.stdout_data).append(data.data(), data.size());
       if (spec.on_output) spec.on_output(stream, data);
     };
-    auto done = sb_->Exec(req, on_chunk, spec.stdin_data);
+    auto done = sb_->Exec(req, on_chunk, spec.stdin_data, spec.control.get());
     if (!done.ok()) {
       // Not started in the guest: 127 or 126, as a shell reports it.
       if (std::optional<tier::ExecOutcome> shell = tier::ShellOutcomeOf(done.status())) return *shell;
@@ -119,6 +119,9 @@ const tier::TierTraits& MicrovmTierTraits() {
     // Saved whole by the monitor (vmm/snapshot); restored clones map the
     // saved memory copy-on-write.
     t.machine_snapshots = true;
+    // Streamed stdin and signals through the agent (SIGNAL); its execs
+    // still go one at a time (one agent connection per sandbox).
+    t.exec_control = true;
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;

@@ -125,6 +125,11 @@ class StreamTest(_DaemonCase):
         stream.close()  # drops the connection mid-stream
         self.assertEqual(self.client.health()["status"], "ok")
         self.assertEqual(sb.exec(["echo", "ok"]).stdout, b"ok\n")
+        # The dropped stream's command runs beside that exec to its end,
+        # and its exec then ends too: nothing is left running.
+        deadline = time.monotonic() + 30
+        while "dsec_execs_running 0" not in self.client.metrics() and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.assertIn("dsec_execs_running 0", self.client.metrics())
 
 
