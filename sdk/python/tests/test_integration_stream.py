@@ -107,12 +107,13 @@ class StreamTest(_DaemonCase):
 
     def test_slow_reader_gets_everything_late(self):
         sb = self.create()
-        stream = sb.exec_stream(["sh", "-c", "echo go; yes | head -c 3000000"])
+        stream = sb.exec_stream(["sh", "-c", "echo go; yes | head -c 3000000; touch /tmp/end"])
         name, first = next(stream)  # "go\n", perhaps with the first y's
         self.assertEqual((name, first[:3]), ("stdout", b"go\n"))
-        # Not reading: a second exec on the sandbox runs only once the
-        # streamed one has ended, so the exec did not wait for this reader.
-        self.assertEqual(sb.exec(["echo", "after"]).stdout, b"after\n")
+        # Not reading: a second exec on the sandbox sees the streamed
+        # command finish all its output, so it did not wait for this reader.
+        after = sb.exec(["sh", "-c", "while [ ! -e /tmp/end ]; do sleep 0.01; done; echo after"])
+        self.assertEqual(after.stdout, b"after\n")
         rest = b"".join(d for s, d in stream)
         self.assertEqual(len(first) + len(rest), 3 + 3000000)
         self.assertEqual(stream.result.stdout, first + rest)
