@@ -78,7 +78,11 @@ CommandFeed::Next CommandFeed::NextLine(int client, std::string* line, int64_t t
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return Next::kTimeout;
     if (reading_) {
-      cv_.wait_until(lock, deadline);
+      if (timeout_ms < 0) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, deadline);
+      }
       continue;
     }
     // This client reads the exec for a slice, then looks again.

@@ -4,6 +4,7 @@
 // process.Process/Start (well-formed, malformed, huge, the wrong codec), a
 // client that stops reading, and the 501s. Whatever a client sends, the
 // daemon keeps answering.
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -293,6 +295,95 @@ TEST_F(E2bProtocolTest, AClientThatStopsReadingHoldsNeitherTheCommandNorTheSandb
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
   fd->Reset();  // the stalled stream's worker sees the peer gone
   ExpectServing(sb);
+}
+
+// Two clients of one command: the Start stream's and a Connect's (by
+// pid, once the command is listed). Both get the output after the Connect
+// attached and the end; the Connect's first bytes prove it attached before
+// the command may end.
+TEST_F(E2bProtocolTest, AConnectedClientGetsTheRestOfARunningCommand) {
+  auto sb = NewSandbox();
+  std::string started;
+  // A client of its own (an httplib::Client serves one request at a time).
+  std::thread starter([&, port = server_->port()] {
+    httplib::Client own("127.0.0.1", port);
+    own.set_read_timeout(60, 0);
+    auto r = own.Post("/process.Process/Start", Envd(sb),
+                      StartBody("while [ ! -e /tmp/go ]; do echo tick; sleep 0.05; done; echo done; exit 5"),
+                      "application/connect+json");
+    if (r) started = r->body;
+  });
+  struct Join {
+    std::thread* t;
+    ~Join() {
+      if (t->joinable()) t->join();
+    }
+  } join{&starter};
+  uint32_t pid = 0;
+  for (int i = 0; i < 600 && pid == 0; ++i) {
+    auto l = client_->Post("/process.Process/List", Envd(sb), "{}", "application/json");
+    if (l && l->status == 200) {
+      json procs = json::parse(l->body)["processes"];
+      if (!procs.empty()) pid = procs[0]["pid"].get<uint32_t>();
+    }
+    if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(pid, 0u);
+  auto fd = daemon::testing::ConnectTcp(server_->port());
+  ASSERT_TRUE(fd.ok());
+  const std::string body = EncodeEnvelope(0, json{{"process", {{"pid", pid}}}}.dump());
+  ASSERT_TRUE(daemon::testing::SendAll(
+      fd->get(), absl::StrCat("POST /process.Process/Connect HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: ", sb.first,
+                              "\r\nX-Access-Token: ", sb.second,
+                              "\r\nContent-Type: application/connect+json\r\nConnection: close\r\n",
+                              "Content-Length: ", body.size(), "\r\n\r\n", body)));
+  std::string got;
+  char buf[4096];
+  auto read_until = [&](const std::string& what) {
+    for (int i = 0; i < 400 && !absl::StrContains(got, what); ++i) {
+      pollfd p{fd->get(), POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      ssize_t n = ::read(fd->get(), buf, sizeof(buf));
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return absl::StrContains(got, what);
+  };
+  ASSERT_TRUE(read_until("\"stdout\"")) << got;  // attached: output flows to it
+  auto go = Start(sb, StartBody("touch /tmp/go"));
+  ASSERT_TRUE(go);
+  EXPECT_TRUE(read_until("\"exitCode\":5")) << got;
+  // What each client saw, from its envelopes (the raw answer dechunked).
+  auto output_of = [](const std::vector<Frame>& frames) {
+    std::string out;
+    for (const Frame& f : frames) {
+      const json d = f.message.is_object() ? f.message.value("event", json::object()).value("data", json::object())
+                                           : json::object();
+      if (d.is_object() && d.contains("stdout")) {
+        std::string bytes;
+        EXPECT_TRUE(absl::Base64Unescape(d["stdout"].get<std::string>(), &bytes));
+        out += bytes;
+      }
+    }
+    return out;
+  };
+  std::string dechunked;
+  for (size_t off = got.find("\r\n\r\n") + 4; off < got.size();) {
+    const size_t eol = got.find("\r\n", off);
+    if (eol == std::string::npos) break;
+    const size_t n = std::stoul(got.substr(off, eol - off), nullptr, 16);
+    if (n == 0 || eol + 2 + n > got.size()) break;
+    dechunked += got.substr(eol + 2, n);
+    off = eol + 2 + n + 2;
+  }
+  EXPECT_TRUE(absl::EndsWith(output_of(Frames(dechunked)), "tick\ndone\n")) << dechunked;
+  starter.join();  // its command ended
+  EXPECT_TRUE(absl::EndsWith(output_of(Frames(started)), "tick\ndone\n")) << started;
+  EXPECT_TRUE(absl::StrContains(started, "\"exitCode\":5")) << started;
+  // Ended: no longer listed, and a Connect to it is not_found.
+  auto l = client_->Post("/process.Process/List", Envd(sb), "{}", "application/json");
+  ASSERT_TRUE(l);
+  EXPECT_EQ(json::parse(l->body)["processes"].size(), 0u) << l->body;
 }
 
 TEST_F(E2bProtocolTest, WhatIsMissingIsNamed) {
