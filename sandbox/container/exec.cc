@@ -199,12 +199,13 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   StringOutputSink sink(&result.stdout_data, &result.stderr_data, options.on_output);
   // The timeout kills the process group, then, when no other exec of the
   // sandbox runs, anything else in its cgroups but its init
-  // (double-forked, setsid'd strays).
+  // (double-forked, setsid'd strays). A caller's kill (the control's
+  // SIGKILL: one command killed by its client) ends the group only.
   ExecPump pump(pump_options, std::move(in.write), std::move(out.read), std::move(err.read), &sink,
                 [&] {
                   if (pid_t g = host_pgid(); g > 0) ::kill(-g, SIGKILL);
                   ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-                  if (shared.running.load() > 1) return;
+                  if (pump.kill_reason() == ExecKill::kCaller || shared.running.load() > 1) return;
                   auto strays = target.cgroups->KillAll(target.init_pid, clock.NowNs() + kKillGraceNs);
                   if (strays.ok()) {
                     result.stray_processes_killed = *strays;

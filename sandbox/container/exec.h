@@ -112,7 +112,8 @@ inline constexpr int kMaxConcurrentExecs = 32;
 // Several execs of one target run at once when it has `shared`. A timeout
 // kills the command's process group; the sandbox's other processes
 // (strays that left the group: setsid, double forks) only when no other
-// exec of the sandbox runs, since they may be that exec's.
+// exec of the sandbox runs, since they may be that exec's. A SIGKILL
+// through ExecOptions::control kills the command's process group only.
 absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& options);
 
 // write(2) to a pipe whose reader may be gone, without SIGPIPE (the exec

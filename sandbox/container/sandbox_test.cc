@@ -590,5 +590,49 @@ TEST_F(SandboxTest, ASignalReachesOneExecAndLeavesTheOthers) {
   EXPECT_FALSE((*trapped)->running());
 }
 
+// A SIGKILL through the control is one command killed by its client: its
+// process group goes, a process it moved out of the group (setsid) stays;
+// the timeout's kill takes that one too.
+TEST_F(SandboxTest, AControlsSigkillEndsTheGroupAndLeavesStrays) {
+  auto sb = Sandbox::Create(Config("kill-one"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto control = ExecControl::Create(false);
+  ASSERT_TRUE(control.ok());
+  ExecOptions o;
+  // "go" once the stray leads a session of its own (field 6 of its stat).
+  o.argv = {"sh", "-c",
+            "setsid sleep 301 & p=$!; while [ \"$(cut -d' ' -f6 /proc/$p/stat)\" != \"$p\" ]; do sleep 0.01; done; "
+            "echo go; sleep 302"};
+  o.control = *control;
+  o.timeout_ms = 20000;
+  std::string seen;
+  o.on_output = [&](int stream, std::string_view bytes) {
+    if (stream != 1) return;
+    seen.append(bytes);
+    if (seen == "go\n") {
+      EXPECT_TRUE((*control)->Signal(SIGKILL).ok());
+    }
+  };
+  auto r = (*sb)->Exec(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->signal, SIGKILL);
+  EXPECT_FALSE(r->timed_out);
+  EXPECT_EQ(r->stray_processes_killed, 0);
+  const std::string procs = "for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null; echo; done";
+  ExecResult ps = Sh(**sb, procs);
+  EXPECT_TRUE(absl::StrContains(ps.stdout_data, std::string("sleep\0" "301", 9))) << ps.stdout_data;
+  EXPECT_FALSE(absl::StrContains(ps.stdout_data, std::string("sleep\0" "302", 9))) << ps.stdout_data;
+  // A timeout, alone in the sandbox, takes the stray too.
+  ExecOptions t;
+  t.argv = {"sleep", "303"};
+  t.timeout_ms = 200;
+  auto timed = (*sb)->Exec(t);
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_TRUE(timed->timed_out);
+  EXPECT_GE(timed->stray_processes_killed, 1);
+  ps = Sh(**sb, procs);
+  EXPECT_FALSE(absl::StrContains(ps.stdout_data, std::string("sleep\0" "301", 9))) << ps.stdout_data;
+}
+
 }  // namespace
 }  // namespace dsec::container
