@@ -64,8 +64,9 @@ class StreamedExec {
   // stream alive (sandbox/e2b sends envd's keepalive events).
   enum class Next { kLine, kEnd, kTimeout };
   Next NextLineWithin(std::string* line, int64_t timeout_ms);
-  // The command started and its exec has not returned yet: it is the one
-  // holding its sandbox (the node runs one at a time per sandbox).
+  // The command started and its exec has not returned yet (on a tier
+  // without TierTraits::concurrent_execs, it is the one holding its
+  // sandbox).
   bool ExecRunning();
   // The client is gone: stop buffering. The exec runs to its end (and is
   // recorded in the trajectory like any other).
