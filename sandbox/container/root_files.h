@@ -18,7 +18,9 @@
 //   could not do, the API does not do for it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,5 +46,18 @@ absl::Status WriteRootFile(const std::string& root, const std::string& path,
 absl::StatusOr<std::vector<tier::FileEntry>> ListRootDir(const std::string& root,
                                                    const std::string& path,
                                                    const FileCredentials& creds);
+
+// A watch (inotify) on the directory `path` inside the root, and with
+// `recursive` on every directory below it on the sandbox's own file
+// systems (as the walls above: symlinks are not followed below `path`,
+// /proc and /sys are left out), at most `max_dirs` of them; directories
+// made or moved in later are added as their events come. The watch holds
+// the watched inodes only (not the root's mount: a sandbox that goes
+// lets its file systems go, and the watch reports it). Errors as above,
+// and ResourceExhausted (more than max_dirs directories, or the host's
+// inotify limits).
+absl::StatusOr<std::unique_ptr<tier::DirWatch>> WatchRootDir(const std::string& root, const std::string& path,
+                                                             bool recursive, size_t max_dirs,
+                                                             const FileCredentials& creds);
 
 }  // namespace dsec::container

@@ -548,6 +548,7 @@ void Service::DestroyEntry(Entry& e) {
       DSEC_LOG(warn, "daemon: sandbox={} destroy: {}", e.id, s.ToString());
     }
     e.sandbox.reset();
+    e.CloseWatchesLocked();
   }
   e.capacity.Release();
   // After the tier sandbox: its processes are gone from the QoS cgroup.
@@ -691,6 +692,43 @@ absl::StatusOr<json> Service::ListFiles(const std::string& id, const std::string
     list.push_back({{"name", ToValidUtf8(f.name)}, {"type", f.type}, {"size", f.size}, {"mode", f.mode}});
   }
   return json{{"entries", list}};
+}
+
+absl::StatusOr<std::shared_ptr<tier::DirWatch>> Service::WatchDir(const std::string& id, const std::string& path,
+                                                                    bool recursive) {
+  DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
+  FilesGuard lock = FilesLock(*e);
+  // e->watches is kill_mu's (FilesLock holds it for a tier whose files
+  // live beside its execs, else e->mu: kill_mu comes after it).
+  std::unique_lock<std::mutex> kill_lock;
+  if (!lock.beside.owns_lock()) kill_lock = std::unique_lock<std::mutex>(e->kill_mu);
+  if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  std::erase_if(e->watches, [](const std::weak_ptr<tier::DirWatch>& w) { return w.expired(); });
+  if (e->watches.size() >= static_cast<size_t>(options_.max_dir_watches_per_sandbox)) {
+    return absl::ResourceExhaustedError(absl::StrCat("sandbox ", id, " has ", e->watches.size(),
+                                                     " directory watches, the most a sandbox may have"));
+  }
+  std::shared_ptr<std::atomic<int>> count = dir_watches_;
+  if (count->fetch_add(1) >= options_.max_dir_watches) {
+    count->fetch_sub(1);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the node has ", options_.max_dir_watches, " directory watches, the most it keeps at once"));
+  }
+  absl::StatusOr<std::unique_ptr<tier::DirWatch>> made = e->sandbox->WatchDir(path, recursive);
+  if (!made.ok()) {
+    count->fetch_sub(1);
+    if (absl::IsUnimplemented(made.status())) {
+      return absl::UnimplementedError(absl::StrCat("the ", registry_.name(e->tier), " tier cannot watch directories"));
+    }
+    if (absl::IsInvalidArgument(made.status())) return InvalidField("path", std::string(made.status().message()));
+    return made.status();
+  }
+  std::shared_ptr<tier::DirWatch> watch(made->release(), [count](tier::DirWatch* w) {
+    delete w;
+    count->fetch_sub(1);
+  });
+  e->watches.push_back(watch);
+  return watch;
 }
 
 }  // namespace dsec::daemon

@@ -58,6 +58,11 @@ struct ServiceOptions {
   int64_t default_timeout_s = 60;
   uint64_t output_cap_bytes = 4u << 20;  // per exec, stdout + stderr
   uint64_t max_file_bytes = 64u << 20;   // files read/write
+  // Directory watches (WatchDir) alive at once on the node and on one
+  // sandbox. Each holds an inotify instance of the daemon's user, of
+  // which the host allows fs.inotify.max_user_instances (128 by default).
+  int max_dir_watches = 64;
+  int max_dir_watches_per_sandbox = 16;
   std::string layer_store;               // for pack_diff and /v1/layers ("" = none)
   // Sandbox snapshots' records (snapshot_store.h; "" = no snapshots): the
   // files live in the layer store, the records here.
@@ -147,6 +152,12 @@ class Service {
   absl::Status WriteFile(const std::string& id, const std::string& path, const std::string& mode,
                          const std::string& data);
   absl::StatusOr<nlohmann::json> ListFiles(const std::string& id, const std::string& path);
+  // A watch on a directory of the sandbox (tier::DirWatch; Unimplemented
+  // where its tier cannot watch). It lives apart from the sandbox's lock
+  // (an exec or pause does not wait for it); the sandbox's delete closes
+  // it. ResourceExhausted beyond max_dir_watches (node, sandbox).
+  absl::StatusOr<std::shared_ptr<tier::DirWatch>> WatchDir(const std::string& id, const std::string& path,
+                                                           bool recursive);
   absl::StatusOr<nlohmann::json> PackDiff(const std::string& id, const nlohmann::json& body);
   // POST /v1/sandboxes/{id}/fork: the source's writable layer packed once
   // into a layer of the store (source frozen meanwhile), then `count` new
@@ -257,6 +268,9 @@ class Service {
   nlohmann::json CloneBody(const Entry& e, const std::string& extra_layer) const;
 
   const ServiceOptions options_;
+  // Directory watches alive (WatchDir): shared with each watch's deleter,
+  // which may run after the Service is gone.
+  const std::shared_ptr<std::atomic<int>> dir_watches_ = std::make_shared<std::atomic<int>>(0);
   const tier::TierRegistry registry_;
   std::unique_ptr<trajectory::TrajectoryStore> trajectories_;
   mutable Metrics metrics_;

@@ -108,6 +108,17 @@ struct Service::Entry {
   void ReplaceSandbox(std::unique_ptr<tier::TierSandbox> next) {
     std::lock_guard<std::mutex> lock(kill_mu);
     sandbox = std::move(next);
+    CloseWatchesLocked();  // they watch the old one's files
+  }
+  // Directory watches made on it (Service::WatchDir), closed when the
+  // tier sandbox goes; guarded by kill_mu. Expired ones are dropped as
+  // new ones come.
+  std::vector<std::weak_ptr<tier::DirWatch>> watches;
+  void CloseWatchesLocked() {
+    for (const std::weak_ptr<tier::DirWatch>& w : watches) {
+      if (std::shared_ptr<tier::DirWatch> live = w.lock()) live->Close();
+    }
+    watches.clear();
   }
   bool destroyed = false;                // guarded by mu
   // What it holds of the node (options_.capacity), released on destroy;

@@ -280,6 +280,19 @@ TEST_F(ServiceUnitTest, HostPathsOfTierErrorsStayInTheLog) {
   EXPECT_EQ(svc->sandbox_count(), 0);
 }
 
+// A tier that cannot watch directories (TierSandbox's default) is named
+// in the refusal; an unknown sandbox is not found.
+TEST_F(ServiceUnitTest, WatchDirOnATierThatCannotWatchNamesIt) {
+  auto svc = Make();
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto w = svc->WatchDir((*sb)["id"], "/", true);
+  EXPECT_TRUE(absl::IsUnimplemented(w.status())) << w.status();
+  EXPECT_EQ(w.status().message(), "the container tier cannot watch directories");
+  EXPECT_TRUE(absl::IsNotFound(svc->WatchDir("sb-0000000000000000", "/", false).status()));
+  svc->DestroyAll();
+}
+
 TEST_F(ServiceUnitTest, SandboxLimitIsResourceExhausted) {
   auto svc = Make(2);
   ASSERT_TRUE(svc->Create({{"tier", "container"}}).ok());

@@ -60,6 +60,12 @@ void CommandFeed::Deliver(const std::string& line) {
   }
 }
 
+void CommandFeed::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  cv_.notify_all();
+}
+
 CommandFeed::Next CommandFeed::NextLine(int client, std::string* line, int64_t timeout_ms) {
   const auto deadline = timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
                                        : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -75,6 +81,7 @@ CommandFeed::Next CommandFeed::NextLine(int client, std::string* line, int64_t t
       return Next::kLine;
     }
     if (end_) return Next::kEnd;
+    if (closed_) return Next::kClosed;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return Next::kTimeout;
     if (reading_) {

@@ -33,10 +33,13 @@ class CommandFeed {
   // A new client; its handle for NextLine and Detach.
   int Attach();
   void Detach(int client);
-  enum class Next { kLine, kEnd, kTimeout };
+  enum class Next { kLine, kEnd, kTimeout, kClosed };
   // The client's next NDJSON line of the exec (daemon::StreamedExec's
-  // lines), waiting at most timeout_ms (< 0: as long as it takes).
+  // lines), waiting at most timeout_ms (< 0: as long as it takes);
+  // kClosed once Close was called (within a read slice, 100 ms).
   Next NextLine(int client, std::string* line, int64_t timeout_ms);
+  // Its clients stop waiting (the server stops); the command runs on.
+  void Close();
   // Output lines dropped for this client (its queue was full).
   uint64_t dropped(int client);
   // The command's exec has returned (it no longer runs).
@@ -58,6 +61,7 @@ class CommandFeed {
   int next_client_ ABSL_GUARDED_BY(mu_) = 0;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a client reads the exec now
   bool end_ ABSL_GUARDED_BY(mu_) = false;      // the exec's last line was handed out
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace dsec::e2b

@@ -5,9 +5,12 @@
 // checked access to the sandbox's root). MakeDir, Remove and Move have no
 // files-API call: they run mkdir/rm/mv in the sandbox through the node's
 // exec path (so they need those programs in the template, and count as
-// execs). Watching is unimplemented (docs/e2b.md).
+// execs). WatchDir streams a directory's changes, CreateWatcher and
+// GetWatcherEvents poll them (Service::WatchDir: the container tier's
+// inotify; 501 on tiers that cannot watch).
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/status.h"
 #include "sandbox/daemon/http_parse.h"
 #include "sandbox/e2b/connect.h"
@@ -104,6 +107,109 @@ void PostFiles(E2bServer::State* st, const httplib::Request& req, httplib::Respo
   SendJson(res, written);
 }
 
+const char* EventTypeName(FileEvent::Type t) {
+  switch (t) {
+    case FileEvent::Type::kCreate: return "EVENT_TYPE_CREATE";
+    case FileEvent::Type::kWrite: return "EVENT_TYPE_WRITE";
+    case FileEvent::Type::kRemove: return "EVENT_TYPE_REMOVE";
+    case FileEvent::Type::kRename: return "EVENT_TYPE_RENAME";
+    case FileEvent::Type::kChmod: return "EVENT_TYPE_CHMOD";
+  }
+  return "EVENT_TYPE_UNSPECIFIED";
+}
+
+json FilesystemEventJson(const FileEvent& e) {
+  return json{{"name", daemon::ToValidUtf8(e.name)}, {"type", EventTypeName(e.type)}};
+}
+
+absl::StatusOr<std::string> ParseWatcherId(const json& body) {
+  const json* w = body.is_object() && body.contains("watcherId") ? &body["watcherId"]
+                  : body.is_object() && body.contains("watcher_id") ? &body["watcher_id"]
+                                                                    : nullptr;
+  if (w == nullptr || !w->is_string() || w->get_ref<const std::string&>().empty()) {
+    return absl::InvalidArgumentError("watcherId must be a non-empty string");
+  }
+  return w->get<std::string>();
+}
+
+// Without the client's own keepalive interval, one every this often: a
+// client that went away is noticed at the next write, so a watch stream
+// ends within this of its client.
+constexpr int64_t kWatchKeepaliveMs = 30'000;
+
+// filesystem.WatchDir: (WatchDirResponse's oneof, unwrapped in JSON) the
+// start event, the directory's events as they
+// come (a keepalive after each quiet interval), and the end of the stream
+// with the error that ended the watch (its directory went, events were
+// lost, the sandbox went).
+void WatchDir(E2bServer::State* st, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = EnvdSandboxOf(req);
+  auto body = StreamRequest(st, req, res);
+  if (!body.ok()) return;
+  auto w = ParseWatchRequest(*body);
+  if (!w.ok()) return EndStreamNow(res, w.status());
+  // Each open stream holds one of the server's threads.
+  struct Slot {
+    explicit Slot(E2bServer::State* st) : watch(&st->watch_streams), open(&st->open_streams) {}
+    StreamCount watch, open;
+  };
+  auto slot = std::make_shared<Slot>(st);
+  if (st->watch_streams.load() > st->options.max_watch_streams) {
+    return EndStreamNow(res, absl::ResourceExhaustedError(absl::StrCat(
+                                 "this server streams ", st->options.max_watch_streams,
+                                 " directory watches at once, the most it does (CreateWatcher's polled "
+                                 "watchers are not limited so)")));
+  }
+  absl::StatusOr<std::shared_ptr<DirWatch>> made = st->svc->WatchDir(id, w->path, w->recursive);
+  if (!made.ok()) return EndStreamNow(res, made.status());
+  std::shared_ptr<DirWatch> watch = *std::move(made);
+  {
+    std::lock_guard<std::mutex> lock(st->streams_mu);
+    std::erase_if(st->stream_watches, [](const std::weak_ptr<DirWatch>& w) { return w.expired(); });
+    st->stream_watches.push_back(watch);
+    if (st->stopping) watch->Close();
+  }
+  const int64_t asked = KeepaliveMs(req);
+  const int64_t keepalive_ms = asked > 0 ? std::min(asked, kWatchKeepaliveMs) : kWatchKeepaliveMs;
+  struct Progress {
+    bool started = false;
+    bool ended = false;
+  };
+  auto progress = std::make_shared<Progress>();
+  res.status = 200;
+  res.set_chunked_content_provider(
+      kConnectJsonType,
+      [watch, slot, progress, keepalive_ms](size_t, httplib::DataSink& sink) {
+        if (progress->ended) {
+          sink.done();
+          return true;
+        }
+        std::string out;
+        if (!progress->started) {
+          progress->started = true;
+          out = MessageEnvelope(json{{"start", json::object()}});
+        } else {
+          const int64_t deadline = MonotonicNowMs() + keepalive_ms;
+          absl::StatusOr<std::vector<FileEvent>> events;
+          do {
+            events = watch->Next(std::max<int64_t>(0, deadline - MonotonicNowMs()));
+          } while (events.ok() && events->empty() && MonotonicNowMs() < deadline);
+          if (!events.ok()) {
+            out = EndStreamEnvelope(events.status());
+            progress->ended = true;
+          } else if (events->empty()) {
+            out = MessageEnvelope(json{{"keepalive", json::object()}});
+          } else {
+            for (const FileEvent& e : *events) {
+              out += MessageEnvelope(json{{"filesystem", FilesystemEventJson(e)}});
+            }
+          }
+        }
+        return sink.write(out.data(), out.size());
+      },
+      [watch](bool) { watch->Close(); });
+}
+
 void Unary(httplib::Server& srv, E2bServer::State* st, const std::string& method, UnaryFn fn) {
   srv.Post(absl::StrCat("/filesystem.Filesystem/", method),
            [st, fn](const httplib::Request& req, httplib::Response& res) { ServeUnary(st, req, res, fn); });
@@ -152,18 +258,53 @@ void AddFilesystemRoutes(httplib::Server& srv, E2bServer::State* st) {
     DSEC_ASSIGN_OR_RETURN(json entry, Stat(svc, id, to));
     return json{{"entry", entry}};
   });
-  for (const char* m : {"CreateWatcher", "GetWatcherEvents", "RemoveWatcher"}) {
-    Unary(srv, st, m, [m](const std::string&, const json&) -> absl::StatusOr<json> {
-      return absl::UnimplementedError(absl::StrCat("filesystem.Filesystem/", m,
-                                                   ": watching directories is not supported by dsec-vmm's E2B API"));
-    });
-  }
-  srv.Post("/filesystem.Filesystem/WatchDir", [](const httplib::Request&, httplib::Response& res) {
-    res.status = 200;
-    res.set_content(EndStreamEnvelope(absl::UnimplementedError(
-                        "filesystem.Filesystem/WatchDir: watching directories is not supported by dsec-vmm's E2B API")),
-                    "application/connect+json");
+  Unary(srv, st, "CreateWatcher", [st](const std::string& id, const json& body) -> absl::StatusOr<json> {
+    DSEC_ASSIGN_OR_RETURN(WatchRequest w, ParseWatchRequest(body));
+    std::shared_ptr<Record> rec = st->Find(id);
+    if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
+    DSEC_ASSIGN_OR_RETURN(std::shared_ptr<DirWatch> watch, st->svc->WatchDir(id, w.path, w.recursive));
+    std::lock_guard<std::mutex> lock(rec->mu);
+    const std::string watcher_id = absl::StrCat("w", rec->next_watcher++);
+    rec->watchers[watcher_id] = std::move(watch);
+    return json{{"watcherId", watcher_id}};
   });
+  Unary(srv, st, "GetWatcherEvents", [st](const std::string& id, const json& body) -> absl::StatusOr<json> {
+    DSEC_ASSIGN_OR_RETURN(std::string watcher_id, ParseWatcherId(body));
+    std::shared_ptr<Record> rec = st->Find(id);
+    if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
+    std::shared_ptr<DirWatch> watch;
+    {
+      std::lock_guard<std::mutex> lock(rec->mu);
+      auto it = rec->watchers.find(watcher_id);
+      if (it == rec->watchers.end()) return absl::NotFoundError(absl::StrCat("no watcher ", watcher_id));
+      watch = it->second;
+    }
+    absl::StatusOr<std::vector<FileEvent>> events = watch->Next(0);
+    if (!events.ok()) {
+      // The watch ended (its directory went, events were lost): so does
+      // the watcher, and the error says why.
+      std::lock_guard<std::mutex> lock(rec->mu);
+      rec->watchers.erase(watcher_id);
+      return events.status();
+    }
+    json list = json::array();
+    for (const FileEvent& e : *events) list.push_back(FilesystemEventJson(e));
+    return json{{"events", list}};
+  });
+  Unary(srv, st, "RemoveWatcher", [st](const std::string& id, const json& body) -> absl::StatusOr<json> {
+    DSEC_ASSIGN_OR_RETURN(std::string watcher_id, ParseWatcherId(body));
+    std::shared_ptr<Record> rec = st->Find(id);
+    if (rec == nullptr) return absl::UnavailableError("the sandbox is gone");
+    std::shared_ptr<DirWatch> gone;  // released outside the lock
+    std::lock_guard<std::mutex> lock(rec->mu);
+    auto it = rec->watchers.find(watcher_id);
+    if (it == rec->watchers.end()) return absl::NotFoundError(absl::StrCat("no watcher ", watcher_id));
+    gone = std::move(it->second);
+    rec->watchers.erase(it);
+    return json::object();
+  });
+  srv.Post("/filesystem.Filesystem/WatchDir",
+           [st](const httplib::Request& req, httplib::Response& res) { WatchDir(st, req, res); });
 }
 
 }  // namespace dsec::e2b

@@ -28,9 +28,7 @@ namespace dsec::e2b {
 
 using nlohmann::json;
 
-namespace {
-
-constexpr char kConnectJson[] = "application/connect+json";
+constexpr const char* kConnectJson = kConnectJsonType;
 
 bool ContentTypeIs(const httplib::Request& req, absl::string_view type) {
   const std::string ct = req.get_header_value("Content-Type");
@@ -38,14 +36,11 @@ bool ContentTypeIs(const httplib::Request& req, absl::string_view type) {
          (ct.size() == type.size() || ct[type.size()] == ';' || ct[type.size()] == ' ');
 }
 
-// A streaming call that ends before its first message: HTTP 200 and the
-// end-of-stream envelope carrying the error (the protocol's form).
 void EndStreamNow(httplib::Response& res, const absl::Status& status) {
   res.status = 200;
   res.set_content(EndStreamEnvelope(status), kConnectJson);
 }
 
-// The request message of a server-streaming call, or the error answered.
 absl::StatusOr<json> StreamRequest(const E2bServer::State* st, const httplib::Request& req, httplib::Response& res) {
   if (!ContentTypeIs(req, kConnectJson)) {
     res.status = 415;  // the protocol's answer to a codec it does not offer
@@ -65,9 +60,6 @@ absl::StatusOr<json> StreamRequest(const E2bServer::State* st, const httplib::Re
   return body;
 }
 
-// envd's keepalive: an event after each quiet interval the client asks
-// for (the SDK: Keepalive-Ping-Interval 50 s), so that a silent command
-// outlives the client's and proxies' idle timeouts (undici: 300 s).
 int64_t KeepaliveMs(const httplib::Request& req) {
   if (int64_t s = 0; absl::SimpleAtoi(req.get_header_value("Keepalive-Ping-Interval"), &s) && s > 0) {
     return std::min<int64_t>(s, 3600) * 1000;
@@ -75,16 +67,19 @@ int64_t KeepaliveMs(const httplib::Request& req) {
   return -1;
 }
 
+namespace {
+
 // Streams `feed` to one attached client (`client`): the start event, data
 // events as output comes, the end event, the end of the stream. A client
 // that goes away detaches; the command runs on (the record holds it).
-void StreamFeed(httplib::Response& res, std::shared_ptr<Record> rec, std::shared_ptr<CommandFeed> feed,
+void StreamFeed(E2bServer::State* st, httplib::Response& res, std::shared_ptr<Record> rec, std::shared_ptr<CommandFeed> feed,
                 int client, uint32_t pid, int64_t keepalive_ms) {
   struct Progress {
     bool started = false;
     bool ended = false;
   };
   auto progress = std::make_shared<Progress>();
+  auto counted = std::make_shared<StreamCount>(&st->open_streams);
   // The command ended: its record entry goes (the feed stays with this
   // client until it has sent the end).
   auto sweep = [rec] {
@@ -95,7 +90,7 @@ void StreamFeed(httplib::Response& res, std::shared_ptr<Record> rec, std::shared
   res.status = 200;
   res.set_chunked_content_provider(
       kConnectJson,
-      [feed, client, progress, pid, keepalive_ms, sweep](size_t, httplib::DataSink& sink) {
+      [feed, client, progress, pid, keepalive_ms, sweep, counted](size_t, httplib::DataSink& sink) {
         if (progress->ended) {
           sink.done();
           return true;
@@ -109,6 +104,9 @@ void StreamFeed(httplib::Response& res, std::shared_ptr<Record> rec, std::shared
           const CommandFeed::Next next = feed->NextLine(client, &line, keepalive_ms);
           if (next == CommandFeed::Next::kTimeout) {
             out = MessageEnvelope(json{{"event", {{"keepalive", json::object()}}}});
+          } else if (next == CommandFeed::Next::kClosed) {
+            out = EndStreamEnvelope(absl::UnavailableError("the E2B server is stopping"));
+            progress->ended = true;
           } else if (next == CommandFeed::Next::kEnd) {
             out = EndStreamEnvelope(absl::InternalError("the exec ended without a result"));
             progress->ended = true;
@@ -174,7 +172,8 @@ void Start(E2bServer::State* st, const httplib::Request& req, httplib::Response&
     rec->feeds[pid] = feed;
     if (control) rec->controls[pid] = control;
   }
-  StreamFeed(res, rec, feed, client, pid, KeepaliveMs(req));
+  if (st->stopping) feed->Close();  // CloseStreams may have missed it
+  StreamFeed(st, res, rec, feed, client, pid, KeepaliveMs(req));
 }
 
 // commands.connect: one more client of a running command, from now on.
@@ -203,7 +202,7 @@ void Connect(E2bServer::State* st, const httplib::Request& req, httplib::Respons
   }
   if (feed == nullptr) return EndStreamNow(res, absl::NotFoundError("no such process running"));
   const int client = feed->Attach();
-  StreamFeed(res, rec, feed, client, pid, KeepaliveMs(req));
+  StreamFeed(st, res, rec, feed, client, pid, KeepaliveMs(req));
 }
 
 json ProcessInfoJson(uint32_t pid, const StartRequest& r) {

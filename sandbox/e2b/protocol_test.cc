@@ -17,6 +17,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/scoped_fd.h"
+#include "base/status.h"
 #include "gtest/gtest.h"
 #include "sandbox/daemon/daemon_testing.h"
 #include "sandbox/e2b/connect.h"
@@ -85,6 +87,7 @@ class E2bProtocolTest : public ::testing::Test {
     E2bOptions o;
     o.api_keys = {kKey};
     o.templates["bb"] = Template{"bb", "container", {"bb:1"}, std::nullopt, std::nullopt, std::nullopt};
+    o.max_watch_streams = 2;  // StopEndsOpenStreamsAtOnce
     auto s = E2bServer::Start(&daemon_->service(), o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -116,6 +119,34 @@ class E2bProtocolTest : public ::testing::Test {
   }
   static std::string StartBody(const std::string& script) {
     return EncodeEnvelope(0, json{{"process", {{"cmd", "/bin/sh"}, {"args", {"-c", script}}}}}.dump());
+  }
+  // A streaming call on a raw connection of its own (read as it comes,
+  // with ReadUntil): the request sent, the socket returned.
+  absl::StatusOr<ScopedFd> OpenStream(const std::pair<std::string, std::string>& sb, const std::string& method,
+                                      const std::string& message) {
+    DSEC_ASSIGN_OR_RETURN(ScopedFd fd, daemon::testing::ConnectTcp(server_->port()));
+    const std::string body = EncodeEnvelope(0, message);
+    if (!daemon::testing::SendAll(
+            fd.get(), absl::StrCat("POST ", method, " HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: ", sb.first,
+                                   "\r\nX-Access-Token: ", sb.second,
+                                   "\r\nContent-Type: application/connect+json\r\nConnection: close\r\n",
+                                   "Content-Length: ", body.size(), "\r\n\r\n", body))) {
+      return absl::InternalError("sending the request failed");
+    }
+    return fd;
+  }
+  // Appends what `fd` brings to *got until it holds `what` (20 s at most,
+  // or the end of the connection); whether it does.
+  static bool ReadUntil(int fd, std::string* got, const std::string& what) {
+    char buf[4096];
+    for (int i = 0; i < 400 && !absl::StrContains(*got, what); ++i) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      got->append(buf, static_cast<size_t>(n));
+    }
+    return absl::StrContains(*got, what);
   }
   // The daemon still serves: a command runs to its end.
   void ExpectServing(const std::pair<std::string, std::string>& sb) {
@@ -329,26 +360,10 @@ TEST_F(E2bProtocolTest, AConnectedClientGetsTheRestOfARunningCommand) {
     if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_NE(pid, 0u);
-  auto fd = daemon::testing::ConnectTcp(server_->port());
-  ASSERT_TRUE(fd.ok());
-  const std::string body = EncodeEnvelope(0, json{{"process", {{"pid", pid}}}}.dump());
-  ASSERT_TRUE(daemon::testing::SendAll(
-      fd->get(), absl::StrCat("POST /process.Process/Connect HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: ", sb.first,
-                              "\r\nX-Access-Token: ", sb.second,
-                              "\r\nContent-Type: application/connect+json\r\nConnection: close\r\n",
-                              "Content-Length: ", body.size(), "\r\n\r\n", body)));
+  auto fd = OpenStream(sb, "/process.Process/Connect", json{{"process", {{"pid", pid}}}}.dump());
+  ASSERT_TRUE(fd.ok()) << fd.status();
   std::string got;
-  char buf[4096];
-  auto read_until = [&](const std::string& what) {
-    for (int i = 0; i < 400 && !absl::StrContains(got, what); ++i) {
-      pollfd p{fd->get(), POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      ssize_t n = ::read(fd->get(), buf, sizeof(buf));
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-    return absl::StrContains(got, what);
-  };
+  auto read_until = [&](const std::string& what) { return ReadUntil(fd->get(), &got, what); };
   ASSERT_TRUE(read_until("\"stdout\"")) << got;  // attached: output flows to it
   auto go = Start(sb, StartBody("touch /tmp/go"));
   ASSERT_TRUE(go);
@@ -424,10 +439,117 @@ TEST_F(E2bProtocolTest, WhatIsMissingIsNamed) {
   std::vector<Frame> cf = Frames(c->body);
   ASSERT_FALSE(cf.empty());
   EXPECT_TRUE(absl::StrContains(cf.back().message.dump(), "not_found")) << c->body;
-  r = client_->Post("/filesystem.Filesystem/CreateWatcher", Envd(sb), R"({"path":"/"})", "application/json");
+  r = client_->Post("/filesystem.Filesystem/CreateWatcher", Envd(sb), R"({"path":"/","includeEntry":true})",
+                    "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 501);
   EXPECT_EQ(json::parse(r->body)["code"], "unimplemented");
+  EXPECT_TRUE(absl::StrContains(r->body, "includeEntry")) << r->body;
+}
+
+// A server that stops ends its open streams at once: a silent command's
+// (without a keepalive) and a directory watch's would otherwise hold its
+// stop until the command ended or the next keepalive.
+TEST_F(E2bProtocolTest, StopEndsOpenStreamsAtOnce) {
+  auto sb = NewSandbox();
+  ASSERT_TRUE(Start(sb, StartBody("mkdir -p /w")));
+  auto open_stream = [&](const std::string& method, const std::string& message) {
+    return OpenStream(sb, method, message);
+  };
+  auto read_until = [](int fd, std::string* got, const std::string& what) { return ReadUntil(fd, got, what); };
+  auto watch = open_stream("/filesystem.Filesystem/WatchDir", R"({"path":"/w"})");
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  auto command = open_stream("/process.Process/Start",
+                             json{{"process", {{"cmd", "/bin/sh"}, {"args", {"-c", "sleep 120"}}}}}.dump());
+  ASSERT_TRUE(command.ok()) << command.status();
+  std::string watch_got, command_got;
+  ASSERT_TRUE(read_until(watch->get(), &watch_got, R"("start":{})")) << watch_got;
+  // Two watch streams at once here (max_watch_streams): a third is refused.
+  auto second = open_stream("/filesystem.Filesystem/WatchDir", R"({"path":"/"})");
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::string second_got;
+  ASSERT_TRUE(read_until(second->get(), &second_got, R"("start":{})")) << second_got;
+  auto third = open_stream("/filesystem.Filesystem/WatchDir", R"({"path":"/"})");
+  ASSERT_TRUE(third.ok()) << third.status();
+  std::string third_got;
+  EXPECT_TRUE(read_until(third->get(), &third_got, R"("code":"resource_exhausted")")) << third_got;
+  ASSERT_TRUE(read_until(command->get(), &command_got, R"("start":{"pid")")) << command_got;
+  const auto t0 = std::chrono::steady_clock::now();
+  server_->Stop();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(5)) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+  EXPECT_TRUE(read_until(watch->get(), &watch_got, R"("code":"unavailable")")) << watch_got;
+  EXPECT_TRUE(read_until(command->get(), &command_got, "stopping")) << command_got;
+  // As the daemon does after its front ends stop: the command ends with
+  // its sandbox (else the server's records would wait for it).
+  EXPECT_TRUE(daemon_->service().Delete(sb.first).ok());
+}
+
+// The polled watcher: CreateWatcher, GetWatcherEvents (what came since the
+// last call), RemoveWatcher; errors for a bad id and a missing directory.
+TEST_F(E2bProtocolTest, APolledWatcherGetsADirectorysChanges) {
+  auto sb = NewSandbox();
+  auto call = [&](const std::string& method, const json& body) {
+    auto r = client_->Post(absl::StrCat("/filesystem.Filesystem/", method), Envd(sb), body.dump(), "application/json");
+    EXPECT_TRUE(r) << method;
+    return r;
+  };
+  ASSERT_EQ(call("MakeDir", {{"path", "/w"}})->status, 200);
+  auto missing = call("CreateWatcher", {{"path", "/nope"}});
+  EXPECT_EQ(missing->status, 404) << missing->body;
+  auto c = call("CreateWatcher", {{"path", "/w"}, {"recursive", true}});
+  ASSERT_EQ(c->status, 200) << c->body;
+  const std::string wid = json::parse(c->body)["watcherId"];
+  auto none = call("GetWatcherEvents", {{"watcherId", wid}});
+  ASSERT_EQ(none->status, 200) << none->body;
+  EXPECT_EQ(json::parse(none->body)["events"].size(), 0u) << none->body;
+  // Events come as the commands run: polled, bounded.
+  auto poll_for = [&](const std::string& name) {
+    json events = json::array();
+    for (int i = 0; i < 100; ++i) {
+      auto g = call("GetWatcherEvents", {{"watcherId", wid}});
+      EXPECT_EQ(g->status, 200) << g->body;
+      const json answer = json::parse(g->body);
+      for (const json& e : answer["events"]) events.push_back(e);
+      if (absl::StrContains(events.dump(), absl::StrCat(R"("name":")", name, R"(")"))) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return events;
+  };
+  ASSERT_TRUE(Start(sb, StartBody("mkdir /w/d")));
+  json events = poll_for("d");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0], (json{{"name", "d"}, {"type", "EVENT_TYPE_CREATE"}})) << events;
+  // Recursive: the new directory is watched too.
+  ASSERT_TRUE(Start(sb, StartBody("echo x > /w/d/f")));
+  events = poll_for("d/f");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0], (json{{"name", "d/f"}, {"type", "EVENT_TYPE_CREATE"}})) << events;
+  EXPECT_EQ(call("RemoveWatcher", {{"watcherId", wid}})->status, 200);
+  auto gone = call("GetWatcherEvents", {{"watcherId", wid}});
+  EXPECT_EQ(gone->status, 404) << gone->body;
+  EXPECT_EQ(call("RemoveWatcher", {{"watcherId", wid}})->status, 404);
+  EXPECT_EQ(call("GetWatcherEvents", json::object())->status, 400);
+}
+
+// WatchDir: the start event, then the events, and the stream's end with
+// not_found when the directory goes.
+TEST_F(E2bProtocolTest, AWatchStreamEndsWhenItsDirectoryGoes) {
+  auto sb = NewSandbox();
+  ASSERT_TRUE(Start(sb, StartBody("mkdir -p /w")));
+  auto fd = OpenStream(sb, "/filesystem.Filesystem/WatchDir", R"({"path":"/w"})");
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  std::string got;
+  auto read_until = [&](const std::string& what) { return ReadUntil(fd->get(), &got, what); };
+  ASSERT_TRUE(read_until(R"("start":{})")) << got;
+  ASSERT_TRUE(Start(sb, StartBody("echo 1 > /w/one")));
+  EXPECT_TRUE(read_until(R"({"filesystem":{"name":"one","type":"EVENT_TYPE_CREATE"}})")) << got;
+  ASSERT_TRUE(Start(sb, StartBody("rm -rf /w")));
+  EXPECT_TRUE(read_until(R"("code":"not_found")")) << got;
+  // The daemon still answers.
+  auto l = client_->Post("/filesystem.Filesystem/ListDir", Envd(sb), R"({"path":"/"})", "application/json");
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->status, 200);
 }
 
 TEST_F(E2bProtocolTest, FilesUploadAndDownload) {

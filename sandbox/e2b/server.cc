@@ -282,8 +282,32 @@ absl::StatusOr<std::unique_ptr<E2bServer>> E2bServer::Start(daemon::Service* ser
   return s;
 }
 
+void E2bServer::State::CloseStreams() {
+  stopping = true;
+  std::vector<std::shared_ptr<Record>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [id, r] : records) all.push_back(r);
+  }
+  for (const std::shared_ptr<Record>& r : all) {
+    std::lock_guard<std::mutex> lock(r->mu);
+    for (const auto& [pid, feed] : r->feeds) feed->Close();
+  }
+  std::lock_guard<std::mutex> lock(streams_mu);
+  for (const std::weak_ptr<DirWatch>& w : stream_watches) {
+    if (std::shared_ptr<DirWatch> live = w.lock()) live->Close();
+  }
+  stream_watches.clear();
+}
+
 void E2bServer::Stop() {
   if (state_ && state_->server) {
+    state_->CloseStreams();
+    // Their ends go out before the sockets close (a command's within its
+    // feed's read slice, 100 ms); bounded.
+    for (int i = 0; i < 100 && state_->open_streams.load() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     state_->server->Shutdown();
     state_->server->stop();
   }

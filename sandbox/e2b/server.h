@@ -53,6 +53,9 @@ struct E2bOptions {
   uint32_t max_list_depth = 16;
   size_t max_list_entries = 100000;
   int threads = 32;
+  // filesystem.WatchDir streams at once (each holds a thread while it
+  // lasts); the polling watchers (CreateWatcher) hold none.
+  int max_watch_streams = 8;
   int max_connections_per_client = 64;
   int max_connections = 1024;
 };

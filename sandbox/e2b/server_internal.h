@@ -21,6 +21,7 @@
 #include "sandbox/daemon/http_guard.h"
 #include "sandbox/e2b/command_feed.h"
 #include "sandbox/e2b/server.h"
+#include "base/dir_watch.h"
 
 namespace dsec::e2b {
 
@@ -48,6 +49,10 @@ struct Record {
   // (Service::ExecControlOffered): stdin, and a signal to one command.
   std::map<uint32_t, std::shared_ptr<ExecControl>> controls ABSL_GUARDED_BY(mu);
   uint32_t next_pid ABSL_GUARDED_BY(mu) = 1000;
+  // Directory watches made by CreateWatcher, read by GetWatcherEvents
+  // (WatchDir's streams hold their own).
+  std::map<std::string, std::shared_ptr<DirWatch>> watchers ABSL_GUARDED_BY(mu);
+  uint64_t next_watcher ABSL_GUARDED_BY(mu) = 1;
   // Drops the commands whose exec ended; returns their feeds, to be
   // released outside `mu` (the last release joins the exec's thread).
   std::vector<std::shared_ptr<CommandFeed>> Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -58,6 +63,21 @@ struct E2bServer::State {
   E2bOptions options;
   std::unique_ptr<daemon::GuardedServer> server;
   std::shared_ptr<daemon::GuardMetrics> guard_metrics;
+  // WatchDir streams open now (each holds one of the server's threads
+  // while it lasts): at most options.max_watch_streams.
+  std::atomic<int> watch_streams{0};
+  // Their watches, closed when the server stops (as are the records'
+  // command feeds): a stream waiting for its next event ends at once
+  // instead of holding the server's stop for a keepalive interval.
+  std::mutex streams_mu;
+  std::vector<std::weak_ptr<DirWatch>> stream_watches ABSL_GUARDED_BY(streams_mu);
+  // Set by CloseStreams: a stream that registers after it closes itself.
+  std::atomic<bool> stopping{false};
+  // Streams (Start, Connect, WatchDir) whose response is not done: Stop
+  // lets them send their end (briefly) before the sockets close.
+  std::atomic<int> open_streams{0};
+  // Stop: ends every stream's wait (feeds, watches).
+  void CloseStreams();
 
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Record>> records ABSL_GUARDED_BY(mu);
@@ -90,6 +110,33 @@ std::string EnvdSandboxOf(const httplib::Request& req);
 using UnaryFn = std::function<absl::StatusOr<nlohmann::json>(const std::string& sandbox_id,
                                                              const nlohmann::json& request)>;
 void ServeUnary(E2bServer::State* st, const httplib::Request& req, httplib::Response& res, const UnaryFn& fn);
+
+// Connect streams (server-streaming calls, JSON codec).
+inline constexpr char kConnectJsonType[] = "application/connect+json";
+bool ContentTypeIs(const httplib::Request& req, absl::string_view type);
+// A streaming call that ends before its first message: HTTP 200 and the
+// end-of-stream envelope carrying the error (the protocol's form).
+void EndStreamNow(httplib::Response& res, const absl::Status& status);
+// The request message of a server-streaming call, or the error answered.
+absl::StatusOr<nlohmann::json> StreamRequest(const E2bServer::State* st, const httplib::Request& req,
+                                             httplib::Response& res);
+// envd's keepalive: an event after each quiet interval the client asks
+// for (the SDK: Keepalive-Ping-Interval 50 s), so that a silent stream
+// outlives the client's and proxies' idle timeouts (undici: 300 s); -1
+// when the client asks for none.
+int64_t KeepaliveMs(const httplib::Request& req);
+
+// Counts one stream in `n` for its life (held by its content provider).
+class StreamCount {
+ public:
+  explicit StreamCount(std::atomic<int>* n) : n_(n) { n_->fetch_add(1); }
+  ~StreamCount() { n_->fetch_sub(1); }
+  StreamCount(const StreamCount&) = delete;
+  StreamCount& operator=(const StreamCount&) = delete;
+
+ private:
+  std::atomic<int>* n_;
+};
 
 void AddControlPlaneRoutes(httplib::Server& srv, E2bServer::State* st);
 void AddProcessRoutes(httplib::Server& srv, E2bServer::State* st);

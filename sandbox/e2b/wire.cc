@@ -420,6 +420,23 @@ absl::StatusOr<uint32_t> ParseDepth(const json& body, uint32_t max_depth) {
   return static_cast<uint32_t>(v);
 }
 
+absl::StatusOr<WatchRequest> ParseWatchRequest(const json& body) {
+  WatchRequest w;
+  DSEC_ASSIGN_OR_RETURN(w.path, ParsePathField(body, "path"));
+  if (const json* r = Field(body, "recursive"); r != nullptr) {
+    if (!r->is_boolean()) return InvalidField("recursive", "must be a boolean");
+    w.recursive = r->get<bool>();
+  }
+  if (const json* e = Field(body, "includeEntry", "include_entry"); e != nullptr) {
+    if (!e->is_boolean()) return InvalidField("includeEntry", "must be a boolean");
+    if (e->get<bool>()) return Unsupported("includeEntry", "an entry with each watch event");
+  }
+  if (const json* m = Field(body, "allowNetworkMounts", "allow_network_mounts"); m != nullptr && !m->is_boolean()) {
+    return InvalidField("allowNetworkMounts", "must be a boolean");
+  }
+  return w;
+}
+
 std::string PermissionsString(uint32_t mode, absl::string_view type) {
   std::string s = type == "dir" ? "d" : type == "symlink" ? "l" : "-";
   const char* rwx = "rwx";

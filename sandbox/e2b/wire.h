@@ -115,6 +115,14 @@ std::string ParentOf(absl::string_view abs_path);
 std::string BaseName(absl::string_view abs_path);
 // ListDirRequest's depth: 1 when absent, at most `max_depth`.
 absl::StatusOr<uint32_t> ParseDepth(const nlohmann::json& body, uint32_t max_depth);
+// WatchDirRequest / CreateWatcherRequest: the directory and whether to
+// watch below it. includeEntry (an entry with each event) is refused by
+// name; allowNetworkMounts is accepted (a sandbox has no network mounts).
+struct WatchRequest {
+  std::string path;
+  bool recursive = false;
+};
+absl::StatusOr<WatchRequest> ParseWatchRequest(const nlohmann::json& body);
 // filesystem.EntryInfo from a node file entry {"name", "type", "size",
 // "mode"} at `path`.
 nlohmann::json EntryInfoJson(const std::string& path, const nlohmann::json& node_entry);

@@ -17,4 +17,8 @@ absl::StatusOr<MachineSaved> TierSandbox::SaveMachine(const std::string& /*dest_
   return absl::UnimplementedError("this tier's sandboxes cannot be saved whole (memory and processes)");
 }
 
+absl::StatusOr<std::unique_ptr<DirWatch>> TierSandbox::WatchDir(const std::string& /*path*/, bool /*recursive*/) {
+  return absl::UnimplementedError("this tier's sandboxes cannot watch directories");
+}
+
 }  // namespace dsec::tier

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/dir_watch.h"
 #include "base/exec_control.h"
 #include "sandbox/tier/options.h"
 
@@ -120,6 +121,10 @@ struct FileEntry {
   uint32_t mode = 0;
 };
 
+// Directory watches: base/dir_watch.h.
+using dsec::DirWatch;
+using dsec::FileEvent;
+
 // One sandbox of a tier. Threads: the daemon calls one method at a time
 // per sandbox (its entry lock), except KillExecs, the file methods of a
 // tier with TierTraits::files_beside_exec, which may come while an Exec
@@ -137,6 +142,10 @@ class TierSandbox {
   virtual absl::Status WriteFile(const std::string& path, const std::string& data,
                                  uint32_t mode) = 0;
   virtual absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string& path) = 0;
+  // A watch on the directory `path` (and every directory below it when
+  // `recursive`), under the same rules as the other file methods; called
+  // like them. Unimplemented where the tier cannot watch.
+  virtual absl::StatusOr<std::unique_ptr<DirWatch>> WatchDir(const std::string& path, bool recursive);
   // The writable layer's directory for pack_diff (the sandbox is frozen
   // by the caller meanwhile); FailedPrecondition where the tier has none.
   virtual absl::StatusOr<std::string> UpperDir() = 0;

@@ -151,6 +151,30 @@ await check('files.write as application/octet-stream; gzip refused', async () =>
   await assert.rejects(sbx.files.write('/oct/z', 'x', { gzip: true }), /not supported|501/)
 })
 
+await check('files.watchDir streams a directory\'s changes', async () => {
+  await sbx.files.makeDir('/watched')
+  const seen = []
+  let exited = null
+  const handle = await sbx.files.watchDir('/watched', (e) => { seen.push(`${e.type} ${e.name}`) },
+    { recursive: true, onExit: (err) => { exited = err ?? 'ended' } })
+  const waitFor = async (what) => {
+    for (let i = 0; i < 400 && !seen.includes(what); i++) await new Promise((r) => setTimeout(r, 25))
+    assert.ok(seen.includes(what), `${what} not in ${JSON.stringify(seen)}`)
+  }
+  await sbx.files.write('/watched/a.txt', 'A')
+  await waitFor('create a.txt')
+  await sbx.commands.run('mkdir /watched/sub')
+  await waitFor('create sub')
+  await sbx.commands.run('echo x > /watched/sub/b && chmod 600 /watched/sub/b && rm /watched/a.txt')
+  await waitFor('remove a.txt')
+  for (const e of ['write sub/b', 'chmod sub/b']) assert.ok(seen.includes(e), `${e} not in ${JSON.stringify(seen)}`)
+  await handle.stop()
+  // A missing directory is NotFoundError.
+  await assert.rejects(sbx.files.watchDir('/no/such/dir', () => {}),
+    (e) => e instanceof NotFoundError || /not found/i.test(String(e)))
+  assert.equal(exited === null || exited === 'ended' || exited instanceof Error, true)
+})
+
 await check('files.read of a missing file is NotFoundError', async () => {
   await assert.rejects(sbx.files.read('/no/such/file'), (e) => e instanceof NotFoundError || /not found|404/i.test(String(e)))
 })
