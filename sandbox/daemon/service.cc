@@ -538,6 +538,13 @@ void Service::DestroyEntry(Entry& e) {
   // (A paused sandbox runs no exec, and its frozen processes would not
   // die before the tier's destroy thaws them.)
   e.deleting = true;
+  if (e.paused && registry_.traits(e.tier).concurrent_execs) {
+    // Commands may have run on into the pause (OpsLock): thawed, so that
+    // the kill below ends them (a frozen process dies only once thawed
+    // under cgroup v1's freezer) and they give the lock back.
+    OpsGuard ops = OpsLock(e);
+    if (e.paused && !e.destroyed && e.sandbox != nullptr && e.sandbox->Resume().ok()) e.paused = false;
+  }
   if (!e.paused) e.KillExecs();
   std::lock_guard<std::shared_mutex> lock(e.mu);
   if (e.destroyed) return;
@@ -631,7 +638,7 @@ void Service::DestroyAll() {
 absl::StatusOr<json> Service::Pause(const std::string& id) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   {
-    std::lock_guard<std::shared_mutex> lock(e->mu);
+    OpsGuard lock = OpsLock(*e);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
     if (absl::Status s = e->sandbox->Pause(); !s.ok()) return HostFailure("pause", id, s);
     e->paused = true;
@@ -642,12 +649,23 @@ absl::StatusOr<json> Service::Pause(const std::string& id) {
 absl::StatusOr<json> Service::Resume(const std::string& id) {
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   {
-    std::lock_guard<std::shared_mutex> lock(e->mu);
+    OpsGuard lock = OpsLock(*e);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
     if (absl::Status s = e->sandbox->Resume(); !s.ok()) return HostFailure("resume", id, s);
     e->paused = false;
   }
   return Describe(*e);
+}
+
+Service::OpsGuard Service::OpsLock(Entry& e) const {
+  OpsGuard g;
+  if (registry_.traits(e.tier).concurrent_execs && !e.task_id) {
+    g.shared = std::shared_lock<std::shared_mutex>(e.mu);
+    g.ops = std::unique_lock<std::mutex>(e.ops_mu);
+  } else {
+    g.exclusive = std::unique_lock<std::shared_mutex>(e.mu);
+  }
+  return g;
 }
 
 Service::FilesGuard Service::FilesLock(Entry& e) const {

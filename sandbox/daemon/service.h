@@ -259,6 +259,17 @@ class Service {
     std::unique_lock<std::shared_mutex> entry;
   };
   FilesGuard FilesLock(Entry& e) const;
+  // The lock pause, resume, pack_diff, fork and snapshot hold: on a tier
+  // whose execs overlap (not a task's sandbox) the entry's shared with
+  // ops_mu, so that they neither wait for running commands (a background
+  // server would hold them until its timeout) nor stop them for longer
+  // than a freeze; elsewhere the entry's exclusively.
+  struct OpsGuard {
+    std::shared_lock<std::shared_mutex> shared;
+    std::unique_lock<std::mutex> ops;
+    std::unique_lock<std::shared_mutex> exclusive;
+  };
+  OpsGuard OpsLock(Entry& e) const;
   // pack_diff's core, under e.mu: packs e's writable layer (frozen while
   // it is read) into `store` as name:version.
   absl::StatusOr<layers::BuildResult> PackLocked(Entry& e, layers::LayerStore& store,

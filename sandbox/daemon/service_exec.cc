@@ -295,7 +295,7 @@ absl::StatusOr<json> Service::PackDiff(const std::string& id, const json& body) 
   if (options_.layer_store.empty()) return absl::UnavailableError("this daemon has no layer store");
   DSEC_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Find(id));
   DSEC_ASSIGN_OR_RETURN(layers::LayerStore store, layers::LayerStore::Create(options_.layer_store));
-  std::lock_guard<std::shared_mutex> lock(e->mu);
+  OpsGuard lock = OpsLock(*e);
   if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   if (e->replayer && !e->replayer->live()) {
     // A resumed client re-sends its pack_diffs too: answer with the

@@ -119,7 +119,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
     if (!machine.dir.empty()) std::filesystem::remove_all(machine.dir, ec);
   };
   {
-    std::lock_guard<std::shared_mutex> lock(e->mu);
+    OpsGuard lock = OpsLock(*e);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
     if (e->replayer && !e->replayer->live()) {
       return absl::FailedPreconditionError(

@@ -70,6 +70,11 @@ struct Service::Entry {
   // the writable layer. Order: mu before kill_mu.
   std::unique_ptr<tier::TierSandbox> sandbox;
   std::mutex kill_mu;
+  // Serialises pause, resume, pack_diff, fork and snapshot where they hold
+  // `mu` shared beside running execs (Service::OpsLock: a tier with
+  // TierTraits::concurrent_execs, not a task's sandbox). Order: mu, then
+  // ops_mu, then kill_mu.
+  std::mutex ops_mu;
   // A delete is under way: a later exec is refused (the one running is
   // killed by the delete).
   std::atomic<bool> deleting{false};

@@ -115,7 +115,7 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
   bool reused = false;
   SavedMachine machine;
   {
-    std::lock_guard<std::shared_mutex> lock(e->mu);
+    OpsGuard lock = OpsLock(*e);
     if (e->destroyed) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
     if (e->replayer && !e->replayer->live()) {
       return absl::FailedPreconditionError(

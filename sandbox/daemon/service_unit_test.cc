@@ -49,6 +49,9 @@ struct FakeState {
   std::condition_variable meet_cv;
   int meeting = 0;    // running now; guarded by meet_mu
   int meet_peak = 0;  // most ever running at once; guarded by meet_mu
+  // `hold`: runs until `release` or a KillExecs (guarded by meet_mu).
+  int holding = 0;
+  bool release = false;
 };
 
 using tier::ExecOutcome;
@@ -92,6 +95,18 @@ class FakeSandbox : public TierSandbox {
       o.stdout_data = met ? "met" : "alone";
       return o;
     }
+    if (spec.argv.size() == 1 && spec.argv[0] == "hold") {
+      // Runs until released or killed (KillExecs), 10 s at most.
+      std::unique_lock<std::mutex> lock(s_->meet_mu);
+      ++s_->holding;
+      s_->meet_cv.notify_all();
+      const int kills = s_->kills;
+      const bool ended = s_->meet_cv.wait_for(lock, std::chrono::seconds(10),
+                                              [&] { return s_->release || s_->kills > kills; });
+      --s_->holding;
+      o.stdout_data = !ended ? "timeout" : s_->release ? "released" : "killed";
+      return o;
+    }
     if (spec.argv.size() == 1 && spec.argv[0] == "recall") {
       o.stdout_data = machine_;
       return o;
@@ -116,7 +131,9 @@ class FakeSandbox : public TierSandbox {
   absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string&) override { return std::vector<FileEntry>{}; }
   absl::StatusOr<std::string> UpperDir() override { return absl::FailedPreconditionError("fake"); }
   bool KillExecs() override {
+    std::lock_guard<std::mutex> lock(s_->meet_mu);
     s_->kills++;
+    s_->meet_cv.notify_all();
     return true;
   }
   absl::Status Destroy() override {
@@ -867,6 +884,62 @@ TEST_F(ServiceUnitTest, ExecsOverlapOnATierWithConcurrentExecsButNotOnATasksSand
   auto paused = svc->Exec((*sb)["id"], {{"argv", {"meet"}}});
   EXPECT_TRUE(absl::IsFailedPrecondition(paused.status())) << paused.status();
   svc->DestroyAll();
+}
+
+// On a tier whose execs overlap, pause, resume and delete do not wait for
+// a running command: it is frozen (and thawed) with the sandbox, and a
+// delete of the paused sandbox ends it. Elsewhere a pause waits for it.
+TEST_F(ServiceUnitTest, PauseAndDeleteDoNotWaitForRunningCommandsWhereExecsOverlap) {
+  tier::TierTraits traits = FakeTier::ContainerLike();
+  traits.concurrent_execs = true;
+  auto svc = Make(8, false, nullptr, nullptr, traits);
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  const std::string id = (*sb)["id"];
+  std::string held;
+  std::thread exec([&] {
+    auto r = svc->Exec(id, {{"argv", {"hold"}}});
+    held = r.ok() ? (*r)["stdout"].get<std::string>() : r.status().ToString();
+  });
+  {
+    std::unique_lock<std::mutex> lock(state_.meet_mu);
+    ASSERT_TRUE(state_.meet_cv.wait_for(lock, std::chrono::seconds(10), [&] { return state_.holding == 1; }));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(svc->Pause(id).ok());
+  ASSERT_TRUE(svc->Resume(id).ok());
+  ASSERT_TRUE(svc->Pause(id).ok());
+  ASSERT_TRUE(svc->Delete(id).ok());  // paused, a command running: it ends it
+  exec.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(held, "killed");
+
+  // A tier whose execs go one at a time: the pause waits for the command.
+  auto one = Make();
+  auto sb2 = one->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb2.ok()) << sb2.status();
+  const std::string id2 = (*sb2)["id"];
+  state_.release = false;
+  std::thread exec2([&] { (void)one->Exec(id2, {{"argv", {"hold"}}}); });
+  {
+    std::unique_lock<std::mutex> lock(state_.meet_mu);
+    ASSERT_TRUE(state_.meet_cv.wait_for(lock, std::chrono::seconds(10), [&] { return state_.holding == 1; }));
+  }
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::lock_guard<std::mutex> lock(state_.meet_mu);
+    state_.release = true;
+    state_.meet_cv.notify_all();
+  });
+  ASSERT_TRUE(one->Pause(id2).ok());
+  {
+    std::lock_guard<std::mutex> lock(state_.meet_mu);
+    EXPECT_TRUE(state_.release);  // it waited for the command's end
+    EXPECT_EQ(state_.holding, 0);
+  }
+  releaser.join();
+  exec2.join();
+  one->DestroyAll();
 }
 
 TEST_F(ServiceUnitTest, ExecsGoOneAtATimeOnATierWithoutConcurrentExecs) {

@@ -129,8 +129,11 @@ using dsec::FileEvent;
 // per sandbox (its entry lock), except KillExecs, the file methods of a
 // tier with TierTraits::files_beside_exec, which may come while an Exec
 // runs, and Exec itself for a tier with TierTraits::concurrent_execs,
-// which may run on several threads at once (never beside another
-// method but those); Destroy ends its life.
+// which may run on several threads at once; on such a tier Pause,
+// Resume, UpperDir, UpperXattrPrefix and SaveMachine also come while its
+// Execs run (one of them at a time: a pause freezes running commands, a
+// resume lets them go on). Destroy ends its life, never beside another
+// method.
 class TierSandbox {
  public:
   virtual ~TierSandbox() = default;
@@ -229,7 +232,9 @@ struct TierTraits {
   bool files_beside_exec = false;
   // Its sandboxes run several Execs at once: the daemon lets a sandbox's
   // execs overlap (those of a task's sandbox still go one at a time: its
-  // trajectory is one sequence).
+  // trajectory is one sequence), and pauses, packs, forks and snapshots
+  // them while commands run (frozen meanwhile) instead of waiting for the
+  // commands to end.
   bool concurrent_execs = false;
   // Its Exec serves ExecSpec::control (streamed stdin, signals to one
   // command); without it a request that needs one is refused.

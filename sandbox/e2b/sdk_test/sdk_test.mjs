@@ -275,6 +275,38 @@ await check('Sandbox.fork', async () => {
   for (const f of forks) await f.kill()
 })
 
+await check('pause and fork do not wait for a running background command', async () => {
+  const busy = await create()
+  let out = ''
+  const h = await busy.commands.run('i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.05; done',
+    { background: true, timeoutMs: 0, onStdout: (d) => { out += d } })
+  const count = async () => Number((await busy.commands.run('cat /count')).stdout)
+  for (let i = 0; i < 200 && !(await busy.files.exists('/count')); i++) await new Promise((r) => setTimeout(r, 25))
+  let started = Date.now()
+  await Sandbox.pause(busy.sandboxId)
+  assert.ok(Date.now() - started < 30_000, `pause took ${Date.now() - started} ms`)
+  // Frozen: the counter stands still while paused.
+  const frozen = Number(await busy.files.read('/count'))
+  await new Promise((r) => setTimeout(r, 300))
+  assert.equal(Number(await busy.files.read('/count')), frozen)
+  const back = await Sandbox.connect(busy.sandboxId)
+  const after = await count()
+  for (let i = 0; i < 200 && (await count()) <= after; i++) await new Promise((r) => setTimeout(r, 25))
+  assert.ok((await count()) > after, 'the command did not go on after the resume')
+  console.log(`forked-from ${busy.sandboxId}`)
+  started = Date.now()
+  const forks = await Sandbox.fork(busy.sandboxId, { count: 1, timeoutMs: 60_000 })
+  assert.ok(Date.now() - started < 30_000, `fork took ${Date.now() - started} ms`)
+  assert.ok(forks[0] instanceof Sandbox, `fork failed: ${forks[0]}`)
+  made.push(forks[0])
+  assert.ok(Number(await forks[0].files.read('/count')) > 0)
+  await forks[0].kill()
+  // The command still runs in the source, and a kill ends it.
+  assert.equal(await back.commands.kill(h.pid), true)
+  await h.wait().then(() => { throw new Error('the command ended normally') }, () => {})
+  assert.equal(out, '')
+})
+
 await check('errors for bad ids', async () => {
   await assert.rejects(Sandbox.getInfo('sb-0000000000000000'), /not found/i)
   assert.equal(await Sandbox.kill('sb-0000000000000000'), false)
