@@ -11,7 +11,8 @@ host from inside (vsock to the host CID, TCP), an overwritten /bin/bash,
 FICLONE/SWAPEXT/BLKDISCARD on the guest's own file systems and pmem disks.
 
 Checked: create, commands.run (shell string, argv, exit codes, stdin,
-timeout), exec_stream, files write/read/list, pause/resume, a TTL that
+timeout), exec_stream, files write/read/list, pause/resume, the E2B JS SDK
+through the daemon's E2B API (sandbox/e2b/sdk_test/microvm.mjs), a TTL that
 expires, kill; pack_diff of a microVM's changes into a layer that a
 container sandbox and a second microVM then use; fork and snapshot of a
 running microVM whose children, and a sandbox made from the snapshot after
@@ -23,6 +24,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import time
 
@@ -56,8 +58,26 @@ def mvm(tmp_path_factory):
     r = subprocess.run([os.path.join(SOURCE, "tools", "build-guest-image.sh"), _agent(), rootfs],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    d = harness.Daemon(tmp, store=STORE, extra_args=[
-        "--microvm-rootfs", rootfs, "--microvm-state-dir", os.path.join(tmp, "microvm")])
+    extra = ["--microvm-rootfs", rootfs, "--microvm-state-dir", os.path.join(tmp, "microvm")]
+    # The E2B API too, with a template on the microvm tier
+    # (test_e2b_sdk_drives_a_microvm).
+    d_e2b = None
+    if harness.offers(harness._help_text(os.environ["DSEC_VMMD"]), "--e2b-listen"):
+        keys = os.path.join(tmp, "e2b-keys")
+        key = "e2b_" + secrets.token_hex(20)
+        with open(keys, "w") as f:
+            f.write(key + "\n")
+        templates = os.path.join(tmp, "e2b-templates.json")
+        r = subprocess.run([os.environ["DSEC_VMMD"].replace("dsec-vmmd", "dsec-vmm"), "template", "--file",
+                            templates, "add", "mvm", "--layers", BASE, "--tier", "microvm"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        port = harness.free_port()
+        extra += ["--e2b-listen", "127.0.0.1:%d" % port, "--e2b-api-key-file", keys,
+                  "--e2b-templates", templates]
+        d_e2b = {"url": "http://127.0.0.1:%d" % port, "key": key, "template": "mvm"}
+    d = harness.Daemon(tmp, store=STORE, extra_args=extra)
+    d.e2b = d_e2b
     d.start()
     client = d.client(timeout=180)
     try:
@@ -111,6 +131,32 @@ def test_run_stream_files_pause_resume_kill(mvm):
         assert sb.kill() is True
         with pytest.raises(libdsec.NotFound):
             libdsec.Sandbox.connect(sb.sandbox_id, socket=mvm.socket)
+
+
+def _e2b_sdk():
+    d = os.path.join(os.environ.get("DSEC_CACHE_DIR", os.path.expanduser("~/.cache/dsec-vmm")), "npm-e2b")
+    return d if os.path.exists(os.path.join(d, "node_modules", "e2b", "package.json")) else None
+
+
+def test_e2b_sdk_drives_a_microvm(mvm, tmp_path):
+    """The real E2B JS SDK against the daemon's E2B API, with a template on
+    the microvm tier: create, streamed commands and exit codes, stdin of a
+    background command, a kill of one command, files, the refusal of
+    watchDir naming the tier, kill (sandbox/e2b/sdk_test/microvm.mjs)."""
+    if mvm.e2b is None:
+        pytest.skip("this dsec-vmmd has no --e2b-listen")
+    node = shutil.which("node")
+    sdk = _e2b_sdk()
+    if node is None or sdk is None:
+        pytest.skip("no node or no E2B SDK in the cache (tools/setup.sh installs both)")
+    script = tmp_path / "microvm.mjs"
+    shutil.copy(os.path.join(SOURCE, "sandbox", "e2b", "sdk_test", "microvm.mjs"), script)
+    os.symlink(os.path.join(sdk, "node_modules"), tmp_path / "node_modules")
+    env = dict(os.environ, E2B_API_URL=mvm.e2b["url"], E2B_SANDBOX_URL=mvm.e2b["url"],
+               E2B_API_KEY=mvm.e2b["key"], E2B_TEST_TEMPLATE=mvm.e2b["template"])
+    r = subprocess.run([node, str(script)], env=env, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stdout + r.stderr + "\n--- daemon\n" + mvm.log_tail()
+    assert "all ok" in r.stdout
 
 
 def test_a_ttl_ends_the_microvm(mvm):
