@@ -288,6 +288,15 @@ absl::Status Client::ConfigureNetwork(const std::string& net) {
   return CheckEmptyObject(f);
 }
 
+absl::Status Client::SetClock(int64_t unix_ns) {
+  ClockRequest req;
+  req.unix_ns = unix_ns;
+  DSEC_RETURN_IF_ERROR(Send(ToFrame(req)));
+  DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));
+  if (f.type != MsgType::kClockDone) return Unexpected(f, MsgType::kClockDone);
+  return CheckEmptyObject(f);
+}
+
 absl::Status Client::Shutdown() {
   DSEC_RETURN_IF_ERROR(Send(EmptyFrame(MsgType::kShutdown)));
   DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));

@@ -9,6 +9,8 @@
 // broken() and every further call fails with FailedPrecondition.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -112,6 +114,12 @@ class Client {
   // Re-addresses the guest's eth0 ("<address>/<prefix>,<gateway>", as
   // dsec.net): a guest restored from another sandbox's saved machine.
   absl::Status ConfigureNetwork(const std::string& net);
+  // CLOCK: sets the guest's wall clock to `unix_ns` (a restored machine).
+  absl::Status SetClock(int64_t unix_ns);
+  // Any thread: shuts the connection down both ways, so that a call under
+  // way on another thread fails at once and the client is broken; the
+  // agent kills the command it ran for this connection (a disconnect).
+  void Interrupt() { conn_.Shutdown(SHUT_RDWR); }
   // Asks the agent to stop (guest: sync and power off; host mode: exit),
   // waits for its acknowledgement and closes the connection.
   absl::Status Shutdown();

@@ -142,6 +142,10 @@ Frame ToFrame(const NetworkRequest& m) {
   return JsonFrame(MsgType::kNetwork, {{"net", m.net}});
 }
 
+Frame ToFrame(const ClockRequest& m) {
+  return JsonFrame(MsgType::kClock, {{"unix_ns", m.unix_ns}});
+}
+
 Frame ToFrame(const SignalRequest& m) {
   return JsonFrame(MsgType::kSignal, {{"signal", m.signal}});
 }
@@ -327,6 +331,16 @@ absl::Status FromFrame(const Frame& f, NetworkRequest* m) {
   return DecodeWith(f, MsgType::kNetwork, [&](Fields& r) { m->net = r.Str("net", /*required=*/true); });
 }
 
+absl::Status FromFrame(const Frame& f, ClockRequest* m) {
+  absl::Status s = DecodeWith(f, MsgType::kClock, [&](Fields& r) { m->unix_ns = r.I64("unix_ns", 0, /*required=*/true); });
+  if (!s.ok()) return s;
+  // From 2001 to 2200: a value outside is no wall clock.
+  if (m->unix_ns < 978'307'200'000'000'000LL || m->unix_ns > 7'258'118'400'000'000'000LL) {
+    return absl::InvalidArgumentError("CLOCK: unix_ns is not a plausible wall clock (2001..2200)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FromFrame(const Frame& f, SignalRequest* m) {
   absl::Status s = DecodeWith(f, MsgType::kSignal, [&](Fields& r) {
     m->signal = static_cast<int>(r.U32("signal", 0, /*required=*/true, 64));
@@ -475,6 +489,9 @@ absl::Status ValidateFrame(const Frame& f) {
       return Decode<NetworkRequest>(f).status();
     case MsgType::kSignal:
       return Decode<SignalRequest>(f).status();
+    case MsgType::kClock:
+      return Decode<ClockRequest>(f).status();
+    case MsgType::kClockDone:
     case MsgType::kNetworkDone:
     case MsgType::kStdinClose:
     case MsgType::kPackDiff:

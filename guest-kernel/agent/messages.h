@@ -26,6 +26,8 @@ namespace dsec::agent {
 
 // Capabilities an agent of this version announces in its HELLO.
 inline constexpr const char* kCapabilities[] = {"exec", "stdin", "files", "pack_diff", "shutdown"};
+// Listed besides when the agent can set the guest's clock (a guest's PID 1).
+inline constexpr char kClockCapability[] = "clock";
 
 struct Hello {
   uint32_t version = kProtocolVersion;
@@ -163,13 +165,22 @@ struct NetworkRequest {
   std::string net;
 };
 
+// CLOCK: the host's wall clock (CLOCK_REALTIME, ns since the epoch) for a
+// guest restored from a saved machine: its clocks went on from the save
+// (kvmclock as saved), so its wall time lags by however long the machine
+// stood saved. The agent sets CLOCK_REALTIME (the monotonic clock stays
+// continuous). Answered with CLOCK_DONE ({}) or an ERROR.
+struct ClockRequest {
+  int64_t unix_ns = 0;
+};
+
 // A signal for the running command (1..64; SIGKILL ends it as its timeout
 // would, without counting as one).
 struct SignalRequest {
   int signal = 0;
 };
 
-struct Empty {};  // STDIN_CLOSE, PACK_DIFF, SHUTDOWN, SHUTDOWN_ACK, NETWORK_DONE
+struct Empty {};  // STDIN_CLOSE, PACK_DIFF, SHUTDOWN, SHUTDOWN_ACK, NETWORK_DONE, CLOCK_DONE
 
 const char* EntryTypeName(EntryType type);
 const char* DiffTypeName(DiffType type);
@@ -192,6 +203,7 @@ Frame ToFrame(const DirEntries& m);
 Frame ToFrame(const DiffEntry& m);
 Frame ToFrame(const DiffEnd& m);
 Frame ToFrame(const NetworkRequest& m);
+Frame ToFrame(const ClockRequest& m);
 Frame ToFrame(const SignalRequest& m);
 Frame EmptyFrame(MsgType type);
 Frame DataFrame(MsgType type, std::string_view bytes);  // kData / kStdin
@@ -213,6 +225,7 @@ absl::Status FromFrame(const Frame& f, DirEntries* m);
 absl::Status FromFrame(const Frame& f, DiffEntry* m);
 absl::Status FromFrame(const Frame& f, DiffEnd* m);
 absl::Status FromFrame(const Frame& f, NetworkRequest* m);
+absl::Status FromFrame(const Frame& f, ClockRequest* m);
 absl::Status FromFrame(const Frame& f, SignalRequest* m);
 // Checks that a JSON-typed frame holds an object (STDIN_CLOSE, PACK_DIFF, ...).
 absl::Status CheckEmptyObject(const Frame& f);

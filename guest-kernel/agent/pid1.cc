@@ -387,6 +387,13 @@ void RunPid1() {
   if (upper) options.upper = FdPath(upper.get());
   options.launcher = reaper->get();
   options.on_shutdown = [] { PowerOff(); };
+  options.set_clock = [](int64_t unix_ns) -> absl::Status {
+    struct timespec ts;
+    ts.tv_sec = static_cast<time_t>(unix_ns / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(unix_ns % 1'000'000'000);
+    if (clock_settime(CLOCK_REALTIME, &ts) != 0) return absl::InternalError(absl::StrCat("clock_settime: ", Err()));
+    return absl::OkStatus();
+  };
   options.configure_network = [](const std::string& net) {
     absl::Status s = Readdress(net);
     if (!s.ok()) Console(absl::StrCat("error: ", s.message()));

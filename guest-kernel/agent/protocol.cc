@@ -42,6 +42,8 @@ constexpr TypeInfo kTypes[] = {
     {MsgType::kDiffEnd, "DIFF_END", true},
     {MsgType::kNetwork, "NETWORK", true},
     {MsgType::kNetworkDone, "NETWORK_DONE", true},
+    {MsgType::kClock, "CLOCK", true},
+    {MsgType::kClockDone, "CLOCK_DONE", true},
     {MsgType::kShutdown, "SHUTDOWN", true},
     {MsgType::kShutdownAck, "SHUTDOWN_ACK", true},
 };

@@ -52,6 +52,8 @@ enum class MsgType : uint8_t {
   kDiffEnd = 0x32,        // agent -> host, JSON {entries, data_bytes}
   kNetwork = 0x38,        // host -> agent, JSON {net}: re-address eth0 (a restored fork's child)
   kNetworkDone = 0x39,    // agent -> host, JSON {}
+  kClock = 0x3a,          // host -> agent, JSON {unix_ns}: set the wall clock (a restored machine)
+  kClockDone = 0x3b,      // agent -> host, JSON {}
   kShutdown = 0x40,       // host -> agent, JSON {}
   kShutdownAck = 0x41,    // agent -> host, JSON {}
 };

@@ -215,6 +215,20 @@ TEST(MessagesTest, SignalCarriesOneSignalNumberInRange) {
   }
 }
 
+TEST(MessagesTest, ClockCarriesAPlausibleWallClock) {
+  constexpr int64_t kWhen = 1'796'000'000'000'000'000;
+  auto c = Decode<ClockRequest>(ToFrame(ClockRequest{kWhen}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->unix_ns, kWhen);
+  EXPECT_TRUE(ValidateFrame(ToFrame(ClockRequest{kWhen})).ok());
+  EXPECT_EQ(TypeName(MsgType::kClock), "CLOCK");
+  EXPECT_TRUE(ValidateFrame(EmptyFrame(MsgType::kClockDone)).ok());
+  for (const char* bad : {R"({})", R"({"unix_ns": 0})", R"({"unix_ns": -1})", R"({"unix_ns": "now"})",
+                          R"({"unix_ns": 9000000000000000000})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ValidateFrame(Json(MsgType::kClock, bad)))) << bad;
+  }
+}
+
 TEST(MessagesTest, EveryEncodedFrameValidates) {
   for (const Frame& f : SampleFrames()) EXPECT_TRUE(ValidateFrame(f).ok()) << TypeName(f.type);
   EXPECT_TRUE(ValidateFrame(ToFrame(DiffEnd{})).ok());

@@ -38,6 +38,7 @@ absl::Status Handshake(const ServerOptions& options, FrameConn& conn, int stop_f
   Hello reply;
   reply.software = "dsec-agent";
   for (const char* cap : kCapabilities) reply.capabilities.push_back(cap);
+  if (options.set_clock) reply.capabilities.push_back(kClockCapability);
   return conn.Write(ToFrame(reply), DeadlineAfterMs(options.write_stall_timeout_ms), stop_fd);
 }
 
@@ -47,6 +48,14 @@ absl::Status HandleNetwork(HandlerEnv& env, FrameConn& conn, const NetworkReques
                        : absl::FailedPreconditionError("this agent manages no network (it is not a guest's PID 1)");
   if (!s.ok()) return SendRequestError(env, conn, s);
   return conn.Write(EmptyFrame(MsgType::kNetworkDone), env.WriteDeadline(), env.stop_fd);
+}
+
+absl::Status HandleClock(HandlerEnv& env, FrameConn& conn, const ClockRequest& request) {
+  absl::Status s = env.options.set_clock
+                       ? env.options.set_clock(request.unix_ns)
+                       : absl::FailedPreconditionError("this agent sets no clock (it is not a guest's PID 1)");
+  if (!s.ok()) return SendRequestError(env, conn, s);
+  return conn.Write(EmptyFrame(MsgType::kClockDone), env.WriteDeadline(), env.stop_fd);
 }
 
 // Handles one request frame; see handlers.h for the return convention.
@@ -71,6 +80,10 @@ absl::Status Dispatch(HandlerEnv& env, FrameConn& conn, const Frame& f) {
     case MsgType::kNetwork: {
       DSEC_ASSIGN_OR_RETURN(NetworkRequest req, Decode<NetworkRequest>(f));
       return HandleNetwork(env, conn, req);
+    }
+    case MsgType::kClock: {
+      DSEC_ASSIGN_OR_RETURN(ClockRequest req, Decode<ClockRequest>(f));
+      return HandleClock(env, conn, req);
     }
     case MsgType::kPackDiff:
       DSEC_RETURN_IF_ERROR(CheckEmptyObject(f));

@@ -48,6 +48,10 @@ struct ServerOptions {
   // passes its own; on the connection's thread). Null: NETWORK is refused
   // (FAILED_PRECONDITION: this agent manages no network).
   std::function<absl::Status(const std::string& net)> configure_network;
+  // CLOCK: sets the guest's wall clock (PID 1 passes clock_settime; on the
+  // connection's thread). Null: CLOCK is refused (FAILED_PRECONDITION: an
+  // agent that is not a guest's PID 1 must not set its host's clock).
+  std::function<absl::Status(int64_t unix_ns)> set_clock;
   // Environment every exec starts from; the request's env adds/overrides.
   std::vector<std::string> base_env = {
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};

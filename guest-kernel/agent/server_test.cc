@@ -195,6 +195,44 @@ TEST(ServerTest, NetworkGoesToTheConfiguratorAndItsErrorComesBack) {
   EXPECT_EQ(asked.size(), 2u);
 }
 
+// CLOCK reaches the PID 1's setter with the host's value; without one
+// (host mode: the host's own clock) it is refused and nothing is set; an
+// implausible value is refused before the setter.
+TEST(ServerTest, ClockIsSetOnlyThroughPid1sSetter) {
+  TempDir dir;
+  constexpr int64_t kWhen = 1'796'000'000'123'456'789;  // 2026-12
+  {
+    TestServer ts(RootedAt(dir));
+    auto client = ts.Connect();
+    absl::Status s = client->SetClock(kWhen);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_NE(s.message().find("sets no clock"), std::string::npos) << s;
+    EXPECT_TRUE(client->ListDir("").ok());
+  }
+  std::vector<int64_t> set;
+  ServerOptions o = RootedAt(dir);
+  o.set_clock = [&set](int64_t ns) {
+    set.push_back(ns);
+    return absl::OkStatus();
+  };
+  TestServer ts(o);
+  auto client = ts.Connect();
+  EXPECT_NE(std::find(client->agent_hello().capabilities.begin(), client->agent_hello().capabilities.end(),
+                      "clock"),
+            client->agent_hello().capabilities.end());
+  EXPECT_TRUE(client->SetClock(kWhen).ok());
+  EXPECT_EQ(set, std::vector<int64_t>{kWhen});
+  // 1970 is no wall clock a host would send: a protocol error, nothing set.
+  RawPeer peer(ts.RawConnection());
+  peer.Handshake();
+  Frame f;
+  f.type = MsgType::kClock;
+  f.payload = R"({"unix_ns":5})";
+  peer.Send(f);
+  peer.ExpectErrorThenClose(absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(set.size(), 1u);
+}
+
 TEST(ServerTest, StoppingTheServerKillsRunningCommands) {
   TempDir dir;
   auto ts = std::make_unique<TestServer>(RootedAt(dir));

@@ -111,6 +111,24 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
       return s;
     }
   }
+  if (!spec.machine.empty()) {
+    // The restored guest's clocks went on from the save (kvmclock as
+    // saved): its wall clock lags by however long the machine stood saved
+    // (a snapshot restored days later, after a daemon restart). The
+    // host's, before anyone runs anything; its monotonic clock stays.
+    const std::vector<std::string>& caps = sb->client_->agent_hello().capabilities;
+    if (std::find(caps.begin(), caps.end(), agent::kClockCapability) != caps.end()) {
+      absl::Status s = sb->client_->SetClock(WallClock::Get().NowNs());
+      if (!s.ok()) {
+        s = absl::Status(s.code(), absl::StrCat("microvm: setting the restored guest's clock: ", s.message()));
+        (void)sb->Destroy();
+        return s;
+      }
+    } else {
+      DSEC_LOG(warn, "microvm: sandbox={}: the restored guest's agent cannot set its clock (no \"clock\" "
+               "capability): its wall time lags by the time the machine stood saved", sb->id_);
+    }
+  }
   sb->boot_ms_ = static_cast<double>(MonotonicNowNs() - start) / 1e6;
   return sb;
 }
@@ -165,10 +183,79 @@ absl::StatusOr<agent::Client*> MicrovmSandbox::Agent() {
   return client_.get();
 }
 
+absl::StatusOr<std::unique_ptr<agent::Client>> MicrovmSandbox::TakeExecClient() {
+  DSEC_RETURN_IF_ERROR(Usable());
+  {
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    while (!idle_exec_.empty()) {
+      std::unique_ptr<agent::Client> c = std::move(idle_exec_.back());
+      idle_exec_.pop_back();
+      if (c->broken()) continue;
+      running_exec_.insert(c.get());
+      return c;
+    }
+  }
+  if (WaitReadable(host_->exit_fd(), 0)) {
+    return absl::UnavailableError(absl::StrCat("microvm: sandbox ", id_, " has stopped: ", host_->ExitReport()));
+  }
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, host_->ConnectAgent(options_.client.io_timeout_ms));
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<agent::Client> c, agent::Client::Connect(std::move(fd), options_.client));
+  std::lock_guard<std::mutex> lock(exec_mu_);
+  running_exec_.insert(c.get());
+  return c;
+}
+
+void MicrovmSandbox::GiveBackExecClient(std::unique_ptr<agent::Client> c) {
+  // Idle connections kept for the next execs: a few (each is a thread of
+  // the agent's while it lasts).
+  constexpr size_t kMaxIdle = 4;
+  std::lock_guard<std::mutex> lock(exec_mu_);
+  running_exec_.erase(c.get());
+  // One interrupted as it ended well is cut all the same: not kept.
+  const bool cut = interrupted_.erase(c.get()) != 0;
+  if (!cut && !c->broken() && idle_exec_.size() < kMaxIdle) idle_exec_.push_back(std::move(c));
+}
+
+bool MicrovmSandbox::KillExecs() {
+  std::lock_guard<std::mutex> lock(exec_mu_);
+  for (agent::Client* c : running_exec_) {
+    c->Interrupt();
+    interrupted_.insert(c);
+  }
+  return true;
+}
+
 absl::StatusOr<agent::ExecDone> MicrovmSandbox::Exec(const agent::ExecRequest& request,
                                                      const agent::OutputCallback& on_chunk,
-                                                     std::string_view stdin_data, ExecControl* control) {
-  DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
+                                                     std::string_view stdin_data, ExecControl* control,
+                                                     const std::function<void()>& on_started) {
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<agent::Client> owned, TakeExecClient());
+  struct GiveBack {
+    MicrovmSandbox* sb;
+    std::unique_ptr<agent::Client>* c;
+    ~GiveBack() { sb->GiveBackExecClient(std::move(*c)); }
+  } give_back{this, &owned};
+  agent::Client* c = owned.get();
+  const int64_t start_ns = MonotonicNowNs();
+  if (on_started) on_started();
+  absl::StatusOr<agent::ExecDone> done = RunExec(c, request, on_chunk, stdin_data, control);
+  if (!done.ok()) {
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    if (interrupted_.erase(c) != 0) {
+      // Cut by KillExecs: the agent killed the command's tree, as a
+      // caller's kill of a container command (signal 9).
+      agent::ExecDone killed;
+      killed.signal = 9;
+      killed.duration_ms = (MonotonicNowNs() - start_ns) / 1'000'000;
+      return killed;
+    }
+  }
+  return done;
+}
+
+absl::StatusOr<agent::ExecDone> MicrovmSandbox::RunExec(agent::Client* c, const agent::ExecRequest& request,
+                                                        const agent::OutputCallback& on_chunk,
+                                                        std::string_view stdin_data, ExecControl* control) {
   if (control == nullptr) return c->Exec(request, on_chunk, stdin_data);
   if (control->stdin_open() && !request.stdin) {
     return absl::InvalidArgumentError("exec: a streamed stdin needs request.stdin");
@@ -209,16 +296,19 @@ absl::StatusOr<agent::ExecDone> MicrovmSandbox::Exec(const agent::ExecRequest& r
 
 absl::StatusOr<std::string> MicrovmSandbox::ReadFile(const std::string& path, uint64_t max_bytes,
                                                      agent::FileReadDone* info) {
+  std::lock_guard<std::mutex> lock(agent_mu_);
   DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
   return c->ReadFile(path, max_bytes, info);
 }
 
 absl::Status MicrovmSandbox::WriteFile(const std::string& path, std::string_view data, uint32_t mode) {
+  std::lock_guard<std::mutex> lock(agent_mu_);
   DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
   return c->WriteFile(path, data, mode);
 }
 
 absl::StatusOr<std::vector<agent::DirEntry>> MicrovmSandbox::ListDir(const std::string& path) {
+  std::lock_guard<std::mutex> lock(agent_mu_);
   DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
   return c->ListDir(path);
 }
@@ -266,9 +356,13 @@ absl::StatusOr<std::string> MicrovmSandbox::PackDiffDir() {
   const std::string dir = absl::StrCat(state_.path(), "/diff-", ++diff_seq_);
   if (::mkdir(dir.c_str(), 0700) != 0) return repause(ErrnoToStatus(absl::StrCat("mkdir ", dir)));
   diff_dir_ = dir;
-  absl::StatusOr<agent::Client*> c = Agent();
-  absl::Status s = c.status();
-  if (s.ok()) s = (*c)->PackDiff(dir).status();
+  absl::Status s;
+  {
+    std::lock_guard<std::mutex> lock(agent_mu_);
+    absl::StatusOr<agent::Client*> c = Agent();
+    s = c.status();
+    if (s.ok()) s = (*c)->PackDiff(dir).status();
+  }
   if (!s.ok()) {
     (void)container::RemoveTree(dir);
     diff_dir_.clear();
@@ -290,6 +384,11 @@ absl::Status MicrovmSandbox::Destroy() {
     }
   }
   client_.reset();
+  {
+    // No exec runs now (Destroy comes alone): the idle connections go.
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    idle_exec_.clear();
+  }
   absl::Status first;
   if (host_ != nullptr) first = host_->Stop(0);
   host_.reset();

@@ -17,14 +17,18 @@
 // removes sandboxes whose owner is dead, and their taps.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/exec_control.h"
@@ -73,7 +77,11 @@ struct MicrovmSpec {
 // EROFS), naming the layer and how to rebuild it.
 absl::Status CheckDaxLayers(const std::vector<std::string>& layers);
 
-// Threads: one caller at a time (the daemon serialises calls per sandbox).
+// Threads: one caller at a time (the daemon serialises calls per
+// sandbox), except Exec, which may run on several threads at once (each on
+// a connection of its own), beside each other and beside Pause, Resume,
+// SaveMachine, PackDiffDir and the file calls (which use the sandbox's
+// own connection), and KillExecs, from any thread. Destroy comes alone.
 class MicrovmSandbox {
  public:
   static absl::StatusOr<std::unique_ptr<MicrovmSandbox>> Create(Launcher& launcher,
@@ -93,10 +101,16 @@ class MicrovmSandbox {
   // With `control`: stdin streamed after the start (request.stdin must be
   // set when control->stdin_open()) and signals to the command, taken from
   // the control between the agent's frames (every 25 ms at the latest).
+  // `on_started`, if set, runs once the exec's connection is listed (a
+  // KillExecs from then on reaches it).
   absl::StatusOr<agent::ExecDone> Exec(const agent::ExecRequest& request,
                                        const agent::OutputCallback& on_chunk,
                                        std::string_view stdin_data = {},
-                                       ExecControl* control = nullptr);
+                                       ExecControl* control = nullptr,
+                                       const std::function<void()>& on_started = nullptr);
+  // Any thread: ends every running exec (their connections are cut; the
+  // agent kills each one's command tree). True.
+  bool KillExecs();
   absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes,
                                        agent::FileReadDone* info = nullptr);
   absl::Status WriteFile(const std::string& path, std::string_view data, uint32_t mode);
@@ -130,17 +144,35 @@ class MicrovmSandbox {
   // The client, reconnected once if the last call broke it.
   absl::StatusOr<agent::Client*> Agent();
   absl::Status Usable() const;
+  // A connection of its own for one exec (an idle one, else a new one),
+  // listed as running until handed back; the agent serves each connection
+  // on a thread of its own, so execs overlap.
+  absl::StatusOr<std::unique_ptr<agent::Client>> TakeExecClient();
+  void GiveBackExecClient(std::unique_ptr<agent::Client> c);
+  absl::StatusOr<agent::ExecDone> RunExec(agent::Client* c, const agent::ExecRequest& request,
+                                          const agent::OutputCallback& on_chunk, std::string_view stdin_data,
+                                          ExecControl* control);
 
   const std::string id_;
   container::StateDir state_;
   const MicrovmSandboxOptions options_;
   std::unique_ptr<AgentHost> host_;
+  // The sandbox's own connection: create, the file calls, pack_diff's
+  // stream, destroy; those that may come beside each other hold agent_mu_.
   std::unique_ptr<agent::Client> client_;
+  std::mutex agent_mu_;
+  // Exec connections: idle ones kept for the next exec, and those of the
+  // execs running now (KillExecs interrupts them).
+  std::mutex exec_mu_;
+  std::vector<std::unique_ptr<agent::Client>> idle_exec_ ABSL_GUARDED_BY(exec_mu_);
+  std::set<agent::Client*> running_exec_ ABSL_GUARDED_BY(exec_mu_);
+  std::set<agent::Client*> interrupted_ ABSL_GUARDED_BY(exec_mu_);  // by KillExecs
   std::string diff_dir_;
   int diff_seq_ = 0;
   double boot_ms_ = 0;
-  bool paused_ = false;
-  bool destroyed_ = false;
+  // Read by execs on other threads (Exec runs beside Pause and Resume).
+  std::atomic<bool> paused_{false};
+  std::atomic<bool> destroyed_{false};
   std::string staging_;  // MicrovmSpec::machine_staging, removed with the sandbox
 };
 

@@ -11,8 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -261,6 +264,75 @@ TEST_F(MicrovmSandboxTest, AControlStreamsStdinAndSignalsTheCommand) {
       EXPECT_EQ(d->signal, SIGKILL);
     }
   }
+  ASSERT_TRUE(sb->Destroy().ok());
+}
+
+// Execs overlap, each on an agent connection of its own, and the files go
+// beside them; KillExecs ends the running ones (signal 9, the agent kills
+// their trees) and the sandbox serves on.
+TEST_F(MicrovmSandboxTest, ExecsOverlapFilesGoBesideThemAndKillExecsEndsThem) {
+  auto sb = MustCreate(Spec("overlap"));
+  ASSERT_NE(sb, nullptr);
+  // A waits for what B does: in series A would time out. (The host-mode
+  // agent runs commands in its root, not chrooted: relative paths.)
+  agent::ExecRequest a_req;
+  a_req.argv = {"sh", "-c", "touch a-started; while [ ! -e b-done ]; do sleep 0.02; done; echo A"};
+  a_req.timeout_ms = 20'000;
+  absl::StatusOr<agent::ExecDone> a_done = absl::UnknownError("not run");
+  std::string a_out;
+  std::thread a([&] { a_done = sb->Exec(a_req, [&](int, std::string_view d) { a_out.append(d); }); });
+  struct Join {
+    std::thread* t;
+    ~Join() {
+      if (t->joinable()) t->join();
+    }
+  } join_a{&a};
+  bool started = false;
+  for (int i = 0; i < 500 && !started; ++i) {  // A's file, read beside A: bounded poll
+    started = sb->ReadFile("/a-started", 16).ok();
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(started);
+  agent::ExecRequest b_req;
+  b_req.argv = {"sh", "-c", "touch b-done; echo B"};
+  std::string b_out;
+  auto b_done = sb->Exec(b_req, [&](int, std::string_view d) { b_out.append(d); });
+  a.join();
+  ASSERT_TRUE(b_done.ok()) << b_done.status();
+  EXPECT_EQ(b_done->exit_code, 0);
+  EXPECT_EQ(b_out, "B\n");
+  ASSERT_TRUE(a_done.ok()) << a_done.status();
+  EXPECT_EQ(a_done->exit_code, 0);
+  EXPECT_EQ(a_out, "A\n");
+
+  agent::ExecRequest sleeper;
+  sleeper.argv = {"sh", "-c", "echo up; exec sleep 60"};
+  sleeper.timeout_ms = 30'000;
+  std::atomic<bool> up{false};
+  bool spawned = false;
+  absl::StatusOr<agent::ExecDone> s_done = absl::UnknownError("not run");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread s([&] {
+    s_done = sb->Exec(
+        sleeper, [&](int stream, std::string_view d) { if (stream == 1 && d == "up\n") up = true; }, {}, nullptr,
+        [&] { spawned = true; });
+  });
+  Join join_s{&s};
+  for (int i = 0; i < 500 && !up; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(up);
+  EXPECT_TRUE(sb->KillExecs());
+  s.join();
+  EXPECT_TRUE(spawned);
+  ASSERT_TRUE(s_done.ok()) << s_done.status();
+  EXPECT_EQ(s_done->signal, 9);
+  EXPECT_FALSE(s_done->exit_code.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  agent::ExecRequest again;
+  again.argv = {"sh", "-c", "echo still"};
+  std::string again_out;
+  auto again_done = sb->Exec(again, [&](int, std::string_view d) { again_out.append(d); });
+  ASSERT_TRUE(again_done.ok()) << again_done.status();
+  EXPECT_EQ(again_out, "still\n");
   ASSERT_TRUE(sb->Destroy().ok());
 }
 

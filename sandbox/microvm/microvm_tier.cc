@@ -48,7 +48,7 @@ class MicrovmTierSandbox : public tier::TierSandbox {
       (stream == 2 ? out.stderr_data : out.stdout_data).append(data.data(), data.size());
       if (spec.on_output) spec.on_output(stream, data);
     };
-    auto done = sb_->Exec(req, on_chunk, spec.stdin_data, spec.control.get());
+    auto done = sb_->Exec(req, on_chunk, spec.stdin_data, spec.control.get(), spec.on_spawned);
     if (!done.ok()) {
       // Not started in the guest: 127 or 126, as a shell reports it.
       if (std::optional<tier::ExecOutcome> shell = tier::ShellOutcomeOf(done.status())) return *shell;
@@ -66,6 +66,9 @@ class MicrovmTierSandbox : public tier::TierSandbox {
 
   absl::Status Pause() override { return sb_->Pause(); }
   absl::Status Resume() override { return sb_->Resume(); }
+  // Cuts every running exec's connection: the agent kills each command's
+  // tree (tier.h KillExecs).
+  bool KillExecs() override { return sb_->KillExecs(); }
 
   absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) override {
     return sb_->ReadFile(path, max_bytes);
@@ -119,9 +122,13 @@ const tier::TierTraits& MicrovmTierTraits() {
     // Saved whole by the monitor (vmm/snapshot); restored clones map the
     // saved memory copy-on-write.
     t.machine_snapshots = true;
-    // Streamed stdin and signals through the agent (SIGNAL); its execs
-    // still go one at a time (one agent connection per sandbox).
+    // Streamed stdin and signals through the agent (SIGNAL). Execs overlap,
+    // each on an agent connection of its own (the agent serves each on a
+    // thread); the files go through the sandbox's own connection, beside
+    // them.
     t.exec_control = true;
+    t.concurrent_execs = true;
+    t.files_beside_exec = true;
     // Commands as argv, run in "/", files kept: the traits' defaults.
     t.default_layers = [](const tier::TierOptions&) { return std::vector<std::string>{"base:bookworm"}; };
     return t;

@@ -68,6 +68,21 @@ await check('commands.kill ends a running command', async () => {
   assert.ok(Date.now() - started < 60_000, `kill took ${Date.now() - started} ms`)
 })
 
+await check('commands run side by side; kill ends a running background command', async () => {
+  // The first waits for what the second does: in series it would time out.
+  const first = await sbx.commands.run('while [ ! -e /tmp/second-ran ]; do sleep 0.05; done; echo first',
+    { background: true, timeoutMs: 120_000, ...slow })
+  const second = await sbx.commands.run('touch /tmp/second-ran; echo second', slow)
+  assert.equal(second.stdout, 'second\n')
+  assert.equal((await first.wait()).stdout, 'first\n')
+  // Files go beside a running command.
+  const busy = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0, ...slow })
+  await sbx.files.write('/tmp/beside.txt', 'beside', slow)
+  assert.equal(await sbx.files.read('/tmp/beside.txt', slow), 'beside')
+  await sbx.commands.kill(busy.pid)
+  await busy.wait().then(() => { throw new Error('the command ended normally') }, () => {})
+})
+
 await check('files.write, read, list', async () => {
   await sbx.files.write('/work/e2b/a.txt', 'written through E2B\n', slow)
   assert.equal(await sbx.files.read('/work/e2b/a.txt', slow), 'written through E2B\n')
@@ -81,8 +96,11 @@ await check('files.watchDir names the tier that cannot watch', async () => {
   await assert.rejects(sbx.files.watchDir('/work', () => {}, slow), /microvm tier cannot watch/)
 })
 
-await check('kill', async () => {
+await check('kill, a background command running', async () => {
+  await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0, ...slow })
+  const started = Date.now()
   await sbx.kill(slow)
+  assert.ok(Date.now() - started < 60_000, `kill took ${Date.now() - started} ms`)
   assert.equal(await sbx.isRunning(), false)
 })
 

@@ -16,7 +16,8 @@ through the daemon's E2B API (sandbox/e2b/sdk_test/microvm.mjs), a TTL that
 expires, kill; pack_diff of a microVM's changes into a layer that a
 container sandbox and a second microVM then use; fork and snapshot of a
 running microVM whose children, and a sandbox made from the snapshot after
-a daemon restart, go on with its processes; kill -9 of the daemon with
+a daemon restart, go on with its processes (and the latter with the host's
+wall time); kill -9 of the daemon with
 live microVMs, then a restart that leaves no monitor, cgroup or mount.
 """
 
@@ -276,8 +277,11 @@ def test_fork_and_snapshot_carry_the_running_guest(mvm):
     assert os.listdir(os.path.join(machines, "staging")) == []
 
     # The snapshot outlives the daemon; a sandbox made from it goes on with
-    # the loop and the files of the moment it was taken.
+    # the loop and the files of the moment it was taken, and with the
+    # host's wall time, not the snapshot's (it stood saved for a while).
+    saved_at = time.time()
     mvm.kill9()
+    time.sleep(max(0.0, saved_at + 20 - time.time()))
     mvm.start()
     assert mvm.leaks(made) == {}
     client = libdsec.Client(socket_path=mvm.socket)
@@ -285,6 +289,8 @@ def test_fork_and_snapshot_carry_the_running_guest(mvm):
         with libdsec.Sandbox.create(snapshot=snapshot, socket=mvm.socket, timeout=600,
                                     request_timeout=300) as again:
             assert again.tier == "microvm"
+            guest_now = float(again.commands.run("date +%s.%N").stdout)
+            assert abs(guest_now - time.time()) < 5, (guest_now, time.time())
             assert again.commands.run("cat /root/state").stdout == "before\n"
             assert _running(again, loop)
             _wait_ticking(again, loop)
