@@ -28,7 +28,8 @@ class DirWatch {
  public:
   virtual ~DirWatch() = default;
   // The events that came since the last call, waiting up to timeout_ms
-  // (< 0: without limit) for the first; empty when none came in time. An
+  // (< 0: without limit) for the first; empty when none came in time (or,
+  // before it, only events a watch does not report: callers loop). An
   // error ends the watch (every later call returns it): Unavailable
   // (closed: the sandbox went), NotFound (the watched directory was
   // removed or moved away), ResourceExhausted (events were lost, or more

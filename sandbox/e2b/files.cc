@@ -122,16 +122,6 @@ json FilesystemEventJson(const FileEvent& e) {
   return json{{"name", daemon::ToValidUtf8(e.name)}, {"type", EventTypeName(e.type)}};
 }
 
-absl::StatusOr<std::string> ParseWatcherId(const json& body) {
-  const json* w = body.is_object() && body.contains("watcherId") ? &body["watcherId"]
-                  : body.is_object() && body.contains("watcher_id") ? &body["watcher_id"]
-                                                                    : nullptr;
-  if (w == nullptr || !w->is_string() || w->get_ref<const std::string&>().empty()) {
-    return absl::InvalidArgumentError("watcherId must be a non-empty string");
-  }
-  return w->get<std::string>();
-}
-
 // Without the client's own keepalive interval, one every this often: a
 // client that went away is noticed at the next write, so a watch stream
 // ends within this of its client.

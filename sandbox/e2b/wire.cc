@@ -437,6 +437,14 @@ absl::StatusOr<WatchRequest> ParseWatchRequest(const json& body) {
   return w;
 }
 
+absl::StatusOr<std::string> ParseWatcherId(const json& body) {
+  const json* w = Field(body, "watcherId", "watcher_id");
+  if (w == nullptr || !w->is_string() || w->get_ref<const std::string&>().empty()) {
+    return InvalidField("watcherId", "must be a non-empty string");
+  }
+  return w->get<std::string>();
+}
+
 std::string PermissionsString(uint32_t mode, absl::string_view type) {
   std::string s = type == "dir" ? "d" : type == "symlink" ? "l" : "-";
   const char* rwx = "rwx";

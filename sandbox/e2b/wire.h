@@ -123,6 +123,8 @@ struct WatchRequest {
   bool recursive = false;
 };
 absl::StatusOr<WatchRequest> ParseWatchRequest(const nlohmann::json& body);
+// GetWatcherEventsRequest / RemoveWatcherRequest: the watcher's id.
+absl::StatusOr<std::string> ParseWatcherId(const nlohmann::json& body);
 // filesystem.EntryInfo from a node file entry {"name", "type", "size",
 // "mode"} at `path`.
 nlohmann::json EntryInfoJson(const std::string& path, const nlohmann::json& node_entry);

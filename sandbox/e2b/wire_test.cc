@@ -140,6 +140,21 @@ TEST(Files, EntryInfoIsProtobufJson) {
   EXPECT_EQ(ParentOf("/a"), "/");
 }
 
+TEST(Files, WatchRequestsAndWatcherIds) {
+  auto w = ParseWatchRequest(json::parse(R"({"path":"d/","recursive":true,"allowNetworkMounts":false})"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->path, "/d");
+  EXPECT_TRUE(w->recursive);
+  EXPECT_TRUE(absl::IsUnimplemented(ParseWatchRequest(json::parse(R"({"path":"/","includeEntry":true})")).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseWatchRequest(json::parse(R"({"path":"/","recursive":"yes"})")).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseWatchRequest(json::parse(R"({"recursive":true})")).status()));
+  EXPECT_EQ(*ParseWatcherId(json::parse(R"({"watcherId":"w1"})")), "w1");
+  EXPECT_EQ(*ParseWatcherId(json::parse(R"({"watcher_id":"w2"})")), "w2");
+  for (const char* bad : {R"({})", R"({"watcherId":""})", R"({"watcherId":7})", R"([])"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseWatcherId(json::parse(bad)).status())) << bad;
+  }
+}
+
 TEST(Keys, CompareWholly) {
   EXPECT_TRUE(KeyMatches("e2b_0123456789abcdef", "e2b_0123456789abcdef"));
   EXPECT_FALSE(KeyMatches("e2b_0123456789abcdeX", "e2b_0123456789abcdef"));

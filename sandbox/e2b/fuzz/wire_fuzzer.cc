@@ -27,6 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)ParseSelector(body);
   (void)ParseSignal(body);
   (void)ParsePathField(body, "path");
+  (void)ParseWatchRequest(body);
+  (void)ParseWatcherId(body);
   (void)ParseDepth(body, 16);
   (void)ParseTemplateFile(body);
   (void)ProcessEndOf(body);
