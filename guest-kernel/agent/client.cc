@@ -131,6 +131,7 @@ absl::Status Client::Break(absl::Status status) {
 absl::Status Client::Send(const Frame& frame) {
   DSEC_RETURN_IF_ERROR(Usable());
   if (exec_running_) return absl::FailedPreconditionError("agent client: a command is running");
+  if (watching_) return absl::FailedPreconditionError("agent client: the connection holds a watch");
   absl::Status s = conn_.Write(frame, IoDeadline());
   return s.ok() ? s : Break(s);
 }
@@ -286,6 +287,37 @@ absl::Status Client::ConfigureNetwork(const std::string& net) {
   DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));
   if (f.type != MsgType::kNetworkDone) return Unexpected(f, MsgType::kNetworkDone);
   return CheckEmptyObject(f);
+}
+
+absl::StatusOr<uint64_t> Client::Watch(const WatchRequest& request) {
+  DSEC_RETURN_IF_ERROR(Send(ToFrame(request)));
+  DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));
+  if (f.type != MsgType::kWatchStarted) return Unexpected(f, MsgType::kWatchStarted);
+  WatchStarted started;
+  absl::Status s = FromFrame(f, &started);
+  if (!s.ok()) return Break(s);
+  watching_ = true;
+  return started.dirs;
+}
+
+absl::StatusOr<std::vector<FileEvent>> Client::NextWatchEvents(int64_t timeout_ms) {
+  DSEC_RETURN_IF_ERROR(Usable());
+  if (!watching_) return absl::FailedPreconditionError("agent client: no watch runs on this connection");
+  absl::StatusOr<Frame> f = conn_.Read(timeout_ms < 0 ? kNoDeadline : DeadlineAfterMs(timeout_ms));
+  if (!f.ok()) {
+    if (absl::IsDeadlineExceeded(f.status())) return std::vector<FileEvent>{};
+    return Break(f.status());
+  }
+  if (f->type == MsgType::kWatchEvents) {
+    WatchEvents events;
+    absl::Status s = FromFrame(*f, &events);
+    if (!s.ok()) return Break(s);
+    return std::move(events.events);
+  }
+  // The watch's end: its ERROR (the connection serves requests again), or
+  // a frame out of step.
+  watching_ = false;
+  return Unexpected(*f, MsgType::kWatchEvents);
 }
 
 absl::Status Client::SetClock(int64_t unix_ns) {

@@ -108,6 +108,15 @@ class Client {
   absl::Status WriteFile(const std::string& path, std::string_view data, uint32_t mode = 0644);
   // Entries of a directory, sorted by name, without "." and "..".
   absl::StatusOr<std::vector<DirEntry>> ListDir(const std::string& path);
+  // WATCH: the connection becomes a watch of request.path (nothing else
+  // runs on it from then on); the directories watched at the start.
+  absl::StatusOr<uint64_t> Watch(const WatchRequest& request);
+  // The watch's changes that came, waiting up to timeout_ms (< 0: without
+  // limit) for the first: empty when none came in time. The agent's ERROR
+  // ends the watch with its code (NOT_FOUND: the directory went;
+  // RESOURCE_EXHAUSTED: events lost or too many directories); a closed
+  // connection is Unavailable.
+  absl::StatusOr<std::vector<FileEvent>> NextWatchEvents(int64_t timeout_ms);
   // Streams the agent's upper directory into `dest_dir` (existing, empty).
   absl::StatusOr<DiffStats> PackDiff(const std::string& dest_dir,
                                      const MaterializeOptions& options = {});
@@ -144,6 +153,7 @@ class Client {
   Hello agent_hello_;
   bool broken_ = false;
   bool exec_running_ = false;
+  bool watching_ = false;
 };
 
 // Connects to a unix socket (blocking connect bounded by timeout_ms).

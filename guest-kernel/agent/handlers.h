@@ -37,5 +37,7 @@ absl::Status HandleFileRead(HandlerEnv& env, FrameConn& conn, const FileReadRequ
 absl::Status HandleFileWrite(HandlerEnv& env, FrameConn& conn, const FileWriteRequest& request);
 absl::Status HandleListDir(HandlerEnv& env, FrameConn& conn, const ListDirRequest& request);
 absl::Status HandlePackDiff(HandlerEnv& env, FrameConn& conn);
+// WATCH: holds the connection while the watch lasts (watch.cc).
+absl::Status HandleWatch(HandlerEnv& env, FrameConn& conn, const WatchRequest& request);
 
 }  // namespace dsec::agent

@@ -26,6 +26,12 @@ constexpr std::pair<EntryType, const char*> kEntryTypes[] = {
     {EntryType::kOther, "other"},
 };
 
+constexpr std::pair<FileEvent::Type, const char*> kChangeTypes[] = {
+    {FileEvent::Type::kCreate, "create"}, {FileEvent::Type::kWrite, "write"},
+    {FileEvent::Type::kRemove, "remove"}, {FileEvent::Type::kRename, "rename"},
+    {FileEvent::Type::kChmod, "chmod"},
+};
+
 constexpr std::pair<DiffType, const char*> kDiffTypes[] = {
     {DiffType::kFile, "file"},         {DiffType::kDir, "dir"},
     {DiffType::kSymlink, "symlink"},   {DiffType::kHardlink, "hardlink"},
@@ -163,6 +169,25 @@ Frame ToFrame(const DirEntries& m) {
                        {"mode", e.mode}});
   }
   return JsonFrame(MsgType::kDirEntries, {{"entries", std::move(entries)}, {"last", m.last}});
+}
+
+Frame ToFrame(const WatchRequest& m) {
+  return JsonFrame(MsgType::kWatch,
+                   {{"path", BytesToJson(m.path)}, {"recursive", m.recursive}, {"max_dirs", m.max_dirs}});
+}
+
+Frame ToFrame(const WatchStarted& m) { return JsonFrame(MsgType::kWatchStarted, {{"dirs", m.dirs}}); }
+
+Frame ToFrame(const WatchEvents& m) {
+  json events = json::array();
+  for (const FileEvent& e : m.events) {
+    const char* type = "create";
+    for (const auto& [t, name] : kChangeTypes) {
+      if (t == e.type) type = name;
+    }
+    events.push_back({{"name", BytesToJson(e.name)}, {"type", type}});
+  }
+  return JsonFrame(MsgType::kWatchEvents, {{"events", std::move(events)}});
 }
 
 Frame ToFrame(const DiffEntry& m) {
@@ -388,6 +413,50 @@ absl::Status FromFrame(const Frame& f, DirEntries* m) {
   });
 }
 
+absl::Status FromFrame(const Frame& f, WatchRequest* m) {
+  return DecodeWith(f, MsgType::kWatch, [&](Fields& r) {
+    m->path = r.Bytes("path", /*required=*/true);
+    m->recursive = r.Bool("recursive", false);
+    m->max_dirs = r.U32("max_dirs", 1024, false, kMaxWatchDirs);
+    if (m->max_dirs == 0) r.Fail("max_dirs", "must be at least 1");
+  });
+}
+
+absl::Status FromFrame(const Frame& f, WatchStarted* m) {
+  return DecodeWith(f, MsgType::kWatchStarted, [&](Fields& r) { m->dirs = r.U64("dirs", 0); });
+}
+
+absl::Status FromFrame(const Frame& f, WatchEvents* m) {
+  return DecodeWith(f, MsgType::kWatchEvents, [&](Fields& r) {
+    m->events.clear();
+    const json* events = r.Array("events", /*required=*/true);
+    if (events == nullptr) return;
+    for (const json& e : *events) {
+      if (!e.is_object()) {
+        r.Fail("events", "must hold objects");
+        return;
+      }
+      Fields er(e, MsgType::kWatchEvents);
+      FileEvent ev;
+      ev.name = er.Bytes("name", true);
+      const std::string type = er.Str("type", true);
+      bool known = false;
+      for (const auto& [t, name] : kChangeTypes) {
+        if (type == name) {
+          ev.type = t;
+          known = true;
+        }
+      }
+      if (!known) er.Fail("type", "unknown change type");
+      if (!er.status().ok()) {
+        r.Fail("events", std::string(er.status().message()));
+        return;
+      }
+      m->events.push_back(std::move(ev));
+    }
+  });
+}
+
 absl::Status FromFrame(const Frame& f, DiffEntry* m) {
   return DecodeWith(f, MsgType::kDiffEntry, [&](Fields& r) {
     m->path = r.Bytes("path", /*required=*/true);
@@ -481,6 +550,12 @@ absl::Status ValidateFrame(const Frame& f) {
       return Decode<ListDirRequest>(f).status();
     case MsgType::kDirEntries:
       return Decode<DirEntries>(f).status();
+    case MsgType::kWatch:
+      return Decode<WatchRequest>(f).status();
+    case MsgType::kWatchStarted:
+      return Decode<WatchStarted>(f).status();
+    case MsgType::kWatchEvents:
+      return Decode<WatchEvents>(f).status();
     case MsgType::kDiffEntry:
       return Decode<DiffEntry>(f).status();
     case MsgType::kDiffEnd:

@@ -20,12 +20,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/dir_watch.h"
 #include "guest-kernel/agent/protocol.h"
 
 namespace dsec::agent {
 
 // Capabilities an agent of this version announces in its HELLO.
-inline constexpr const char* kCapabilities[] = {"exec", "stdin", "files", "pack_diff", "shutdown"};
+inline constexpr const char* kCapabilities[] = {"exec", "stdin", "files", "watch", "pack_diff", "shutdown"};
 // Listed besides when the agent can set the guest's clock (a guest's PID 1).
 inline constexpr char kClockCapability[] = "clock";
 
@@ -117,6 +118,31 @@ struct DirEntries {
 // Entries per DIR_ENTRIES frame (keeps each frame far below the limit).
 inline constexpr size_t kDirEntriesPerFrame = 512;
 
+// WATCH: the directory `path` (inside the agent's root; with `recursive`
+// every directory below it, links not followed, kernel file systems left
+// out), at most max_dirs directories (1..kMaxWatchDirs). Answered with
+// WATCH_STARTED or an ERROR; from then on the connection carries only
+// WATCH_EVENTS until an ERROR ends the watch (NOT_FOUND: the directory was
+// removed or moved; RESOURCE_EXHAUSTED: events lost, or too many
+// directories) or the host closes the connection.
+struct WatchRequest {
+  std::string path;
+  bool recursive = false;
+  uint32_t max_dirs = 1024;
+};
+inline constexpr uint32_t kMaxWatchDirs = 65536;
+struct WatchStarted {
+  uint64_t dirs = 0;  // directories watched at the start
+};
+// Changes as base/dir_watch.h's FileEvent (names relative to the watched
+// directory); type one of create write remove rename chmod.
+struct WatchEvents {
+  std::vector<FileEvent> events;
+};
+// Bytes of names per WATCH_EVENTS frame (an event's JSON is at most about
+// 6x its name: escapes): far below the frame limit.
+inline constexpr size_t kWatchEventNameBytesPerFrame = 64 << 10;
+
 // --- pack_diff ------------------------------------------------------------
 
 enum class DiffType {
@@ -200,6 +226,9 @@ Frame ToFrame(const FileWriteRequest& m);
 Frame ToFrame(const FileWriteDone& m);
 Frame ToFrame(const ListDirRequest& m);
 Frame ToFrame(const DirEntries& m);
+Frame ToFrame(const WatchRequest& m);
+Frame ToFrame(const WatchStarted& m);
+Frame ToFrame(const WatchEvents& m);
 Frame ToFrame(const DiffEntry& m);
 Frame ToFrame(const DiffEnd& m);
 Frame ToFrame(const NetworkRequest& m);
@@ -222,6 +251,9 @@ absl::Status FromFrame(const Frame& f, FileWriteRequest* m);
 absl::Status FromFrame(const Frame& f, FileWriteDone* m);
 absl::Status FromFrame(const Frame& f, ListDirRequest* m);
 absl::Status FromFrame(const Frame& f, DirEntries* m);
+absl::Status FromFrame(const Frame& f, WatchRequest* m);
+absl::Status FromFrame(const Frame& f, WatchStarted* m);
+absl::Status FromFrame(const Frame& f, WatchEvents* m);
 absl::Status FromFrame(const Frame& f, DiffEntry* m);
 absl::Status FromFrame(const Frame& f, DiffEnd* m);
 absl::Status FromFrame(const Frame& f, NetworkRequest* m);

@@ -47,6 +47,9 @@ enum class MsgType : uint8_t {
   kFileWriteDone = 0x23,  // agent -> host, JSON {bytes}
   kListDir = 0x24,        // host -> agent, JSON {path}
   kDirEntries = 0x25,     // agent -> host, JSON {entries, last}
+  kWatch = 0x26,          // host -> agent, JSON {path, recursive, max_dirs}: the connection becomes a watch
+  kWatchStarted = 0x27,   // agent -> host, JSON {dirs}
+  kWatchEvents = 0x28,    // agent -> host, JSON {events: [{name, type}]}
   kPackDiff = 0x30,       // host -> agent, JSON {}
   kDiffEntry = 0x31,      // agent -> host, JSON: DiffEntry (+ DATA... for files)
   kDiffEnd = 0x32,        // agent -> host, JSON {entries, data_bytes}

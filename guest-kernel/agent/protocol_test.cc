@@ -229,6 +229,40 @@ TEST(MessagesTest, ClockCarriesAPlausibleWallClock) {
   }
 }
 
+TEST(MessagesTest, WatchFramesRoundTripAndRefuseBadFields) {
+  WatchRequest req;
+  req.path = std::string("/w\xff", 3);
+  req.recursive = true;
+  req.max_dirs = 7;
+  auto r = Decode<WatchRequest>(ToFrame(req));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->path, req.path);
+  EXPECT_TRUE(r->recursive);
+  EXPECT_EQ(r->max_dirs, 7u);
+  EXPECT_EQ(TypeName(MsgType::kWatch), "WATCH");
+  auto started = Decode<WatchStarted>(ToFrame(WatchStarted{12}));
+  ASSERT_TRUE(started.ok());
+  EXPECT_EQ(started->dirs, 12u);
+  WatchEvents evs;
+  evs.events = {{"a/b", FileEvent::Type::kCreate}, {std::string("\x80", 1), FileEvent::Type::kRemove},
+                {"c", FileEvent::Type::kChmod}, {"d", FileEvent::Type::kRename}, {"e", FileEvent::Type::kWrite}};
+  auto back = Decode<WatchEvents>(ToFrame(evs));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->events.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(back->events[i].name, evs.events[i].name);
+    EXPECT_EQ(back->events[i].type, evs.events[i].type);
+  }
+  for (const char* bad : {R"({})", R"({"path": 3})", R"({"path": "/w", "max_dirs": 0})",
+                          R"({"path": "/w", "max_dirs": 65537})", R"({"path": "/w", "recursive": "yes"})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ValidateFrame(Json(MsgType::kWatch, bad)))) << bad;
+  }
+  for (const char* bad : {R"({})", R"({"events": [1]})", R"({"events": [{"name": "a"}]})",
+                          R"({"events": [{"name": "a", "type": "explode"}]})", R"({"events": {}})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ValidateFrame(Json(MsgType::kWatchEvents, bad)))) << bad;
+  }
+}
+
 TEST(MessagesTest, EveryEncodedFrameValidates) {
   for (const Frame& f : SampleFrames()) EXPECT_TRUE(ValidateFrame(f).ok()) << TypeName(f.type);
   EXPECT_TRUE(ValidateFrame(ToFrame(DiffEnd{})).ok());

@@ -77,6 +77,10 @@ absl::Status Dispatch(HandlerEnv& env, FrameConn& conn, const Frame& f) {
       DSEC_ASSIGN_OR_RETURN(ListDirRequest req, Decode<ListDirRequest>(f));
       return HandleListDir(env, conn, req);
     }
+    case MsgType::kWatch: {
+      DSEC_ASSIGN_OR_RETURN(WatchRequest req, Decode<WatchRequest>(f));
+      return HandleWatch(env, conn, req);
+    }
     case MsgType::kNetwork: {
       DSEC_ASSIGN_OR_RETURN(NetworkRequest req, Decode<NetworkRequest>(f));
       return HandleNetwork(env, conn, req);

@@ -75,6 +75,7 @@ struct ServerMetrics {
   std::atomic<uint64_t> execs_timed_out{0};
   std::atomic<uint64_t> execs_killed_by_output{0};
   std::atomic<uint64_t> output_bytes_dropped{0};
+  std::atomic<uint64_t> watches{0};  // WATCH requests that started
 };
 
 // Threads: ServeConnection from one accepting thread; the destructor from

@@ -37,9 +37,6 @@ namespace {
 
 constexpr char kV1Freezer[] = "/sys/fs/cgroup/freezer";
 constexpr char kHybridV2[] = "/sys/fs/cgroup/unified";
-// Directories one recursive watch holds at most (an inotify watch each,
-// from the host's fs.inotify.max_user_watches, shared by the node).
-constexpr size_t kMaxWatchedDirs = 1024;
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
@@ -254,7 +251,7 @@ class ContainerTierSandbox : public tier::TierSandbox {
     return ListRootDir(sandbox_->rootfs_dir(), path, Credentials());
   }
   absl::StatusOr<std::unique_ptr<tier::DirWatch>> WatchDir(const std::string& path, bool recursive) override {
-    return WatchRootDir(sandbox_->rootfs_dir(), path, recursive, kMaxWatchedDirs, Credentials());
+    return WatchRootDir(sandbox_->rootfs_dir(), path, recursive, tier::kMaxWatchedDirs, Credentials());
   }
   absl::StatusOr<std::string> UpperDir() override { return sandbox_->upper_dir(); }
   std::shared_ptr<network::SandboxNetwork> network() const override { return network_; }

@@ -171,15 +171,19 @@ absl::Status MicrovmSandbox::Usable() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<agent::Client*> MicrovmSandbox::Agent() {
-  DSEC_RETURN_IF_ERROR(Usable());
-  if (client_ != nullptr && !client_->broken()) return client_.get();
-  client_.reset();
+absl::StatusOr<std::unique_ptr<agent::Client>> MicrovmSandbox::ConnectClient() {
   if (WaitReadable(host_->exit_fd(), 0)) {
     return absl::UnavailableError(absl::StrCat("microvm: sandbox ", id_, " has stopped: ", host_->ExitReport()));
   }
   DSEC_ASSIGN_OR_RETURN(ScopedFd fd, host_->ConnectAgent(options_.client.io_timeout_ms));
-  DSEC_ASSIGN_OR_RETURN(client_, agent::Client::Connect(std::move(fd), options_.client));
+  return agent::Client::Connect(std::move(fd), options_.client);
+}
+
+absl::StatusOr<agent::Client*> MicrovmSandbox::Agent() {
+  DSEC_RETURN_IF_ERROR(Usable());
+  if (client_ != nullptr && !client_->broken()) return client_.get();
+  client_.reset();
+  DSEC_ASSIGN_OR_RETURN(client_, ConnectClient());
   return client_.get();
 }
 
@@ -195,11 +199,7 @@ absl::StatusOr<std::unique_ptr<agent::Client>> MicrovmSandbox::TakeExecClient() 
       return c;
     }
   }
-  if (WaitReadable(host_->exit_fd(), 0)) {
-    return absl::UnavailableError(absl::StrCat("microvm: sandbox ", id_, " has stopped: ", host_->ExitReport()));
-  }
-  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, host_->ConnectAgent(options_.client.io_timeout_ms));
-  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<agent::Client> c, agent::Client::Connect(std::move(fd), options_.client));
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<agent::Client> c, ConnectClient());
   std::lock_guard<std::mutex> lock(exec_mu_);
   running_exec_.insert(c.get());
   return c;
@@ -311,6 +311,60 @@ absl::StatusOr<std::vector<agent::DirEntry>> MicrovmSandbox::ListDir(const std::
   std::lock_guard<std::mutex> lock(agent_mu_);
   DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
   return c->ListDir(path);
+}
+
+namespace {
+
+// A DirWatch over an agent connection that holds a WATCH.
+class AgentDirWatch final : public DirWatch {
+ public:
+  explicit AgentDirWatch(std::unique_ptr<agent::Client> c) : c_(std::move(c)) {}
+
+  absl::StatusOr<std::vector<FileEvent>> Next(int64_t timeout_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.ok() && closed_) failed_ = absl::UnavailableError("the watch was closed: its sandbox went");
+    if (!failed_.ok()) return failed_;
+    absl::StatusOr<std::vector<FileEvent>> events = c_->NextWatchEvents(timeout_ms);
+    if (events.ok()) return events;
+    if (closed_) {
+      failed_ = absl::UnavailableError("the watch was closed: its sandbox went");
+    } else if (c_->broken()) {
+      failed_ = absl::UnavailableError(
+          absl::StrCat("the guest's agent ended the watch (the guest stopped?): ", events.status().message()));
+    } else {
+      failed_ = events.status();  // the agent's own end: NotFound, ResourceExhausted
+    }
+    return failed_;
+  }
+
+  void Close() override {
+    closed_ = true;
+    c_->Interrupt();
+  }
+
+ private:
+  const std::unique_ptr<agent::Client> c_;
+  std::atomic<bool> closed_{false};
+  std::mutex mu_;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DirWatch>> MicrovmSandbox::WatchDir(const std::string& path, bool recursive,
+                                                                   size_t max_dirs) {
+  DSEC_RETURN_IF_ERROR(Usable());
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<agent::Client> c, ConnectClient());
+  const std::vector<std::string>& caps = c->agent_hello().capabilities;
+  if (std::find(caps.begin(), caps.end(), "watch") == caps.end()) {
+    return absl::UnimplementedError("the guest's agent cannot watch directories (a dsec-agent without WATCH)");
+  }
+  agent::WatchRequest req;
+  req.path = path;
+  req.recursive = recursive;
+  req.max_dirs = static_cast<uint32_t>(std::clamp<size_t>(max_dirs, 1, agent::kMaxWatchDirs));
+  DSEC_RETURN_IF_ERROR(c->Watch(req).status());
+  return std::make_unique<AgentDirWatch>(std::move(c));
 }
 
 absl::Status MicrovmSandbox::Pause() {

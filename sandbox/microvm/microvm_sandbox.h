@@ -31,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/dir_watch.h"
 #include "base/exec_control.h"
 #include "guest-kernel/agent/client.h"
 #include "sandbox/container/state_dir.h"
@@ -115,6 +116,12 @@ class MicrovmSandbox {
                                        agent::FileReadDone* info = nullptr);
   absl::Status WriteFile(const std::string& path, std::string_view data, uint32_t mode);
   absl::StatusOr<std::vector<agent::DirEntry>> ListDir(const std::string& path);
+  // A watch on the guest's directory `path` (the agent's WATCH, inotify in
+  // the guest) on an agent connection of its own, which the watch holds:
+  // it lasts beside everything else (a pause merely stills it) until
+  // closed, the directory goes or the guest does. Errors as ListDir's, and
+  // ResourceExhausted beyond max_dirs directories.
+  absl::StatusOr<std::unique_ptr<DirWatch>> WatchDir(const std::string& path, bool recursive, size_t max_dirs);
   absl::Status Pause();
   absl::Status Resume();
   // Streams the guest's upper directory (PACK_DIFF) into a fresh directory
@@ -141,6 +148,8 @@ class MicrovmSandbox {
       : id_(std::move(id)), state_(std::move(state)), options_(std::move(options)) {}
   absl::Status ConnectUntilBooted();
 
+  // A new agent connection (Unavailable at once when the VM has stopped).
+  absl::StatusOr<std::unique_ptr<agent::Client>> ConnectClient();
   // The client, reconnected once if the last call broke it.
   absl::StatusOr<agent::Client*> Agent();
   absl::Status Usable() const;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
@@ -407,6 +409,77 @@ TEST_F(MicrovmSandboxTest, PackDiffMakesALayerThatANewSandboxStacks) {
   EXPECT_TRUE(absl::IsNotFound(next->ReadFile("/etc/doomed", 100).status()))
       << "the whiteout hides the lower file";
   ASSERT_TRUE(next->Destroy().ok());
+}
+
+// A watch holds an agent connection of its own: the file calls and
+// commands go on beside it, a paused sandbox refuses a new one and stills
+// the running one, its directory's removal ends it (NotFound), Close wakes
+// a waiting Next and the sandbox's end ends the others.
+TEST_F(MicrovmSandboxTest, WatchesAGuestDirectoryBesideFilesAndCommands) {
+  auto sb = MustCreate(Spec("watcher"));
+  ASSERT_NE(sb, nullptr);
+  ASSERT_TRUE(sb->WriteFile("/w/keep", "k", 0644).ok());
+  EXPECT_TRUE(absl::IsNotFound(sb->WatchDir("/no/such", true, 64).status()));
+  auto made = sb->WatchDir("/w", /*recursive=*/true, 64);
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<DirWatch> w = *std::move(made);
+  std::vector<std::string> seen;
+  auto wait_for = [&](const std::string& what) {
+    for (int i = 0; i < 100; ++i) {
+      if (std::find(seen.begin(), seen.end(), what) != seen.end()) return true;
+      auto evs = w->Next(100);
+      if (!evs.ok()) return false;
+      for (const FileEvent& e : *evs) {
+        static const char* kNames[] = {"create", "write", "remove", "rename", "chmod"};
+        seen.push_back(absl::StrCat(kNames[static_cast<int>(e.type)], " ", e.name));
+      }
+    }
+    return std::find(seen.begin(), seen.end(), what) != seen.end();
+  };
+  ASSERT_TRUE(sb->WriteFile("/w/a", "x", 0644).ok());
+  EXPECT_TRUE(wait_for("create a")) << absl::StrJoin(seen, ", ");
+  agent::ExecRequest req;
+  req.argv = {"sh", "-c", "mkdir w/sub && echo y > w/sub/b && rm w/a"};  // the host-mode agent's root is its cwd
+  auto done = sb->Exec(req, nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->exit_code, 0);
+  EXPECT_TRUE(wait_for("remove a")) << absl::StrJoin(seen, ", ");
+  EXPECT_TRUE(wait_for("create sub/b")) << absl::StrJoin(seen, ", ");
+  EXPECT_TRUE(sb->ListDir("/w").ok());
+
+  ASSERT_TRUE(sb->Pause().ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(sb->WatchDir("/w", false, 64).status()));
+  auto still = w->Next(50);
+  ASSERT_TRUE(still.ok()) << still.status();
+  ASSERT_TRUE(sb->Resume().ok());
+
+  // The directory removed: NotFound, said by the agent.
+  req.argv = {"rm", "-rf", "w"};
+  ASSERT_TRUE(sb->Exec(req, nullptr).ok());
+  absl::Status end;
+  for (int i = 0; i < 100 && end.ok(); ++i) end = w->Next(100).status();
+  EXPECT_TRUE(absl::IsNotFound(end)) << end;
+
+  // Close wakes a waiting Next.
+  auto closing = sb->WatchDir("/", false, 64);
+  ASSERT_TRUE(closing.ok()) << closing.status();
+  absl::Status closed;
+  std::thread waiter([&] { closed = (*closing)->Next(30'000).status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  (*closing)->Close();
+  waiter.join();
+  EXPECT_TRUE(absl::IsUnavailable(closed)) << closed;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+
+  // The sandbox's end ends a watch that nobody closed.
+  auto orphan = sb->WatchDir("/", false, 64);
+  ASSERT_TRUE(orphan.ok()) << orphan.status();
+  ASSERT_TRUE(sb->Destroy().ok());
+  end = absl::OkStatus();
+  for (int i = 0; i < 100 && end.ok(); ++i) end = (*orphan)->Next(100).status();
+  EXPECT_TRUE(absl::IsUnavailable(end)) << end;
+  EXPECT_TRUE(Entries().empty());
 }
 
 TEST_F(MicrovmSandboxTest, PauseStopsEveryProcessAndResumeContinues) {

@@ -83,6 +83,10 @@ class MicrovmTierSandbox : public tier::TierSandbox {
     for (const agent::DirEntry& e : entries) out.push_back({e.name, EntryTypeString(e.type), e.size, e.mode});
     return out;
   }
+  // The agent's WATCH (inotify in the guest) on a connection of its own.
+  absl::StatusOr<std::unique_ptr<tier::DirWatch>> WatchDir(const std::string& path, bool recursive) override {
+    return sb_->WatchDir(path, recursive, tier::kMaxWatchedDirs);
+  }
   // The guest's upper directory, copied out through the agent (pack_diff
   // stream) into a fresh directory of the state dir: an overlay upper
   // directory that layers::PackDiff turns into a layer. The copy is made

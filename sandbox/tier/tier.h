@@ -123,6 +123,10 @@ struct FileEntry {
 
 // Directory watches: base/dir_watch.h.
 using dsec::DirWatch;
+// Directories one recursive watch holds at most (an inotify watch each:
+// the host's fs.inotify.max_user_watches, shared by the node, or the
+// guest's).
+inline constexpr size_t kMaxWatchedDirs = 1024;
 using dsec::FileEvent;
 
 // One sandbox of a tier. Threads: the daemon calls one method at a time
@@ -146,8 +150,9 @@ class TierSandbox {
                                  uint32_t mode) = 0;
   virtual absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string& path) = 0;
   // A watch on the directory `path` (and every directory below it when
-  // `recursive`), under the same rules as the other file methods; called
-  // like them. Unimplemented where the tier cannot watch.
+  // `recursive`, at most kMaxWatchedDirs of them), under the same rules as
+  // the other file methods; called like them. Unimplemented where the tier
+  // cannot watch.
   virtual absl::StatusOr<std::unique_ptr<DirWatch>> WatchDir(const std::string& path, bool recursive);
   // The writable layer's directory for pack_diff (the sandbox is frozen
   // by the caller meanwhile); FailedPrecondition where the tier has none.

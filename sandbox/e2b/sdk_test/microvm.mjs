@@ -92,8 +92,24 @@ await check('files.write, read, list', async () => {
   assert.equal(r.stdout, 'written through E2B\n')
 })
 
-await check('files.watchDir names the tier that cannot watch', async () => {
-  await assert.rejects(sbx.files.watchDir('/work', () => {}, slow), /microvm tier cannot watch/)
+await check('files.watchDir streams the guest directory\'s changes (inotify in the guest)', async () => {
+  await sbx.files.makeDir('/work/watched', slow)
+  const seen = []
+  const handle = await sbx.files.watchDir('/work/watched', (e) => { seen.push(`${e.type} ${e.name}`) },
+    { recursive: true, ...slow })
+  const waitFor = async (what) => {
+    for (let i = 0; i < 1200 && !seen.includes(what); i++) await new Promise((r) => setTimeout(r, 25))
+    assert.ok(seen.includes(what), `${what} not in ${JSON.stringify(seen)}`)
+  }
+  await sbx.files.write('/work/watched/a.txt', 'A', slow)
+  await waitFor('create a.txt')
+  await sbx.commands.run('mkdir /work/watched/sub && sleep 0.2 && echo x > /work/watched/sub/b && rm /work/watched/a.txt', slow)
+  await waitFor('remove a.txt')
+  await waitFor('create sub/b')
+  await handle.stop()
+  // /proc is the guest kernel's: refused, as a missing directory is.
+  await assert.rejects(sbx.files.watchDir('/proc', () => {}, slow), /kernel file system/)
+  await assert.rejects(sbx.files.watchDir('/no/such/dir', () => {}, slow), (e) => /not found|no such/i.test(String(e)))
 })
 
 await check('kill, a background command running', async () => {
