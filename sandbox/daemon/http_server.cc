@@ -19,6 +19,7 @@
 #include "sandbox/daemon/exec_stream.h"
 #include "sandbox/daemon/http_guard.h"
 #include "sandbox/daemon/http_parse.h"
+#include "sandbox/daemon/watch_stream.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
 #include "base/status.h"
@@ -93,7 +94,7 @@ void ReplyEmpty(httplib::Response& res, const absl::Status& s) {
 }
 
 void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o,
-               std::shared_ptr<const GuardMetrics> guard_metrics) {
+               std::shared_ptr<const GuardMetrics> guard_metrics, std::shared_ptr<WatchStreams> watches) {
   srv.Get("/v1/health", [svc](const httplib::Request&, httplib::Response& res) { SendJson(res, svc->Health()); });
   srv.Get("/metrics", [svc, guard_metrics](const httplib::Request&, httplib::Response& res) {
     res.set_content(svc->MetricsText() + guard_metrics->Text(), "text/plain; version=0.0.4");
@@ -155,6 +156,33 @@ void AddRoutes(httplib::Server& srv, Service* svc, const HttpOptions& o,
   });
   srv.Get(R"(/v1/sandboxes/([^/]+)/files/list)", [svc](const httplib::Request& req, httplib::Response& res) {
     Reply(res, svc->ListFiles(req.matches[1], req.has_param("path") ? req.get_param_value("path") : "/"));
+  });
+  srv.Get(R"(/v1/sandboxes/([^/]+)/files/watch)", [svc, o, watches](const httplib::Request& req,
+                                                                     httplib::Response& res) {
+    if (!req.has_param("path")) return SendError(res, InvalidField("path", "path is required"));
+    bool recursive = false;
+    if (req.has_param("recursive")) {
+      const std::string v = req.get_param_value("recursive");
+      if (v == "true" || v == "1") {
+        recursive = true;
+      } else if (v != "false" && v != "0") {
+        return SendError(res, InvalidField("recursive", "must be true or false"));
+      }
+    }
+    const std::string path = req.get_param_value("path");
+    absl::StatusOr<std::shared_ptr<DirWatch>> watch = svc->WatchDir(req.matches[1], path, recursive);
+    if (!watch.ok()) return SendError(res, watch.status());
+    if (absl::Status s = watches->Add(*watch); !s.ok()) return SendError(res, s);
+    auto lines = std::make_shared<WatchLines>(*std::move(watch), path, recursive, o.watch_keepalive_ms);
+    res.status = 200;
+    res.set_chunked_content_provider("application/x-ndjson", [lines](size_t, httplib::DataSink& sink) {
+      std::string out;
+      if (!lines->Next(&out)) {
+        sink.done();
+        return true;
+      }
+      return sink.write(out.data(), out.size());  // false: the client is gone, the watch goes with `lines`
+    });
   });
   srv.Post(R"(/v1/sandboxes/([^/]+)/pack_diff)",
            WithJsonBody(svc, o, [svc](const httplib::Request& req, httplib::Response& res, const json& b) {
@@ -323,6 +351,7 @@ bool TokenMatches(const std::string& header_value, const std::string& token) {
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, HttpOptions options) {
   std::unique_ptr<HttpServer> hs(new HttpServer());
   hs->guard_metrics_ = std::make_shared<GuardMetrics>();
+  hs->watch_streams_ = std::make_shared<WatchStreams>(options.max_watch_streams);
   if (options.socket_path.empty() && options.tcp_host.empty()) {
     return absl::InvalidArgumentError("no socket and no TCP address to listen on");
   }
@@ -331,7 +360,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
     DSEC_ASSIGN_OR_RETURN(std::unique_ptr<GuardedServer> srv,
                           GuardedServer::Create(GuardOptionsOf(options), hs->guard_metrics_));
     Configure(*srv, options);
-    AddRoutes(*srv, service, options, hs->guard_metrics_);
+    AddRoutes(*srv, service, options, hs->guard_metrics_, hs->watch_streams_);
     srv->set_address_family(AF_UNIX);
     auto listener = RecordListener(*srv);
     if (!srv->bind_to_port(options.socket_path, 80)) {
@@ -358,7 +387,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
       SendError(res, absl::UnauthenticatedError("missing or wrong bearer token"));
       return httplib::Server::HandlerResponse::Handled;
     });
-    AddRoutes(*srv, service, options, hs->guard_metrics_);
+    AddRoutes(*srv, service, options, hs->guard_metrics_, hs->watch_streams_);
     auto listener = RecordListener(*srv);
     if (options.tcp_port == 0) {
       int port = srv->bind_to_any_port(options.tcp_host);
@@ -392,8 +421,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Service* service, 
 }
 
 void HttpServer::Stop() {
-  // The guards first: their threads hand connections to the servers' pools,
-  // which stop() ends.
+  // Open watch streams end (their workers return), so that the pools can
+  // be joined. The guards first: their threads hand connections to the
+  // servers' pools, which stop() ends.
+  if (watch_streams_ != nullptr) watch_streams_->CloseAll();
   for (auto& s : servers_) s->Shutdown();
   for (auto& s : servers_) s->stop();
   for (auto& t : threads_) {

@@ -18,6 +18,7 @@ namespace dsec::daemon {
 
 class GuardedServer;
 struct GuardMetrics;
+class WatchStreams;
 
 inline constexpr char kDefaultSocket[] = "/run/dsec-vmm/api.sock";
 
@@ -42,6 +43,11 @@ struct HttpOptions {
   // process) and in all, per listener.
   int max_connections_per_client = 32;
   int max_connections = 1024;
+  // Directory watch streams (GET .../files/watch) open at once over both
+  // listeners: each holds a worker of `threads`. A quiet stream sends a
+  // keepalive line every watch_keepalive_ms.
+  int max_watch_streams = 8;
+  int watch_keepalive_ms = 15'000;
 };
 
 // Threads: Start binds and starts one listener thread per transport; the
@@ -56,6 +62,7 @@ class HttpServer {
  private:
   HttpServer() = default;
   std::shared_ptr<GuardMetrics> guard_metrics_;
+  std::shared_ptr<WatchStreams> watch_streams_;
   std::vector<std::unique_ptr<GuardedServer>> servers_;
   std::vector<std::thread> threads_;
   int tcp_port_ = 0;

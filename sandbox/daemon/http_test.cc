@@ -12,7 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <chrono>
 #include <thread>
@@ -433,6 +437,130 @@ TEST_F(DaemonHttpTest, StreamingExecSendsOutputLinesThenExit) {
   EXPECT_EQ(err, "two\n");
   EXPECT_EQ(exit["exit_code"], 5);
   EXPECT_FALSE(exit.contains("stdout"));
+}
+
+// GET .../files/watch, read line by line on a client of its own until
+// `until` says so (or the stream ends); `on_line` sees each line.
+struct WatchClient {
+  std::vector<json> lines;
+  int status = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+
+  void Run(const std::string& socket, const std::string& target, const std::function<bool(const json&)>& until) {
+    auto c = testing::UnixClient(socket);
+    c->set_read_timeout(30, 0);
+    std::string buf;
+    auto r = c->Get(target, [&](const char* data, size_t len) {
+      buf.append(data, len);
+      for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+        json j = json::parse(buf.substr(0, nl));
+        buf.erase(0, nl + 1);
+        bool stop = false;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          lines.push_back(j);
+          stop = until(j);
+        }
+        cv.notify_all();
+        if (stop) return false;
+      }
+      return true;
+    });
+    std::lock_guard<std::mutex> lock(mu);
+    status = r ? r->status : -1;
+    if (r && r->status != 200 && !r->body.empty()) lines.push_back(json::parse(r->body));
+    cv.notify_all();
+  }
+  bool WaitFor(const std::function<bool(const json&)>& pred, int seconds = 10) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] {
+      return std::any_of(lines.begin(), lines.end(), pred);
+    });
+  }
+};
+
+bool IsEvent(const json& j, const std::string& type, const std::string& name) {
+  return j.contains("event") && j["event"]["type"] == type && j["event"]["name"] == name;
+}
+
+TEST_F(DaemonHttpTest, WatchStreamsADirectorysChangesAsNdjsonLines) {
+  HttpOptions ho;
+  ho.watch_keepalive_ms = 200;
+  ho.max_watch_streams = 1;
+  Start({}, ho);
+  const std::string id = Create();
+  Sh(id, "mkdir -p /w");
+  const std::string base = absl::StrCat("/v1/sandboxes/", id, "/files/watch?path=");
+  // Request errors come as plain HTTP errors.
+  auto missing = client_->Get(absl::StrCat("/v1/sandboxes/", id, "/files/watch"));
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 400) << missing->body;
+  auto bad = client_->Get(base + "/w&recursive=maybe");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto nodir = client_->Get(base + "/no/such");
+  ASSERT_TRUE(nodir);
+  EXPECT_EQ(nodir->status, 404) << nodir->body;
+
+  WatchClient w;
+  std::thread t([&] { w.Run(socket_, base + "/w&recursive=true", [](const json& j) { return IsEvent(j, "create", "sub/b"); }); });
+  ASSERT_TRUE(w.WaitFor([](const json& j) { return j.contains("watching"); }));
+  // One stream is this server's most: a second is refused.
+  auto second = client_->Get(base + "/w");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, 429) << second->body;
+  Sh(id, "touch /w/a && mkdir /w/sub && sleep 0.2 && echo x > /w/sub/b");
+  t.join();  // the client stopped reading: its request ends cancelled
+  ASSERT_FALSE(w.lines.empty());
+  EXPECT_EQ(w.lines.front()["watching"]["path"], "/w");
+  EXPECT_EQ(w.lines.front()["watching"]["recursive"], true);
+  EXPECT_TRUE(std::any_of(w.lines.begin(), w.lines.end(), [](const json& j) { return IsEvent(j, "create", "a"); }));
+  EXPECT_TRUE(std::any_of(w.lines.begin(), w.lines.end(), [](const json& j) { return IsEvent(j, "create", "sub"); }));
+
+  // A quiet stream keeps alive; the sandbox's delete ends it with its error
+  // line. The client that went above frees its stream at the server's next
+  // write (a keepalive within 200 ms): until then a new one is refused.
+  WatchClient quiet;
+  std::thread q([&] {
+    for (int i = 0; i < 50; ++i) {
+      quiet.Run(socket_, base + "/w", [](const json&) { return false; });
+      if (quiet.status != 429) return;
+      std::lock_guard<std::mutex> lock(quiet.mu);
+      quiet.lines.clear();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  struct Join {
+    std::thread* t;
+    ~Join() {
+      if (t->joinable()) t->join();
+    }
+  } join_q{&q};
+  ASSERT_TRUE(quiet.WaitFor([](const json& j) { return j.is_object() && j.empty(); }, 20)) << "no keepalive";
+  auto del = client_->Delete(absl::StrCat("/v1/sandboxes/", id));
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 204);
+  q.join();
+  ASSERT_FALSE(quiet.lines.empty());
+  EXPECT_EQ(quiet.lines.back()["error"]["code"], "UNAVAILABLE") << quiet.lines.back();
+}
+
+TEST_F(DaemonHttpTest, StoppingTheServerEndsOpenWatchStreams) {
+  const std::string id = Create();
+  Sh(id, "mkdir -p /w");
+  WatchClient w;
+  std::thread t([&] {
+    w.Run(socket_, absl::StrCat("/v1/sandboxes/", id, "/files/watch?path=/w"), [](const json&) { return false; });
+  });
+  ASSERT_TRUE(w.WaitFor([](const json& j) { return j.contains("watching"); }));
+  const auto t0 = std::chrono::steady_clock::now();
+  client_.reset();
+  daemon_.reset();  // the keepalive is 15 s: without closing the watch, Stop would wait on its worker
+  t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ASSERT_FALSE(w.lines.empty());
+  EXPECT_EQ(w.lines.back()["error"]["code"], "UNAVAILABLE") << w.lines.back();
 }
 
 TEST_F(DaemonHttpTest, FncallSandboxRunsCodeAndHasNoFiles) {

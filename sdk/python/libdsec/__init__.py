@@ -23,7 +23,7 @@ daemon endpoint, returning SandboxHandle objects).
 """
 
 from ._version import __version__
-from .aio import AsyncClient, AsyncCommands, AsyncExecStream, AsyncFiles, AsyncSandbox
+from .aio import AsyncClient, AsyncCommands, AsyncDirWatch, AsyncExecStream, AsyncFiles, AsyncSandbox
 from .api import Sandbox, Task
 from .client import Client
 from .commands import Commands, OutputHandler
@@ -31,16 +31,16 @@ from .errors import (Conflict, DeadlineExceeded, DsecError, ExecFailed, Internal
                      InvalidArgument, NotFound, ProtocolError, ResourceExhausted,
                      TransportError, Unauthenticated, Unavailable)
 from .files import Files
-from .results import (CommandResult, Divergence, ExecResult, FileEntry, Forked, NetworkCounters,
-                      NetworkInfo)
-from .sandbox import ExecStream, SandboxHandle
+from .results import (CommandResult, Divergence, ExecResult, FileEntry, FileEvent, Forked,
+                      NetworkCounters, NetworkInfo)
+from .sandbox import DirWatch, ExecStream, SandboxHandle
 from ._transport import DEFAULT_SOCKET, UnixHTTPConnection
 
 __all__ = [
     "__version__",
     # E2B's idiom, blocking and asyncio
-    "Sandbox", "Commands", "Files", "CommandResult", "OutputHandler",
-    "AsyncSandbox", "AsyncCommands", "AsyncFiles", "AsyncClient", "AsyncExecStream",
+    "Sandbox", "Commands", "Files", "CommandResult", "OutputHandler", "DirWatch", "FileEvent",
+    "AsyncSandbox", "AsyncCommands", "AsyncFiles", "AsyncClient", "AsyncExecStream", "AsyncDirWatch",
     # the earlier API and the lower-level one
     "Task", "Client", "SandboxHandle", "ExecResult", "ExecStream", "Divergence", "FileEntry", "Forked",
     # sandbox networking (sb.network)

@@ -20,10 +20,11 @@ import json
 import math
 import os
 import urllib.parse
-from typing import IO, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import (IO, Any, Dict, List, Literal, Mapping, Optional, Protocol, Sequence, Tuple,
+                    TypeVar, Union)
 
 from . import errors
-from .results import ExecResult, FileEntry, Forked, NetworkInfo
+from .results import ExecResult, FileEntry, FileEvent, Forked, NetworkInfo
 from .results import JSONObject as JSONObject  # re-exported
 
 DEFAULT_SOCKET = "/run/dsec-vmm/api.sock"
@@ -400,6 +401,20 @@ def list_files(sandbox_id: str, path: str) -> Call:
     return Call("GET", "%s/files/list?%s" % (sandbox_path(sandbox_id), query(path=path)))
 
 
+# A quiet watch stream carries a keepalive line every 15 s: reads wait at
+# least this long whatever the client's own timeout.
+WATCH_READ_TIMEOUT_S = 60.0
+
+
+def watch_dir(sandbox_id: str, path: str, recursive: bool = False) -> Call:
+    if not isinstance(recursive, bool):
+        raise errors.InvalidArgument("recursive must be a bool, got %r" % (recursive,),
+                                     field="recursive")
+    return Call("GET", "%s/files/watch?%s" % (sandbox_path(sandbox_id),
+                                              query(path=path, recursive="true" if recursive else "false")),
+                accept=NDJSON, expect=(200,), min_timeout=WATCH_READ_TIMEOUT_S)
+
+
 def pack_diff(sandbox_id: str, name: str, version: str) -> Call:
     return _json_call("POST", sandbox_path(sandbox_id) + "/pack_diff",
                       {"name": name, "version": version})
@@ -603,6 +618,68 @@ class SandboxFields:
             self.recorded = None
 
 
+def _stream_line(where: str, line: bytes) -> Optional[JSONObject]:
+    """One NDJSON line of a streamed answer as its object (None if blank)."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise errors.ProtocolError("%s: bad stream line %r: %s" % (where, line[:200], e))
+    if not isinstance(obj, dict):
+        raise errors.ProtocolError("%s: stream line is not an object" % where)
+    return obj
+
+
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class LineDecoder(Protocol[_T_co]):
+    """What a streamed answer's reader needs of its decoder (StreamDecoder,
+    WatchDecoder): a value (or None) per line, and the error for an end
+    that came too soon."""
+
+    def feed(self, line: bytes) -> Optional[_T_co]: ...
+
+    def ended_early(self) -> errors.ProtocolError: ...
+
+
+class WatchDecoder:
+    """Decodes the watch stream's NDJSON lines (docs/api.yaml, files/watch).
+
+    feed() returns a FileEvent for each change and None for the first line
+    (which sets .watching), keepalives, blank lines and line kinds the
+    daemon may add later. The error line that ends a watch raises it (as
+    the API's error: NotFound when the directory went, Unavailable when
+    the sandbox did); so do bad JSON and a malformed event.
+    """
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self.watching: Optional[JSONObject] = None
+
+    def feed(self, line: bytes) -> Optional[FileEvent]:
+        obj = _stream_line(self._where, line)
+        if obj is None:
+            return None
+        if "event" in obj:
+            ev = obj["event"]
+            if not isinstance(ev, dict) or not isinstance(ev.get("name"), str) \
+                    or not isinstance(ev.get("type"), str):
+                raise errors.ProtocolError("%s: malformed event %r" % (self._where, ev))
+            return FileEvent(name=ev["name"], type=ev["type"])
+        if "watching" in obj:
+            self.watching = obj["watching"] if isinstance(obj["watching"], dict) else {}
+            return None
+        if "error" in obj:
+            raise errors.error_from_object(obj, status=200)
+        return None  # a keepalive ({}) or an unknown line kind
+
+    def ended_early(self) -> errors.ProtocolError:
+        return errors.ProtocolError("%s: the watch stream ended without its error line" % self._where)
+
+
 class StreamDecoder:
     """Decodes the exec stream's NDJSON lines (docs/api.yaml, exec/stream).
 
@@ -620,15 +697,9 @@ class StreamDecoder:
         self.deferred_bytes: Optional[int] = None
 
     def feed(self, line: bytes) -> Optional[Tuple[str, bytes]]:
-        line = line.strip()
-        if not line:
+        obj = _stream_line(self._where, line)
+        if obj is None:
             return None
-        try:
-            obj = json.loads(line.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise errors.ProtocolError("%s: bad stream line %r: %s" % (self._where, line[:200], e))
-        if not isinstance(obj, dict):
-            raise errors.ProtocolError("%s: stream line is not an object" % self._where)
         if "stream" in obj:
             try:
                 data = base64.b64decode(obj.get("data_b64") or "", validate=True)

@@ -17,20 +17,56 @@ from __future__ import annotations
 import inspect
 import secrets
 from types import TracebackType
-from typing import (Any, List, Literal, Mapping, Optional, Sequence, Tuple, Type, TypeVar,
-                    Union, overload)
+from typing import (Any, Generic, List, Literal, Mapping, Optional, Sequence, Tuple, Type,
+                    TypeVar, Union, overload)
 
 from . import _protocol as P
 from . import errors
 from ._aio_transport import AsyncTransport, StreamResponse
 from ._protocol import Command, JSONObject, NetworkSpec, Stdin, WriteData
 from .commands import OutputDispatch, OutputHandler
-from .results import CommandResult, ExecResult, FileEntry, Forked
+from .results import CommandResult, ExecResult, FileEntry, FileEvent, Forked
 
 _A = TypeVar("_A", bound="AsyncSandbox")
+_T = TypeVar("_T")
 
 
-class AsyncExecStream:
+class _AsyncLineStream(Generic[_T]):
+    """An NDJSON answer read line by line (AsyncExecStream, AsyncDirWatch):
+    a failed read or a premature end drops the connection and raises;
+    aclose() drops it."""
+
+    def __init__(self, resp: StreamResponse, lines: P.LineDecoder[_T]) -> None:
+        self._resp: Optional[StreamResponse] = resp
+        self._lines = lines
+
+    async def _next_fed(self) -> Optional[_T]:
+        """The decoder's value for the next line (None for a line without one)."""
+        assert self._resp is not None
+        line = await self._resp.readline()  # abandons the connection itself on failure
+        if not line:
+            self._abandon()
+            raise self._lines.ended_early()
+        try:
+            return self._lines.feed(line)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        resp, self._resp = self._resp, None
+        if resp is not None:
+            resp.abandon()
+
+    async def aclose(self) -> None:
+        self._abandon()
+
+    async def __aexit__(self, *exc: object) -> Literal[False]:
+        self._abandon()
+        return False
+
+
+class AsyncExecStream(_AsyncLineStream[Tuple[str, bytes]]):
     """Async-iterates (stream, bytes) chunks of a running exec, like ExecStream.
 
     After the iteration ends, .result is the ExecResult and .deferred_bytes
@@ -40,8 +76,8 @@ class AsyncExecStream:
     """
 
     def __init__(self, resp: StreamResponse, call: P.Call) -> None:
-        self._resp: Optional[StreamResponse] = resp
         self._decoder = P.StreamDecoder("%s %s" % (call.method, call.target))
+        super().__init__(resp, self._decoder)
 
     @property
     def result(self) -> Optional[ExecResult]:
@@ -56,15 +92,7 @@ class AsyncExecStream:
 
     async def __anext__(self) -> Tuple[str, bytes]:
         while self._resp is not None:
-            line = await self._resp.readline()  # abandons the connection itself on failure
-            if not line:
-                self._abandon()
-                raise self._decoder.ended_early()
-            try:
-                chunk = self._decoder.feed(line)
-            except BaseException:
-                self._abandon()
-                raise
+            chunk = await self._next_fed()
             if chunk is not None:
                 return chunk
             if self._decoder.result is not None:
@@ -72,26 +100,36 @@ class AsyncExecStream:
                 await resp.finish()
         raise StopAsyncIteration
 
-    def _abandon(self) -> None:
-        resp, self._resp = self._resp, None
-        if resp is not None:
-            resp.abandon()
-
     async def wait(self) -> Optional[ExecResult]:
         """Consumes the rest of the stream and returns the ExecResult."""
         async for _ in self:
             pass
         return self.result
 
-    async def aclose(self) -> None:
-        self._abandon()
-
     async def __aenter__(self) -> "AsyncExecStream":
         return self
 
-    async def __aexit__(self, *exc: object) -> Literal[False]:
-        self._abandon()
-        return False
+
+class AsyncDirWatch(_AsyncLineStream[FileEvent]):
+    """Async-iterates the changes under a watched directory, like DirWatch
+    (the watch's end raises its error); aclose() or leaving `async with`
+    ends it."""
+
+    def __init__(self, resp: StreamResponse, call: P.Call) -> None:
+        super().__init__(resp, P.WatchDecoder("%s %s" % (call.method, call.target)))
+
+    def __aiter__(self) -> "AsyncDirWatch":
+        return self
+
+    async def __anext__(self) -> FileEvent:
+        while self._resp is not None:
+            event = await self._next_fed()
+            if event is not None:
+                return event
+        raise StopAsyncIteration
+
+    async def __aenter__(self) -> "AsyncDirWatch":
+        return self
 
 
 class AsyncFiles:
@@ -119,6 +157,11 @@ class AsyncFiles:
     async def list(self, path: str) -> List[FileEntry]:
         obj = await self._sb._t.send_json(P.list_files(self._sb.id, path))
         return P.parse_file_list(obj, path)
+
+    async def watch_dir(self, path: str, recursive: bool = False) -> AsyncDirWatch:
+        """As Files.watch_dir: an AsyncDirWatch of the directory's changes."""
+        call = P.watch_dir(self._sb.id, path, recursive)
+        return AsyncDirWatch(await self._sb._t.open_stream(call), call)
 
 
 class AsyncCommands:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""sb.files: read, write and list files in a sandbox (container tier; blocking)."""
+"""sb.files: read, write, list and watch files in a sandbox (blocking)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from ._protocol import WriteData
 from .results import FileEntry
 
 if TYPE_CHECKING:
-    from .sandbox import SandboxHandle
+    from .sandbox import DirWatch, SandboxHandle
 
 
 class Files:
     """sb.files, shaped like E2B's sandbox.files: read(path, format=...),
-    write(path, data), list(path).
+    write(path, data), list(path), watch_dir(path).
 
     read() without format= returns this object's default_format: "text" (a
     str, UTF-8 with invalid bytes replaced) on sandboxes made by
@@ -64,3 +64,10 @@ class Files:
     def list(self, path: str) -> List[FileEntry]:
         """Returns the directory's entries as FileEntry values (.path set)."""
         return self._h.list_files(path)
+
+    def watch_dir(self, path: str, recursive: bool = False) -> "DirWatch":
+        """Watches a directory (container and microvm tiers): returns a
+        DirWatch that iterates FileEvent(name, type) as changes happen,
+        names relative to path; with recursive, directories below too. As
+        E2B's files.watch_dir, but an iterator instead of a callback."""
+        return self._h.watch_dir(path, recursive)

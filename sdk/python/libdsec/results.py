@@ -206,6 +206,17 @@ class FileEntry:
                    size=int(obj.get("size") or 0), mode=int(mode), path=path)
 
 
+@dataclasses.dataclass(frozen=True)
+class FileEvent:
+    """One change under a watched directory (files.watch_dir): name is
+    relative to the directory ("sub/f" below it); type is one of "create",
+    "write", "remove", "rename" (the old name; the new one comes as a
+    create) and "chmod"."""
+
+    name: str
+    type: str
+
+
 def _str_list(value: Any) -> List[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 

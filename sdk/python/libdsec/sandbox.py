@@ -5,21 +5,106 @@ from __future__ import annotations
 
 import http.client
 from types import TracebackType
-from typing import (TYPE_CHECKING, Any, Iterator, List, Literal, Mapping, Optional, Sequence,
-                    Tuple, Type)
+from typing import (TYPE_CHECKING, Any, Generic, Iterator, List, Literal, Mapping, Optional,
+                    Sequence, Tuple, Type, TypeVar)
 
 from . import _protocol as P
 from . import errors
 from ._protocol import Command, JSONObject, NetworkSpec, Stdin, WriteData
 from ._protocol import exec_body  # noqa: F401  (kept importable from here)
-from .results import ExecResult, FileEntry, Forked
+from .results import ExecResult, FileEntry, FileEvent, Forked
 
 if TYPE_CHECKING:
     from ._transport import Transport
     from .client import Client
 
 
-class ExecStream:
+_T = TypeVar("_T")
+
+
+class _LineStream(Generic[_T]):
+    """An NDJSON answer read line by line, on its own connection (ExecStream,
+    DirWatch): a failed read or a premature end drops the connection and
+    raises; close() drops it."""
+
+    def __init__(self, transport: "Transport", conn: http.client.HTTPConnection,
+                 resp: http.client.HTTPResponse, method: str, path: str,
+                 lines: P.LineDecoder[_T]) -> None:
+        self._transport = transport
+        self._conn = conn
+        self._resp: Optional[http.client.HTTPResponse] = resp
+        self._method = method
+        self._path = path
+        self._lines = lines
+
+    def _next_fed(self) -> Optional[_T]:
+        """The decoder's value for the next line (None for a line without one)."""
+        assert self._resp is not None
+        try:
+            line = self._resp.readline()
+        except (OSError, http.client.HTTPException) as e:
+            self._abandon()
+            raise self._transport._fail(self._method, self._path, e) from e
+        if not line:
+            self._abandon()
+            raise self._lines.ended_early()
+        try:
+            return self._lines.feed(line)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        if self._resp is not None:
+            self._resp = None
+            self._transport.discard(self._conn)
+
+    def close(self) -> None:
+        self._abandon()
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
+        self.close()
+        return False
+
+    def __del__(self) -> None:
+        if getattr(self, "_resp", None) is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+
+
+class DirWatch(_LineStream[FileEvent]):
+    """Iterates the changes under a watched directory (FileEvent values) as
+    they happen, waiting for the next one without limit (the daemon keeps
+    a quiet stream alive). The watch ends with its error raised from the
+    iteration: NotFound (the directory was removed or moved), Unavailable
+    (the sandbox was deleted or the daemon stopped), ResourceExhausted
+    (events were lost, or more than 1,024 directories). close() (or
+    leaving `with`) ends it. Blocking; for a background watch, iterate on
+    a thread of your own.
+    """
+
+    def __init__(self, transport: "Transport", conn: http.client.HTTPConnection,
+                 resp: http.client.HTTPResponse, method: str, path: str) -> None:
+        super().__init__(transport, conn, resp, method, path, P.WatchDecoder("%s %s" % (method, path)))
+
+    def __iter__(self) -> Iterator[FileEvent]:
+        return self
+
+    def __next__(self) -> FileEvent:
+        while self._resp is not None:
+            event = self._next_fed()
+            if event is not None:
+                return event
+        raise StopIteration
+
+    def __enter__(self) -> "DirWatch":
+        return self
+
+
+class ExecStream(_LineStream[Tuple[str, bytes]]):
     """Iterates (stream, bytes) chunks of a running exec: stream is "stdout" or "stderr".
 
     Chunks arrive while the command runs. After the iteration ends, .result
@@ -33,12 +118,8 @@ class ExecStream:
 
     def __init__(self, transport: "Transport", conn: http.client.HTTPConnection,
                  resp: http.client.HTTPResponse, method: str, path: str) -> None:
-        self._transport = transport
-        self._conn = conn
-        self._resp: Optional[http.client.HTTPResponse] = resp
-        self._method = method
-        self._path = path
         self._decoder = P.StreamDecoder("%s %s" % (method, path))
+        super().__init__(transport, conn, resp, method, path, self._decoder)
 
     @property
     def result(self) -> Optional[ExecResult]:
@@ -53,19 +134,7 @@ class ExecStream:
 
     def __next__(self) -> Tuple[str, bytes]:
         while self._resp is not None:
-            try:
-                line = self._resp.readline()
-            except (OSError, http.client.HTTPException) as e:
-                self._abandon()
-                raise self._transport._fail(self._method, self._path, e) from e
-            if not line:
-                self._abandon()
-                raise self._decoder.ended_early()
-            try:
-                chunk = self._decoder.feed(line)
-            except BaseException:
-                self._abandon()
-                raise
+            chunk = self._next_fed()
             if chunk is not None:
                 return chunk
             if self._decoder.result is not None:
@@ -82,33 +151,14 @@ class ExecStream:
             return
         self._transport.release(self._conn, not rest and not resp.will_close)
 
-    def _abandon(self) -> None:
-        if self._resp is not None:
-            self._resp = None
-            self._transport.discard(self._conn)
-
     def wait(self) -> Optional[ExecResult]:
         """Consumes the rest of the stream and returns the ExecResult."""
         for _ in self:
             pass
         return self.result
 
-    def close(self) -> None:
-        self._abandon()
-
     def __enter__(self) -> "ExecStream":
         return self
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        self.close()
-        return False
-
-    def __del__(self) -> None:
-        if getattr(self, "_resp", None) is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                pass
 
 
 class SandboxHandle(P.SandboxFields):
@@ -171,6 +221,12 @@ class SandboxHandle(P.SandboxFields):
     def list_files(self, path: str) -> List[FileEntry]:
         """Returns the directory's entries as FileEntry values."""
         return P.parse_file_list(self._t.send_json(P.list_files(self.id, path)), path)
+
+    def watch_dir(self, path: str, recursive: bool = False) -> "DirWatch":
+        """Watches a directory: a DirWatch iterating its changes (FileEvent)."""
+        call = P.watch_dir(self.id, path, recursive)
+        conn, resp = self._t.open_stream(call)
+        return DirWatch(self._t, conn, resp, call.method, call.target)
 
     # -- lifecycle --------------------------------------------------------------
 

@@ -7,6 +7,7 @@ skips with the reason without $DSEC_VMMD, root, a static busybox or
 mkfs.erofs)."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -148,6 +149,45 @@ def test_snapshot_makes_sandboxes_from_the_files_it_kept(node):
             libdsec.Sandbox.create(snapshot=sid, socket=node.socket)
 
 
+def _bounded(w, seconds=60):
+    """Closes the watch after seconds: a missing event fails the test
+    instead of blocking it (the stream's keepalives never end it)."""
+    t = threading.Timer(seconds, w.close)
+    t.daemon = True
+    t.start()
+    return t
+
+
+def test_watch_dir_iterates_a_directorys_changes_until_its_end(node):
+    with _create(node) as sb:
+        sb.commands.run("mkdir -p /work/w")
+        with pytest.raises(libdsec.NotFound):
+            sb.files.watch_dir("/work/no/such")
+        with pytest.raises(libdsec.InvalidArgument):
+            sb.files.watch_dir("/work/w", recursive="yes")
+        seen = []
+        with sb.files.watch_dir("/work/w", recursive=True) as w:
+            timer = _bounded(w)
+            sb.files.write("/work/w/a.txt", "A")
+            sb.commands.run("mkdir /work/w/sub && sleep 0.2 && echo x > /work/w/sub/b && rm /work/w/a.txt")
+            for ev in w:
+                assert isinstance(ev, libdsec.FileEvent)
+                seen.append((ev.type, ev.name))
+                if ("remove", "a.txt") in seen and ("create", "sub/b") in seen:
+                    break
+            timer.cancel()
+        assert ("create", "a.txt") in seen and ("create", "sub") in seen, seen
+        assert ("remove", "a.txt") in seen and ("create", "sub/b") in seen, seen
+        # The directory's removal ends a watch with NotFound.
+        w = sb.files.watch_dir("/work/w")
+        timer = _bounded(w)
+        sb.commands.run("rm -rf /work/w")
+        with pytest.raises(libdsec.NotFound):
+            for _ in w:
+                pass
+        timer.cancel()
+
+
 # -- asyncio -------------------------------------------------------------------------
 
 
@@ -182,6 +222,31 @@ def test_async_create_run_files_connect_kill(node):
             assert await sb.kill() is False
             with pytest.raises(libdsec.NotFound):
                 await libdsec.AsyncSandbox.connect(sb.sandbox_id, socket=node.socket)
+        finally:
+            await sb.kill()
+
+    asyncio.run(go())
+
+
+def test_async_watch_dir(node):
+    async def go():
+        sb = node.track(await libdsec.AsyncSandbox.create(layers=[node.base], socket=node.socket))
+        try:
+            await sb.commands.run("mkdir -p /work/w")
+            async def first(w, want):
+                async for ev in w:
+                    if (ev.type, ev.name) == want:
+                        return ev
+
+            async with await sb.files.watch_dir("/work/w") as w:
+                await sb.files.write("/work/w/f", "x")
+                assert await asyncio.wait_for(first(w, ("create", "f")), 60) is not None
+            # Deleting the sandbox ends a watch with Unavailable.
+            w = await sb.files.watch_dir("/work/w")
+            other = await libdsec.AsyncSandbox.connect(sb.sandbox_id, socket=node.socket)
+            assert await other.kill() is True
+            with pytest.raises(libdsec.Unavailable):
+                await asyncio.wait_for(first(w, ("never", "")), 60)
         finally:
             await sb.kill()
 

@@ -331,3 +331,33 @@ class NoTokenTest(ClientTestBase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WatchDecoderTest(unittest.TestCase):
+    """The watch stream's lines (docs/api.yaml, files/watch), decoded."""
+
+    def test_events_keepalives_and_the_end(self):
+        from libdsec import _protocol as P
+        d = P.WatchDecoder("GET /w")
+        self.assertIsNone(d.feed(b'{"watching": {"path": "/w", "recursive": true}}\n'))
+        self.assertEqual(d.watching, {"path": "/w", "recursive": True})
+        self.assertIsNone(d.feed(b"{}\n"))
+        self.assertIsNone(d.feed(b"\n"))
+        self.assertIsNone(d.feed(b'{"later": 1}\n'))
+        self.assertEqual(d.feed(b'{"event": {"name": "a/b", "type": "create"}}'),
+                         libdsec.FileEvent("a/b", "create"))
+        with self.assertRaises(libdsec.NotFound):
+            d.feed(b'{"error": {"code": "NOT_FOUND", "message": "the watched directory /w was removed"}}')
+        with self.assertRaises(libdsec.Unavailable):
+            d.feed(b'{"error": {"code": "UNAVAILABLE", "message": "closed"}}')
+        for bad in (b'{"event": {"name": 3, "type": "create"}}', b'{"event": []}', b"[1]", b"{nope"):
+            with self.assertRaises(libdsec.ProtocolError):
+                d.feed(bad)
+
+    def test_the_request(self):
+        from libdsec import _protocol as P
+        c = P.watch_dir("sb-1", "/work dir", recursive=True)
+        self.assertEqual((c.method, c.target), ("GET", "/v1/sandboxes/sb-1/files/watch?path=/work%20dir&recursive=true"))
+        self.assertEqual(c.timeout(5.0), P.WATCH_READ_TIMEOUT_S)
+        with self.assertRaises(libdsec.InvalidArgument):
+            P.watch_dir("sb-1", "/w", recursive=1)
