@@ -329,6 +329,15 @@ absl::Status Client::SetClock(int64_t unix_ns) {
   return CheckEmptyObject(f);
 }
 
+absl::Status Client::Reseed(const std::string& seed) {
+  EntropyRequest req;
+  req.seed = seed;
+  DSEC_RETURN_IF_ERROR(Send(ToFrame(req)));
+  DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));
+  if (f.type != MsgType::kEntropyDone) return Unexpected(f, MsgType::kEntropyDone);
+  return CheckEmptyObject(f);
+}
+
 absl::Status Client::Shutdown() {
   DSEC_RETURN_IF_ERROR(Send(EmptyFrame(MsgType::kShutdown)));
   DSEC_ASSIGN_OR_RETURN(Frame f, Receive(IoDeadline()));

@@ -125,6 +125,9 @@ class Client {
   absl::Status ConfigureNetwork(const std::string& net);
   // CLOCK: sets the guest's wall clock to `unix_ns` (a restored machine).
   absl::Status SetClock(int64_t unix_ns);
+  // ENTROPY: credits `seed` to the guest's input pool and reseeds its CRNG
+  // (a restored machine, whose clones share one CRNG state).
+  absl::Status Reseed(const std::string& seed);
   // Any thread: shuts the connection down both ways, so that a call under
   // way on another thread fails at once and the client is broken; the
   // agent kills the command it ran for this connection (a disconnect).

@@ -152,6 +152,10 @@ Frame ToFrame(const ClockRequest& m) {
   return JsonFrame(MsgType::kClock, {{"unix_ns", m.unix_ns}});
 }
 
+Frame ToFrame(const EntropyRequest& m) {
+  return JsonFrame(MsgType::kEntropy, {{"seed", Base64Encode(m.seed)}});
+}
+
 Frame ToFrame(const SignalRequest& m) {
   return JsonFrame(MsgType::kSignal, {{"signal", m.signal}});
 }
@@ -366,6 +370,19 @@ absl::Status FromFrame(const Frame& f, ClockRequest* m) {
   return absl::OkStatus();
 }
 
+absl::Status FromFrame(const Frame& f, EntropyRequest* m) {
+  return DecodeWith(f, MsgType::kEntropy, [&](Fields& r) {
+    const std::string text = r.Str("seed", /*required=*/true);
+    if (!r.status().ok()) return;
+    absl::StatusOr<std::string> seed = Base64Decode(text);
+    if (!seed.ok()) return r.Fail("seed", std::string(seed.status().message()));
+    if (seed->size() < kMinEntropySeedBytes || seed->size() > kMaxEntropySeedBytes) {
+      return r.Fail("seed", absl::StrCat("must hold ", kMinEntropySeedBytes, "..", kMaxEntropySeedBytes, " bytes"));
+    }
+    m->seed = *std::move(seed);
+  });
+}
+
 absl::Status FromFrame(const Frame& f, SignalRequest* m) {
   absl::Status s = DecodeWith(f, MsgType::kSignal, [&](Fields& r) {
     m->signal = static_cast<int>(r.U32("signal", 0, /*required=*/true, 64));
@@ -566,6 +583,9 @@ absl::Status ValidateFrame(const Frame& f) {
       return Decode<SignalRequest>(f).status();
     case MsgType::kClock:
       return Decode<ClockRequest>(f).status();
+    case MsgType::kEntropy:
+      return Decode<EntropyRequest>(f).status();
+    case MsgType::kEntropyDone:
     case MsgType::kClockDone:
     case MsgType::kNetworkDone:
     case MsgType::kStdinClose:

@@ -29,6 +29,8 @@ namespace dsec::agent {
 inline constexpr const char* kCapabilities[] = {"exec", "stdin", "files", "watch", "pack_diff", "shutdown"};
 // Listed besides when the agent can set the guest's clock (a guest's PID 1).
 inline constexpr char kClockCapability[] = "clock";
+// Listed besides when the agent can reseed the guest's CRNG (a guest's PID 1).
+inline constexpr char kEntropyCapability[] = "entropy";
 
 struct Hello {
   uint32_t version = kProtocolVersion;
@@ -200,13 +202,26 @@ struct ClockRequest {
   int64_t unix_ns = 0;
 };
 
+// ENTROPY: fresh randomness from the host for a guest restored from a
+// saved machine: every clone of one save starts with the same CRNG state
+// and would draw the same "random" bytes (keys, tokens, ASLR of new
+// processes) until the kernel reseeds on its own. PID 1 credits `seed`
+// (kMinEntropySeedBytes..kMaxEntropySeedBytes, base64 on the wire) to the
+// input pool and reseeds the CRNG at once. Answered with ENTROPY_DONE
+// ({}) or an ERROR.
+struct EntropyRequest {
+  std::string seed;
+};
+inline constexpr size_t kMinEntropySeedBytes = 32;
+inline constexpr size_t kMaxEntropySeedBytes = 512;
+
 // A signal for the running command (1..64; SIGKILL ends it as its timeout
 // would, without counting as one).
 struct SignalRequest {
   int signal = 0;
 };
 
-struct Empty {};  // STDIN_CLOSE, PACK_DIFF, SHUTDOWN, SHUTDOWN_ACK, NETWORK_DONE, CLOCK_DONE
+struct Empty {};  // STDIN_CLOSE, PACK_DIFF, SHUTDOWN, SHUTDOWN_ACK, NETWORK_DONE, CLOCK_DONE, ENTROPY_DONE
 
 const char* EntryTypeName(EntryType type);
 const char* DiffTypeName(DiffType type);
@@ -233,6 +248,7 @@ Frame ToFrame(const DiffEntry& m);
 Frame ToFrame(const DiffEnd& m);
 Frame ToFrame(const NetworkRequest& m);
 Frame ToFrame(const ClockRequest& m);
+Frame ToFrame(const EntropyRequest& m);
 Frame ToFrame(const SignalRequest& m);
 Frame EmptyFrame(MsgType type);
 Frame DataFrame(MsgType type, std::string_view bytes);  // kData / kStdin
@@ -258,6 +274,7 @@ absl::Status FromFrame(const Frame& f, DiffEntry* m);
 absl::Status FromFrame(const Frame& f, DiffEnd* m);
 absl::Status FromFrame(const Frame& f, NetworkRequest* m);
 absl::Status FromFrame(const Frame& f, ClockRequest* m);
+absl::Status FromFrame(const Frame& f, EntropyRequest* m);
 absl::Status FromFrame(const Frame& f, SignalRequest* m);
 // Checks that a JSON-typed frame holds an object (STDIN_CLOSE, PACK_DIFF, ...).
 absl::Status CheckEmptyObject(const Frame& f);

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <linux/random.h>
 #include <linux/vm_sockets.h>
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -273,6 +274,22 @@ absl::Status ConfigureNetwork(const NetConfig& net) {
   return absl::OkStatus();
 }
 
+// The host's seed into the input pool, credited (RNDADDENTROPY), then a
+// reseed of the CRNG from it at once (RNDRESEEDCRNG): what a clone draws
+// from then on is its own.
+absl::Status Reseed(const std::string& seed) {
+  ScopedFd fd(open("/dev/urandom", O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return absl::InternalError(absl::StrCat("open /dev/urandom: ", Err()));
+  std::string buf(sizeof(struct rand_pool_info) + seed.size(), '\0');
+  auto* info = reinterpret_cast<struct rand_pool_info*>(buf.data());
+  info->entropy_count = static_cast<int>(seed.size() * 8);
+  info->buf_size = static_cast<int>(seed.size());
+  std::memcpy(buf.data() + sizeof(struct rand_pool_info), seed.data(), seed.size());
+  if (ioctl(fd.get(), RNDADDENTROPY, info) != 0) return absl::InternalError(absl::StrCat("RNDADDENTROPY: ", Err()));
+  if (ioctl(fd.get(), RNDRESEEDCRNG) != 0) return absl::InternalError(absl::StrCat("RNDRESEEDCRNG: ", Err()));
+  return absl::OkStatus();
+}
+
 // The agent's NETWORK request: a guest restored from another sandbox's
 // saved machine still holds that one's address, routes and neighbours
 // (its gateway's MAC is the other tap's). eth0 goes down first, which
@@ -394,6 +411,7 @@ void RunPid1() {
     if (clock_settime(CLOCK_REALTIME, &ts) != 0) return absl::InternalError(absl::StrCat("clock_settime: ", Err()));
     return absl::OkStatus();
   };
+  options.reseed = [](const std::string& seed) { return Reseed(seed); };
   options.configure_network = [](const std::string& net) {
     absl::Status s = Readdress(net);
     if (!s.ok()) Console(absl::StrCat("error: ", s.message()));

@@ -47,6 +47,8 @@ constexpr TypeInfo kTypes[] = {
     {MsgType::kNetworkDone, "NETWORK_DONE", true},
     {MsgType::kClock, "CLOCK", true},
     {MsgType::kClockDone, "CLOCK_DONE", true},
+    {MsgType::kEntropy, "ENTROPY", true},
+    {MsgType::kEntropyDone, "ENTROPY_DONE", true},
     {MsgType::kShutdown, "SHUTDOWN", true},
     {MsgType::kShutdownAck, "SHUTDOWN_ACK", true},
 };

@@ -57,6 +57,8 @@ enum class MsgType : uint8_t {
   kNetworkDone = 0x39,    // agent -> host, JSON {}
   kClock = 0x3a,          // host -> agent, JSON {unix_ns}: set the wall clock (a restored machine)
   kClockDone = 0x3b,      // agent -> host, JSON {}
+  kEntropy = 0x3c,        // host -> agent, JSON {seed}: reseed the guest's CRNG (a restored machine)
+  kEntropyDone = 0x3d,    // agent -> host, JSON {}
   kShutdown = 0x40,       // host -> agent, JSON {}
   kShutdownAck = 0x41,    // agent -> host, JSON {}
 };

@@ -229,6 +229,21 @@ TEST(MessagesTest, ClockCarriesAPlausibleWallClock) {
   }
 }
 
+TEST(MessagesTest, EntropyCarriesASeedOfBoundedSize) {
+  const std::string seed(64, '\x9c');
+  auto e = Decode<EntropyRequest>(ToFrame(EntropyRequest{seed}));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->seed, seed);
+  EXPECT_EQ(TypeName(MsgType::kEntropy), "ENTROPY");
+  EXPECT_TRUE(ValidateFrame(EmptyFrame(MsgType::kEntropyDone)).ok());
+  for (size_t bad : {size_t{0}, kMinEntropySeedBytes - 1, kMaxEntropySeedBytes + 1}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ValidateFrame(ToFrame(EntropyRequest{std::string(bad, 'x')})))) << bad;
+  }
+  for (const char* bad : {R"({})", R"({"seed": 5})", R"({"seed": "not base64!"})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ValidateFrame(Json(MsgType::kEntropy, bad)))) << bad;
+  }
+}
+
 TEST(MessagesTest, WatchFramesRoundTripAndRefuseBadFields) {
   WatchRequest req;
   req.path = std::string("/w\xff", 3);

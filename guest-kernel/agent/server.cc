@@ -39,23 +39,35 @@ absl::Status Handshake(const ServerOptions& options, FrameConn& conn, int stop_f
   reply.software = "dsec-agent";
   for (const char* cap : kCapabilities) reply.capabilities.push_back(cap);
   if (options.set_clock) reply.capabilities.push_back(kClockCapability);
+  if (options.reseed) reply.capabilities.push_back(kEntropyCapability);
   return conn.Write(ToFrame(reply), DeadlineAfterMs(options.write_stall_timeout_ms), stop_fd);
+}
+
+// A request a PID 1 hook serves: the hook's error as ERROR, else `done` ({}).
+absl::Status AnswerHook(HandlerEnv& env, FrameConn& conn, const absl::Status& s, MsgType done) {
+  if (!s.ok()) return SendRequestError(env, conn, s);
+  return conn.Write(EmptyFrame(done), env.WriteDeadline(), env.stop_fd);
 }
 
 absl::Status HandleNetwork(HandlerEnv& env, FrameConn& conn, const NetworkRequest& request) {
   absl::Status s = env.options.configure_network
                        ? env.options.configure_network(request.net)
                        : absl::FailedPreconditionError("this agent manages no network (it is not a guest's PID 1)");
-  if (!s.ok()) return SendRequestError(env, conn, s);
-  return conn.Write(EmptyFrame(MsgType::kNetworkDone), env.WriteDeadline(), env.stop_fd);
+  return AnswerHook(env, conn, s, MsgType::kNetworkDone);
 }
 
 absl::Status HandleClock(HandlerEnv& env, FrameConn& conn, const ClockRequest& request) {
   absl::Status s = env.options.set_clock
                        ? env.options.set_clock(request.unix_ns)
                        : absl::FailedPreconditionError("this agent sets no clock (it is not a guest's PID 1)");
-  if (!s.ok()) return SendRequestError(env, conn, s);
-  return conn.Write(EmptyFrame(MsgType::kClockDone), env.WriteDeadline(), env.stop_fd);
+  return AnswerHook(env, conn, s, MsgType::kClockDone);
+}
+
+absl::Status HandleEntropy(HandlerEnv& env, FrameConn& conn, const EntropyRequest& request) {
+  absl::Status s = env.options.reseed
+                       ? env.options.reseed(request.seed)
+                       : absl::FailedPreconditionError("this agent reseeds no CRNG (it is not a guest's PID 1)");
+  return AnswerHook(env, conn, s, MsgType::kEntropyDone);
 }
 
 // Handles one request frame; see handlers.h for the return convention.
@@ -88,6 +100,10 @@ absl::Status Dispatch(HandlerEnv& env, FrameConn& conn, const Frame& f) {
     case MsgType::kClock: {
       DSEC_ASSIGN_OR_RETURN(ClockRequest req, Decode<ClockRequest>(f));
       return HandleClock(env, conn, req);
+    }
+    case MsgType::kEntropy: {
+      DSEC_ASSIGN_OR_RETURN(EntropyRequest req, Decode<EntropyRequest>(f));
+      return HandleEntropy(env, conn, req);
     }
     case MsgType::kPackDiff:
       DSEC_RETURN_IF_ERROR(CheckEmptyObject(f));

@@ -52,6 +52,11 @@ struct ServerOptions {
   // connection's thread). Null: CLOCK is refused (FAILED_PRECONDITION: an
   // agent that is not a guest's PID 1 must not set its host's clock).
   std::function<absl::Status(int64_t unix_ns)> set_clock;
+  // ENTROPY: credits the host's seed to the guest's input pool and
+  // reseeds its CRNG (PID 1 passes the random device's ioctls). Null:
+  // refused (FAILED_PRECONDITION: not a guest's PID 1; the host's CRNG is
+  // not the agent's to reseed).
+  std::function<absl::Status(const std::string& seed)> reseed;
   // Environment every exec starts from; the request's env adds/overrides.
   std::vector<std::string> base_env = {
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"};

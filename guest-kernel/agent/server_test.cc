@@ -233,6 +233,39 @@ TEST(ServerTest, ClockIsSetOnlyThroughPid1sSetter) {
   EXPECT_EQ(set.size(), 1u);
 }
 
+// ENTROPY reaches PID 1's reseed hook with the host's bytes; without one
+// (host mode: the host's own CRNG) it is refused and nothing is done; a
+// seed out of bounds is refused before the hook.
+TEST(ServerTest, EntropyGoesOnlyToPid1sReseed) {
+  TempDir dir;
+  const std::string seed(48, '\x42');
+  {
+    TestServer ts(RootedAt(dir));
+    auto client = ts.Connect();
+    absl::Status s = client->Reseed(seed);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_NE(s.message().find("reseeds no CRNG"), std::string::npos) << s;
+    EXPECT_TRUE(client->ListDir("").ok());
+  }
+  std::vector<std::string> got;
+  ServerOptions o = RootedAt(dir);
+  o.reseed = [&got](const std::string& s) {
+    got.push_back(s);
+    return absl::OkStatus();
+  };
+  TestServer ts(o);
+  auto client = ts.Connect();
+  const auto& caps = client->agent_hello().capabilities;
+  EXPECT_NE(std::find(caps.begin(), caps.end(), "entropy"), caps.end());
+  EXPECT_TRUE(client->Reseed(seed).ok());
+  EXPECT_EQ(got, std::vector<std::string>{seed});
+  RawPeer peer(ts.RawConnection());
+  peer.Handshake();
+  peer.Send(ToFrame(EntropyRequest{std::string(8, 'x')}));
+  peer.ExpectErrorThenClose(absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.size(), 1u);
+}
+
 TEST(ServerTest, StoppingTheServerKillsRunningCommands) {
   TempDir dir;
   auto ts = std::make_unique<TestServer>(RootedAt(dir));

@@ -2,6 +2,7 @@
 #include "sandbox/microvm/microvm_sandbox.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +128,25 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
     } else {
       DSEC_LOG(warn, "microvm: sandbox={}: the restored guest's agent cannot set its clock (no \"clock\" "
                "capability): its wall time lags by the time the machine stood saved", sb->id_);
+    }
+    // Every clone of one save starts with the same CRNG state: without
+    // fresh randomness, two children would draw the same keys and tokens.
+    if (std::find(caps.begin(), caps.end(), agent::kEntropyCapability) != caps.end()) {
+      std::string seed(64, '\0');
+      absl::Status s;
+      if (getrandom(seed.data(), seed.size(), 0) != static_cast<ssize_t>(seed.size())) {
+        s = ErrnoToStatus("getrandom");
+      } else {
+        s = sb->client_->Reseed(seed);
+      }
+      if (!s.ok()) {
+        s = absl::Status(s.code(), absl::StrCat("microvm: reseeding the restored guest's CRNG: ", s.message()));
+        (void)sb->Destroy();
+        return s;
+      }
+    } else {
+      DSEC_LOG(warn, "microvm: sandbox={}: the restored guest's agent cannot reseed its CRNG (no \"entropy\" "
+               "capability): clones of one save draw the same random bytes until their kernels reseed", sb->id_);
     }
   }
   sb->boot_ms_ = static_cast<double>(MonotonicNowNs() - start) / 1e6;

@@ -254,6 +254,11 @@ def test_fork_and_snapshot_carry_the_running_guest(mvm):
         assert children.layer is None
         # The saved machine went once the children had mapped it.
         assert sorted(os.listdir(machines)) == ["staging"]
+        # Each draws random bytes of its own, first thing: clones of one
+        # save share its CRNG state until their kernels reseed (up to a
+        # minute later), unless the host reseeds every restored guest.
+        draws = [c.commands.run("head -c 32 /dev/urandom | od -An -tx1").stdout for c in children]
+        assert len(draws[0].split()) == 32 and draws[0] != draws[1], draws
         for c in children:
             assert c.commands.run("cat /root/state").stdout == "before\n"
             assert _running(c, loop), "the loop was not carried into %s" % c.sandbox_id
