@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -301,23 +302,57 @@ absl::StatusOr<uint64_t> Client::Watch(const WatchRequest& request) {
 }
 
 absl::StatusOr<std::vector<FileEvent>> Client::NextWatchEvents(int64_t timeout_ms) {
+  if (!watch_end_.ok()) {
+    absl::Status end = std::move(watch_end_);
+    watch_end_ = absl::OkStatus();
+    return end;
+  }
   DSEC_RETURN_IF_ERROR(Usable());
   if (!watching_) return absl::FailedPreconditionError("agent client: no watch runs on this connection");
-  absl::StatusOr<Frame> f = conn_.Read(timeout_ms < 0 ? kNoDeadline : DeadlineAfterMs(timeout_ms));
-  if (!f.ok()) {
-    if (absl::IsDeadlineExceeded(f.status())) return std::vector<FileEvent>{};
-    return Break(f.status());
-  }
-  if (f->type == MsgType::kWatchEvents) {
+  // The first frame within the caller's time, then every one that is here
+  // already ("the changes since the last call", as a local inotify read
+  // gives them), up to a bound per call.
+  constexpr size_t kMaxEventsPerCall = 16384;
+  std::vector<FileEvent> out;
+  bool first = true;
+  while (out.size() < kMaxEventsPerCall) {
+    absl::StatusOr<std::optional<Frame>> f;
+    if (first && timeout_ms != 0) {
+      absl::StatusOr<Frame> waited = conn_.Read(timeout_ms < 0 ? kNoDeadline : DeadlineAfterMs(timeout_ms));
+      if (waited.ok()) {
+        f = std::optional<Frame>(*std::move(waited));
+      } else if (absl::IsDeadlineExceeded(waited.status())) {
+        f = std::optional<Frame>();
+      } else {
+        f = waited.status();
+      }
+    } else {
+      f = conn_.ReadReady();
+    }
+    first = false;
+    if (!f.ok()) {
+      absl::Status broken = Break(f.status());
+      if (out.empty()) return broken;
+      break;  // the events first; the next call finds the client broken
+    }
+    if (!f->has_value()) break;  // none (more) in time
+    const Frame& frame = **f;
+    if (frame.type != MsgType::kWatchEvents) {
+      // The watch's end: its ERROR (the connection serves requests again),
+      // or a frame out of step; said after the events before it.
+      watching_ = false;
+      absl::Status end = Unexpected(frame, MsgType::kWatchEvents);
+      if (out.empty()) return end;
+      watch_end_ = std::move(end);
+      break;
+    }
     WatchEvents events;
-    absl::Status s = FromFrame(*f, &events);
+    absl::Status s = FromFrame(frame, &events);
     if (!s.ok()) return Break(s);
-    return std::move(events.events);
+    out.insert(out.end(), std::make_move_iterator(events.events.begin()),
+               std::make_move_iterator(events.events.end()));
   }
-  // The watch's end: its ERROR (the connection serves requests again), or
-  // a frame out of step.
-  watching_ = false;
-  return Unexpected(*f, MsgType::kWatchEvents);
+  return out;
 }
 
 absl::Status Client::SetClock(int64_t unix_ns) {

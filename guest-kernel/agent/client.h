@@ -111,8 +111,9 @@ class Client {
   // WATCH: the connection becomes a watch of request.path (nothing else
   // runs on it from then on); the directories watched at the start.
   absl::StatusOr<uint64_t> Watch(const WatchRequest& request);
-  // The watch's changes that came, waiting up to timeout_ms (< 0: without
-  // limit) for the first: empty when none came in time. The agent's ERROR
+  // The watch's changes that came (every WATCH_EVENTS frame already here,
+  // at most 16,384 events), waiting up to timeout_ms (< 0: without limit)
+  // for the first: empty when none came in time. The agent's ERROR
   // ends the watch with its code (NOT_FOUND: the directory went;
   // RESOURCE_EXHAUSTED: events lost or too many directories); a closed
   // connection is Unavailable.
@@ -157,6 +158,7 @@ class Client {
   bool broken_ = false;
   bool exec_running_ = false;
   bool watching_ = false;
+  absl::Status watch_end_;  // a watch's end read behind its last events, for the next call
 };
 
 // Connects to a unix socket (blocking connect bounded by timeout_ms).

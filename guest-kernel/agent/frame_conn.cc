@@ -92,6 +92,20 @@ absl::StatusOr<Frame> FrameConn::Read(int64_t deadline_ns, int cancel_fd) {
   }
 }
 
+absl::StatusOr<std::optional<Frame>> FrameConn::ReadReady() {
+  for (;;) {
+    absl::StatusOr<std::optional<Frame>> next = reader_.Next();
+    if (!next.ok() || next->has_value()) return next;
+    if (eof_) {
+      return absl::UnavailableError(reader_.buffered() > 0 ? "connection closed in the middle of a frame"
+                                                           : "connection closed by peer");
+    }
+    const size_t before = reader_.buffered();
+    DSEC_RETURN_IF_ERROR(ReadSome());
+    if (reader_.buffered() == before && !eof_) return std::nullopt;  // nothing more here now
+  }
+}
+
 absl::Status FrameConn::Queue(const Frame& frame) {
   if (frame.payload.size() > max_payload_) {
     return absl::InvalidArgumentError(

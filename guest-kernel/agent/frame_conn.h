@@ -58,6 +58,9 @@ class FrameConn {
   absl::Status ReadSome();
   // The next buffered complete frame, nullopt if none, or the reader's error.
   absl::StatusOr<std::optional<Frame>> Pop() { return reader_.Next(); }
+  // The next frame if what is buffered and what the socket holds now make
+  // one, without waiting: nullopt if not (yet). Errors as Read's.
+  absl::StatusOr<std::optional<Frame>> ReadReady();
   bool peer_closed() const { return eof_; }
 
   // shutdown(2) of the socket (SHUT_WR: the peer reads EOF).

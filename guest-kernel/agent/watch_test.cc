@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/mount.h"
@@ -93,6 +95,38 @@ TEST_F(WatchTest, StreamsChangesBelowTheDirectoryAndFollowsNewOnes) {
   auto quiet = c->NextWatchEvents(50);
   ASSERT_TRUE(quiet.ok());
   EXPECT_TRUE(quiet->empty());
+}
+
+// A call takes every batch the agent sent meanwhile (the agent sends one
+// WATCH_EVENTS frame per read of its inotify queue), as a local inotify
+// read would; an end behind events comes on the call after them.
+TEST_F(WatchTest, OneCallTakesEveryBatchThatCameAndTheEndAfterThem) {
+  Mkdir("w");
+  auto c = server_->Connect();
+  ASSERT_TRUE(c->Watch(Request("/w", false)).ok());
+  for (int i = 0; i < 20; ++i) {
+    WriteFileOrDie(root_ + "/w/f" + std::to_string(i), "x");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto got = c->NextWatchEvents(0);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(std::count_if(got->begin(), got->end(), [](const FileEvent& e) { return e.type == Type::kCreate; }), 20);
+
+  Mkdir("v");
+  auto v = server_->Connect();
+  ASSERT_TRUE(v->Watch(Request("/v", false)).ok());
+  WriteFileOrDie(root_ + "/v/a", "x");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(unlink((root_ + "/v/a").c_str()), 0);
+  ASSERT_EQ(rmdir((root_ + "/v").c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto events = v->NextWatchEvents(0);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_FALSE(events->empty());
+  auto end = v->NextWatchEvents(0);
+  EXPECT_TRUE(absl::IsNotFound(end.status())) << end.status();
+  EXPECT_TRUE(v->ListDir("/").ok());  // the connection serves requests again
 }
 
 TEST_F(WatchTest, PathsStayInsideTheRoot) {
