@@ -159,12 +159,16 @@ int KillExecTree(pid_t leader, bool leader_unreaped, const std::vector<ino_t>& p
     std::vector<pid_t> members = SelectExecTree(table, leader, leader_unreaped, self);
     // Our own other children may hold the pipes for a moment between fork
     // and exec (descriptors are close-on-exec): never count them as strays.
-    std::set<pid_t> our_children;
-    for (const ProcEntry& e : table) {
-      if (e.ppid == self && e.pid != leader) our_children.insert(e.pid);
-    }
+    // Their parent is read again here: a command another connection starts
+    // now is forked after the table above was read.
     for (pid_t p : FindPipeHolders(pipe_inodes, self)) {
-      if (p != 1 && our_children.count(p) == 0) members.push_back(p);
+      if (p == 1) continue;
+      std::string line;
+      if (p != leader && ReadSmallFile(absl::StrCat("/proc/", p, "/stat"), &line)) {
+        absl::StatusOr<ProcEntry> e = ParseProcStat(line);
+        if (e.ok() && e->ppid == self) continue;
+      }
+      members.push_back(p);
     }
     bool fresh = false;
     for (pid_t p : members) {

@@ -334,7 +334,7 @@ TEST_F(MicrovmSandboxTest, ExecsOverlapFilesGoBesideThemAndKillExecsEndsThem) {
   std::string again_out;
   auto again_done = sb->Exec(again, [&](int, std::string_view d) { again_out.append(d); });
   ASSERT_TRUE(again_done.ok()) << again_done.status();
-  EXPECT_EQ(again_out, "still\n");
+  EXPECT_EQ(again_out, "still\n") << "signal " << again_done->signal.value_or(0);
   ASSERT_TRUE(sb->Destroy().ok());
 }
 
