@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace dsec {
 
@@ -54,6 +55,33 @@ class WallClock : public Clock {
     clock_gettime(CLOCK_REALTIME, &ts);
     return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
+};
+
+// CLOCK_MONOTONIC that stands still while paused: a sandbox's command
+// timeouts count only the time its processes could run (the container
+// tier pauses it with the sandbox's freeze). Thread-safe.
+class PausableClock : public Clock {
+ public:
+  int64_t NowNs() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return (paused_at_ns_ >= 0 ? paused_at_ns_ : MonotonicNowNs()) - stood_ns_;
+  }
+  // Idempotent; Resume goes on from where Pause stopped.
+  void Pause() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (paused_at_ns_ < 0) paused_at_ns_ = MonotonicNowNs();
+  }
+  void Resume() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (paused_at_ns_ < 0) return;
+    stood_ns_ += MonotonicNowNs() - paused_at_ns_;
+    paused_at_ns_ = -1;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  int64_t paused_at_ns_ = -1;
+  int64_t stood_ns_ = 0;  // paused in all, behind CLOCK_MONOTONIC by this
 };
 
 // A clock that only moves when told to, for tests. Thread-safe.

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "base/token_bucket.h"
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "base/clock.h"
@@ -119,6 +121,31 @@ TEST(TokenBucketTest, ClockGoingBackwardsAddsNothing) {
   EXPECT_EQ(bucket.Available(), 0u);
   clock.SetNs(5 * kSecond + kSecond / 100);
   EXPECT_EQ(bucket.Available(), 1u);
+}
+
+}  // namespace
+}  // namespace dsec
+
+namespace dsec {
+namespace {
+
+TEST(PausableClockTest, StandsStillWhilePausedAndGoesOnFromThere) {
+  PausableClock clock;
+  const int64_t a = clock.NowNs();
+  EXPECT_LE(a, MonotonicNowNs());
+  clock.Pause();
+  clock.Pause();  // idempotent
+  const int64_t paused = clock.NowNs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(clock.NowNs(), paused);
+  clock.Resume();
+  const int64_t resumed = clock.NowNs();
+  EXPECT_GE(resumed, paused);
+  EXPECT_LT(resumed - paused, 40'000'000) << "the 50 ms paused were counted";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(clock.NowNs() - resumed, 20'000'000);  // and it runs again
+  clock.Resume();  // idempotent
+  EXPECT_GE(MonotonicNowNs() - clock.NowNs(), 50'000'000);  // behind by what it stood
 }
 
 }  // namespace

@@ -227,6 +227,8 @@ class ContainerTierSandbox : public tier::TierSandbox {
       DSEC_RETURN_IF_ERROR(WaitFrozen(place));
     }
     paused_ = true;
+    // Its commands' timeouts stand still with it (exec.h ExecTarget::clock).
+    sandbox_->exec_clock().Pause();
     return absl::OkStatus();
   }
 
@@ -235,6 +237,7 @@ class ContainerTierSandbox : public tier::TierSandbox {
     DSEC_RETURN_IF_ERROR(freezer_.v2 ? WriteText(freezer_.dir + "/cgroup.freeze", "0")
                                      : WriteText(freezer_.dir + "/freezer.state", "THAWED"));
     paused_ = false;
+    sandbox_->exec_clock().Resume();
     return absl::OkStatus();
   }
 

@@ -101,7 +101,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
     return absl::InvalidArgumentError("exec: empty argv");
   }
   if (target.init_control_fd < 0) return InitGone();
-  const Clock& clock = MonotonicClock::Get();
+  const Clock& clock = target.clock != nullptr ? *target.clock : MonotonicClock::Get();
   const int64_t start = clock.NowNs();
   const int64_t deadline = start + std::max<int64_t>(options.timeout_ms, 1) * 1'000'000;
 
@@ -206,7 +206,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
                   if (pid_t g = host_pgid(); g > 0) ::kill(-g, SIGKILL);
                   ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
                   if (pump.kill_reason() == ExecKill::kCaller || shared.running.load() > 1) return;
-                  auto strays = target.cgroups->KillAll(target.init_pid, clock.NowNs() + kKillGraceNs);
+                  auto strays = target.cgroups->KillAll(target.init_pid, MonotonicNowNs() + kKillGraceNs);
                   if (strays.ok()) {
                     result.stray_processes_killed = *strays;
                   } else {
@@ -262,7 +262,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
         // those members are gone, so that the exec returns without them.
         if (exited.group_left != 0 && !pump.killed()) {
           if (pid_t g = host_pgid(); g > 0) {
-            auto left = target.cgroups->KillGroup(g, clock.NowNs() + kKillGraceNs);
+            auto left = target.cgroups->KillGroup(g, MonotonicNowNs() + kKillGraceNs);
             if (!left.ok()) {
               DSEC_LOG(warn, "container: exec group kill: {}", left.status().ToString());
             }

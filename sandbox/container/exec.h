@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "sandbox/container/cgroups.h"
+#include "base/clock.h"
 #include "base/exec_control.h"
 #include "base/exec_pump.h"
 #include "base/scoped_fd.h"
@@ -95,6 +96,10 @@ struct ExecTarget {
   const std::vector<std::string>* default_env = nullptr;
   // Null: the caller runs one exec at a time on this target.
   ExecShared* shared = nullptr;
+  // The command's time (its timeout, its reported duration): the sandbox's
+  // PausableClock, which stands still while the sandbox is paused. Null:
+  // CLOCK_MONOTONIC.
+  const Clock* clock = nullptr;
 };
 
 // Execs one sandbox runs at once at most (its init tracks each one's

@@ -487,6 +487,7 @@ absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {
   target.init_control_fd = init_control_.get();
   target.default_env = &config_.env;
   target.shared = &exec_shared_;
+  target.clock = &exec_clock_;
   return RunExec(target, options);
 }
 

@@ -89,6 +89,10 @@ class Sandbox {
   // Several may run at once (from different threads), up to
   // kMaxConcurrentExecs; not while Reset or Destroy runs.
   absl::StatusOr<ExecResult> Exec(const ExecOptions& options);
+  // The commands' clock (their timeouts and durations): the tier pauses it
+  // with the sandbox's freeze, so that a paused sandbox's commands do not
+  // time out meanwhile.
+  PausableClock& exec_clock() { return exec_clock_; }
   // Kills every process, drops the upper layer and starts again from the
   // layers alone (same id, cgroups and layer mounts).
   absl::Status Reset();
@@ -159,6 +163,7 @@ class Sandbox {
   pid_t init_pid_ = 0;  // our child, unreaped until StopInit (no pidfd kept)
   ScopedFd init_control_;  // our end of the init's control socket (init_protocol.h)
   ExecShared exec_shared_;  // what concurrent Execs share (exec.h)
+  PausableClock exec_clock_;
   bool destroyed_ = false;
 };
 

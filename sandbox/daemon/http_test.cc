@@ -416,6 +416,34 @@ TEST_F(DaemonHttpTest, UserNamespaceSandboxesGetTheirOwnHostIds) {
   client_->Delete(absl::StrCat("/v1/layers/", name, ":1"));
 }
 
+// A command's timeout counts only the time its sandbox ran: paused for
+// longer than the whole timeout, it still finishes after the resume.
+TEST_F(DaemonHttpTest, ACommandsTimeoutStandsStillWhileItsSandboxIsPaused) {
+  const std::string id = Create();
+  json result;
+  std::thread t([&] {
+    auto c = testing::UnixClient(socket_);
+    c->set_read_timeout(60, 0);
+    auto r = c->Post(absl::StrCat("/v1/sandboxes/", id, "/exec"),
+                     json{{"argv", {"sh", "-c", "sleep 1; echo done"}}, {"timeout_s", 3}}.dump(), kJson);
+    if (r) result = testing::JsonOf(r);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto p = client_->Post(absl::StrCat("/v1/sandboxes/", id, "/pause"));
+  ASSERT_TRUE(p);
+  ASSERT_EQ(p->status, 200) << p->body;
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // past the 3 s on the host's clock
+  auto r = client_->Post(absl::StrCat("/v1/sandboxes/", id, "/resume"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  t.join();
+  EXPECT_EQ(result.value("stdout", ""), "done\n") << result.dump();
+  EXPECT_EQ(result["exit_code"], json(0)) << result.dump();
+  EXPECT_EQ(result["timed_out"], json(false)) << result.dump();
+  // Its duration is the time it could run.
+  EXPECT_TRUE(result["duration_ms"].is_number() && result["duration_ms"].get<double>() < 3e3) << result.dump();
+}
+
 TEST_F(DaemonHttpTest, StreamingExecSendsOutputLinesThenExit) {
   const std::string id = Create();
   std::string body;
