@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -146,6 +147,25 @@ std::vector<pid_t> FindPipeHolders(const std::vector<ino_t>& pipe_inodes, pid_t 
   return holders;
 }
 
+namespace {
+
+// `pid` is a child of `self` that has not exec'd yet: its parent is `self`
+// and its executable is ours.
+bool IsOurChildBeforeExec(pid_t pid, pid_t self) {
+  std::string line;
+  if (!ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"), &line)) return false;
+  absl::StatusOr<ProcEntry> e = ParseProcStat(line);
+  if (!e.ok() || e->ppid != self) return false;
+  struct stat ours;
+  struct stat theirs;
+  if (stat("/proc/self/exe", &ours) != 0 || stat(absl::StrCat("/proc/", pid, "/exe").c_str(), &theirs) != 0) {
+    return false;
+  }
+  return ours.st_dev == theirs.st_dev && ours.st_ino == theirs.st_ino;
+}
+
+}  // namespace
+
 int KillExecTree(pid_t leader, bool leader_unreaped, const std::vector<ino_t>& pipe_inodes) {
   const pid_t self = getpid();
   std::set<pid_t> stopped;
@@ -159,15 +179,13 @@ int KillExecTree(pid_t leader, bool leader_unreaped, const std::vector<ino_t>& p
     std::vector<pid_t> members = SelectExecTree(table, leader, leader_unreaped, self);
     // Our own other children may hold the pipes for a moment between fork
     // and exec (descriptors are close-on-exec): never count them as strays.
-    // Their parent is read again here: a command another connection starts
-    // now is forked after the table above was read.
+    // Such a child is ours and still runs our program; an orphan the
+    // kernel re-parented to us (we are PID 1, or a subreaper) runs its
+    // own. Read when the holder is found: a command another connection
+    // starts now is forked after the table above was read.
     for (pid_t p : FindPipeHolders(pipe_inodes, self)) {
       if (p == 1) continue;
-      std::string line;
-      if (p != leader && ReadSmallFile(absl::StrCat("/proc/", p, "/stat"), &line)) {
-        absl::StatusOr<ProcEntry> e = ParseProcStat(line);
-        if (e.ok() && e->ppid == self) continue;
-      }
+      if (p != leader && IsOurChildBeforeExec(p, self)) continue;
       members.push_back(p);
     }
     bool fresh = false;

@@ -104,22 +104,35 @@ TEST(SelectExecTreeTest, TakesGroupSessionAndDescendants) {
   _exit(n == sizeof(orphans) ? 0 : 14);
 }
 
-TEST(ReaperTest, ExitStatusesSurviveTheReaperAndOrphansAreReaped) {
-  TempDir dir;
+// A forked ReaperChildMain serving `conn`'s other end in `dir`; `report`
+// gets its orphan count once the connection closes.
+struct ReaperChild {
+  ScopedFd conn;
+  ScopedFd report;
+  pid_t pid = -1;
+};
+ReaperChild StartReaperChild(const TempDir& dir) {
   auto [ours, theirs] = SocketPair();
   int report[2];
-  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  if (pipe2(report, O_CLOEXEC) != 0) return {};
   ScopedFd report_read(report[0]);
   ScopedFd report_write(report[1]);
   pid_t child = fork();
-  ASSERT_GE(child, 0);
   if (child == 0) {
     ours.Reset();  // else the connection never sees our end close
     report_read.Reset();
     ReaperChildMain(theirs.Release(), report_write.get(), dir.path());
   }
-  theirs.Reset();
-  report_write.Reset();
+  return {std::move(ours), std::move(report_read), child};
+}
+
+TEST(ReaperTest, ExitStatusesSurviveTheReaperAndOrphansAreReaped) {
+  TempDir dir;
+  ReaperChild rc = StartReaperChild(dir);
+  ASSERT_GE(rc.pid, 0);
+  ScopedFd ours = std::move(rc.conn);
+  ScopedFd report_read = std::move(rc.report);
+  const pid_t child = rc.pid;
 
   {
     auto client = Client::Connect(std::move(ours));
@@ -154,6 +167,50 @@ TEST(ReaperTest, ExitStatusesSurviveTheReaperAndOrphansAreReaped) {
   ASSERT_EQ(read(report_read.get(), &orphans, sizeof(orphans)),
             static_cast<ssize_t>(sizeof(orphans)));
   EXPECT_GE(orphans, 1u);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace dsec::agent
+
+namespace dsec::agent {
+namespace {
+
+// As a guest's PID 1 (here a subreaper): a double-forked setsid grandchild
+// is re-parented to the agent and found only because it holds the output
+// pipe. The timeout must kill it, although its parent is now the agent (the
+// agent's own children between fork and exec are the ones it spares).
+TEST(ReaperTest, ATimeoutKillsAnOrphanReparentedToTheAgent) {
+  TempDir dir;
+  ReaperChild rc = StartReaperChild(dir);
+  ASSERT_GE(rc.pid, 0);
+  ScopedFd ours = std::move(rc.conn);
+  ScopedFd report_read = std::move(rc.report);
+  const pid_t child = rc.pid;
+  int orphan = 0;
+  {
+    auto client = Client::Connect(std::move(ours));
+    ASSERT_TRUE(client.ok()) << client.status();
+    ExecRequest r;
+    r.argv = {"sh", "-c", "(setsid sh -c 'echo $$; exec sleep 1000' &); sleep 1000"};
+    r.timeout_ms = 1'500;
+    std::string out;
+    auto done = (*client)->Exec(r, [&](int, std::string_view d) { out.append(d); });
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_TRUE(done->timed_out);
+    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(out), &orphan)) << out;
+    long pidfd = syscall(SYS_pidfd_open, orphan, 0);
+    if (pidfd >= 0) {
+      ScopedFd fd(static_cast<int>(pidfd));
+      pollfd p = {fd.get(), POLLIN, 0};
+      EXPECT_EQ(poll(&p, 1, 10'000), 1) << "pid " << orphan << " survived the timeout";
+    }
+  }
+  if (orphan > 0) kill(orphan, SIGKILL);  // whatever the outcome
+  uint64_t orphans = 0;
+  ASSERT_EQ(read(report_read.get(), &orphans, sizeof(orphans)), static_cast<ssize_t>(sizeof(orphans)));
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
