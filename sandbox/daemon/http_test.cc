@@ -416,6 +416,21 @@ TEST_F(DaemonHttpTest, UserNamespaceSandboxesGetTheirOwnHostIds) {
   client_->Delete(absl::StrCat("/v1/layers/", name, ":1"));
 }
 
+// Joins a client's thread when the test leaves early: the daemon is
+// stopped first (its Stop ends every watch stream and command, so the
+// thread returns).
+struct StopThenJoin {
+  std::unique_ptr<httplib::Client>* client;
+  std::unique_ptr<testing::LocalDaemon>* daemon;
+  std::thread* t;
+  ~StopThenJoin() {
+    if (!t->joinable()) return;
+    client->reset();
+    daemon->reset();
+    t->join();
+  }
+};
+
 // A command's timeout counts only the time its sandbox ran: paused for
 // longer than the whole timeout, it still finishes after the resume.
 TEST_F(DaemonHttpTest, ACommandsTimeoutStandsStillWhileItsSandboxIsPaused) {
@@ -428,6 +443,7 @@ TEST_F(DaemonHttpTest, ACommandsTimeoutStandsStillWhileItsSandboxIsPaused) {
                      json{{"argv", {"sh", "-c", "sleep 1; echo done"}}, {"timeout_s", 3}}.dump(), kJson);
     if (r) result = testing::JsonOf(r);
   });
+  StopThenJoin join_t{&client_, &daemon_, &t};
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto p = client_->Post(absl::StrCat("/v1/sandboxes/", id, "/pause"));
   ASSERT_TRUE(p);
@@ -533,6 +549,7 @@ TEST_F(DaemonHttpTest, WatchStreamsADirectorysChangesAsNdjsonLines) {
 
   WatchClient w;
   std::thread t([&] { w.Run(socket_, base + "/w&recursive=true", [](const json& j) { return IsEvent(j, "create", "sub/b"); }); });
+  StopThenJoin join_t{&client_, &daemon_, &t};
   ASSERT_TRUE(w.WaitFor([](const json& j) { return j.contains("watching"); }));
   // One stream is this server's most: a second is refused.
   auto second = client_->Get(base + "/w");
@@ -559,12 +576,7 @@ TEST_F(DaemonHttpTest, WatchStreamsADirectorysChangesAsNdjsonLines) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
-  struct Join {
-    std::thread* t;
-    ~Join() {
-      if (t->joinable()) t->join();
-    }
-  } join_q{&q};
+  StopThenJoin join_q{&client_, &daemon_, &q};
   ASSERT_TRUE(quiet.WaitFor([](const json& j) { return j.is_object() && j.empty(); }, 20)) << "no keepalive";
   auto del = client_->Delete(absl::StrCat("/v1/sandboxes/", id));
   ASSERT_TRUE(del);
@@ -581,6 +593,7 @@ TEST_F(DaemonHttpTest, StoppingTheServerEndsOpenWatchStreams) {
   std::thread t([&] {
     w.Run(socket_, absl::StrCat("/v1/sandboxes/", id, "/files/watch?path=/w"), [](const json&) { return false; });
   });
+  StopThenJoin join_t{&client_, &daemon_, &t};
   ASSERT_TRUE(w.WaitFor([](const json& j) { return j.contains("watching"); }));
   const auto t0 = std::chrono::steady_clock::now();
   client_.reset();
