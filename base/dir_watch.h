@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,6 +23,26 @@ struct FileEvent {
   std::string name;  // relative to the watched directory ("a/b" below it)
   Type type = Type::kCreate;
 };
+
+// A change type's name on the wire (the agent's WATCH_EVENTS, the node
+// API's files/watch): create, write, remove, rename, chmod; and back.
+inline constexpr std::pair<FileEvent::Type, const char*> kFileEventTypeNames[] = {
+    {FileEvent::Type::kCreate, "create"}, {FileEvent::Type::kWrite, "write"},
+    {FileEvent::Type::kRemove, "remove"}, {FileEvent::Type::kRename, "rename"},
+    {FileEvent::Type::kChmod, "chmod"},
+};
+inline const char* FileEventTypeName(FileEvent::Type type) {
+  for (const auto& [t, name] : kFileEventTypeNames) {
+    if (t == type) return name;
+  }
+  return "create";
+}
+inline std::optional<FileEvent::Type> FileEventTypeFromName(std::string_view name) {
+  for (const auto& [t, n] : kFileEventTypeNames) {
+    if (name == n) return t;
+  }
+  return std::nullopt;
+}
 
 // A watch on one directory of a sandbox, independent of the sandbox's
 // lock once made (it holds no reference to the sandbox). Threads: Next

@@ -26,12 +26,6 @@ constexpr std::pair<EntryType, const char*> kEntryTypes[] = {
     {EntryType::kOther, "other"},
 };
 
-constexpr std::pair<FileEvent::Type, const char*> kChangeTypes[] = {
-    {FileEvent::Type::kCreate, "create"}, {FileEvent::Type::kWrite, "write"},
-    {FileEvent::Type::kRemove, "remove"}, {FileEvent::Type::kRename, "rename"},
-    {FileEvent::Type::kChmod, "chmod"},
-};
-
 constexpr std::pair<DiffType, const char*> kDiffTypes[] = {
     {DiffType::kFile, "file"},         {DiffType::kDir, "dir"},
     {DiffType::kSymlink, "symlink"},   {DiffType::kHardlink, "hardlink"},
@@ -185,11 +179,7 @@ Frame ToFrame(const WatchStarted& m) { return JsonFrame(MsgType::kWatchStarted, 
 Frame ToFrame(const WatchEvents& m) {
   json events = json::array();
   for (const FileEvent& e : m.events) {
-    const char* type = "create";
-    for (const auto& [t, name] : kChangeTypes) {
-      if (t == e.type) type = name;
-    }
-    events.push_back({{"name", BytesToJson(e.name)}, {"type", type}});
+    events.push_back({{"name", BytesToJson(e.name)}, {"type", FileEventTypeName(e.type)}});
   }
   return JsonFrame(MsgType::kWatchEvents, {{"events", std::move(events)}});
 }
@@ -457,14 +447,11 @@ absl::Status FromFrame(const Frame& f, WatchEvents* m) {
       FileEvent ev;
       ev.name = er.Bytes("name", true);
       const std::string type = er.Str("type", true);
-      bool known = false;
-      for (const auto& [t, name] : kChangeTypes) {
-        if (type == name) {
-          ev.type = t;
-          known = true;
-        }
+      if (std::optional<FileEvent::Type> t = FileEventTypeFromName(type)) {
+        ev.type = *t;
+      } else {
+        er.Fail("type", "unknown change type");
       }
-      if (!known) er.Fail("type", "unknown change type");
       if (!er.status().ok()) {
         r.Fail("events", std::string(er.status().message()));
         return;

@@ -18,17 +18,6 @@ std::string Line(const nlohmann::json& j) {
 
 }  // namespace
 
-const char* FileEventTypeName(FileEvent::Type type) {
-  switch (type) {
-    case FileEvent::Type::kCreate: return "create";
-    case FileEvent::Type::kWrite: return "write";
-    case FileEvent::Type::kRemove: return "remove";
-    case FileEvent::Type::kRename: return "rename";
-    case FileEvent::Type::kChmod: return "chmod";
-  }
-  return "create";
-}
-
 bool WatchLines::Next(std::string* out) {
   if (ended_) return false;
   if (!started_) {

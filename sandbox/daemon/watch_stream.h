@@ -41,9 +41,6 @@ class WatchLines {
   bool ended_ = false;
 };
 
-// Lines of one event: its type's name (create, write, remove, rename, chmod).
-const char* FileEventTypeName(FileEvent::Type type);
-
 class WatchStreams {
  public:
   explicit WatchStreams(int max_open) : max_open_(max_open) {}

@@ -142,8 +142,8 @@ def _e2b_sdk():
 def test_e2b_sdk_drives_a_microvm(mvm, tmp_path):
     """The real E2B JS SDK against the daemon's E2B API, with a template on
     the microvm tier: create, streamed commands and exit codes, stdin of a
-    background command, a kill of one command, files, the refusal of
-    watchDir naming the tier, kill (sandbox/e2b/sdk_test/microvm.mjs)."""
+    background command, a kill of one command, files, watchDir (inotify in
+    the guest), kill (sandbox/e2b/sdk_test/microvm.mjs)."""
     if mvm.e2b is None:
         pytest.skip("this dsec-vmmd has no --e2b-listen")
     node = shutil.which("node")
