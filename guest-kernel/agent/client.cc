@@ -62,14 +62,19 @@ absl::Status ExecStream::Signal(int sig) {
 absl::StatusOr<ExecEvent> ExecStream::Next(int64_t timeout_ms) {
   DSEC_RETURN_IF_ERROR(client_->Usable());
   if (done_) return absl::FailedPreconditionError("exec: the command has ended");
-  int64_t deadline = std::min(deadline_ns_, DeadlineAfterMs(timeout_ms));
-  absl::StatusOr<Frame> f = client_->conn_.Read(deadline);
-  if (!f.ok()) {
+  const int64_t asked = DeadlineAfterMs(timeout_ms);
+  absl::StatusOr<Frame> f;
+  for (;;) {
+    const int64_t bound = client_->ExecDeadlineAsMonotonic(deadline_ns_);
+    f = client_->conn_.Read(std::min(asked, bound));
+    if (f.ok() || !absl::IsDeadlineExceeded(f.status())) break;
     // A deadline of our caller's choosing leaves the stream intact; the
-    // exec's own bound or any other error does not.
-    if (absl::IsDeadlineExceeded(f.status()) && deadline < deadline_ns_) return f.status();
-    return client_->Break(f.status());
+    // exec's own bound or any other error does not. The bound's clock may
+    // have stood still meanwhile (a paused sandbox): then it is further.
+    if (asked < bound) return f.status();
+    if (client_->ExecClockNs() >= deadline_ns_) break;
   }
+  if (!f.ok()) return client_->Break(f.status());
   ExecEvent ev;
   if (f->type == MsgType::kOutput) {
     OutputChunk chunk;
@@ -137,6 +142,26 @@ absl::Status Client::Send(const Frame& frame) {
   return s.ok() ? s : Break(s);
 }
 
+int64_t Client::ExecClockNs() const {
+  return options_.exec_clock != nullptr ? options_.exec_clock->NowNs() : MonotonicNowNs();
+}
+
+int64_t Client::ExecDeadlineAfterMs(int64_t ms) const {
+  if (ms < 0) return kNoDeadline;
+  const int64_t now = ExecClockNs();
+  if (ms > (kNoDeadline - now) / 1'000'000) return kNoDeadline;
+  return now + ms * 1'000'000;
+}
+
+int64_t Client::ExecDeadlineAsMonotonic(int64_t exec_deadline_ns) const {
+  if (exec_deadline_ns == kNoDeadline) return kNoDeadline;
+  if (options_.exec_clock == nullptr) return exec_deadline_ns;
+  const int64_t left = exec_deadline_ns - ExecClockNs();
+  const int64_t now = MonotonicNowNs();
+  if (left <= 0) return now;
+  return left > kNoDeadline - now ? kNoDeadline : now + left;
+}
+
 absl::StatusOr<Frame> Client::Receive(int64_t deadline_ns) {
   absl::StatusOr<Frame> f = conn_.Read(deadline_ns);
   if (!f.ok()) return Break(f.status());
@@ -167,8 +192,8 @@ absl::StatusOr<std::unique_ptr<ExecStream>> Client::StartExec(const ExecRequest&
   absl::Status s = FromFrame(f, &started);
   if (!s.ok()) return Break(s);
   int64_t deadline = request.timeout_ms == 0
-                         ? DeadlineAfterMs(options_.untimed_exec_wait_ms)
-                         : DeadlineAfterMs(static_cast<int64_t>(
+                         ? ExecDeadlineAfterMs(options_.untimed_exec_wait_ms)
+                         : ExecDeadlineAfterMs(static_cast<int64_t>(
                                                std::min<uint64_t>(request.timeout_ms, 1ull << 40)) +
                                            options_.exec_grace_ms);
   exec_running_ = true;

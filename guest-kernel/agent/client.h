@@ -23,6 +23,7 @@
 #include "guest-kernel/agent/frame_conn.h"
 #include "guest-kernel/agent/messages.h"
 #include "guest-kernel/agent/pack_diff_stream.h"
+#include "base/clock.h"
 #include "base/scoped_fd.h"
 
 namespace dsec::agent {
@@ -36,6 +37,11 @@ struct ClientOptions {
   int64_t exec_grace_ms = 30'000;
   // Bound for an exec without timeout_ms.
   int64_t untimed_exec_wait_ms = 24ll * 3600 * 1000;
+  // The clock those two bounds are counted on (not owned; it must outlive
+  // the client); CLOCK_MONOTONIC when null. A microVM's PausableClock,
+  // which stands still while the guest is paused, as the guest's own
+  // clock does: a pause does not use up a command's time.
+  const Clock* exec_clock = nullptr;
 };
 
 // stream: 1 stdout, 2 stderr.
@@ -151,6 +157,13 @@ class Client {
   // unexpected frame.
   absl::Status Unexpected(const Frame& frame, MsgType wanted);
   int64_t IoDeadline() const { return DeadlineAfterMs(options_.io_timeout_ms); }
+  // The exec bounds' clock (ClientOptions::exec_clock).
+  int64_t ExecClockNs() const;
+  // `ms` from now on the exec clock.
+  int64_t ExecDeadlineAfterMs(int64_t ms) const;
+  // A deadline on the exec clock as a CLOCK_MONOTONIC one, if that clock
+  // runs on from now.
+  int64_t ExecDeadlineAsMonotonic(int64_t exec_deadline_ns) const;
 
   FrameConn conn_;
   const ClientOptions options_;

@@ -233,6 +233,44 @@ TEST_F(ExecTest, OutputArrivesBeforeTheCommandEnds) {
   EXPECT_GE(done->duration_ms, held_ms);
 }
 
+TEST_F(ExecTest, TheClientsBoundOnAnExecCountsOnItsExecClock) {
+  TestServer ts(Options());
+  // The bound's clock stands still (a paused sandbox's): a command that
+  // outlasts the bound in real time is still waited for.
+  FakeClock clock(1'000'000'000);
+  ClientOptions o;
+  o.untimed_exec_wait_ms = 150;
+  o.exec_clock = &clock;
+  auto client = ts.Connect(o);
+  ExecRequest r = Sh("read go; echo done");
+  r.stdin = true;
+  auto stream = client->StartExec(r);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  auto nothing = (*stream)->Next(400);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(nothing.status())) << nothing.status();
+  ASSERT_TRUE((*stream)->WriteStdin("go\n").ok());
+  ASSERT_TRUE((*stream)->CloseStdin().ok());
+  Captured c;
+  auto done = (*stream)->Wait(c.Callback());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(c.out, "done\n");
+  EXPECT_FALSE(client->broken());
+  // Once that clock passes the bound, the wait ends and the client with it
+  // (the stream is out of step), even inside a longer wait of the caller.
+  auto second = client->StartExec(r);
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::thread advance([&] {
+    ::usleep(200'000);
+    clock.AdvanceNs(1'000'000'000);
+  });
+  const int64_t start = MonotonicNowNs();
+  auto ended = (*second)->Next(20'000);
+  advance.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(ended.status())) << ended.status();
+  EXPECT_LT(MonotonicNowNs() - start, 10'000'000'000);
+  EXPECT_TRUE(client->broken());
+}
+
 TEST_F(ExecTest, YesFloodIsCappedCountedAndKilled) {
   TestServer ts(Options());
   auto client = ts.Connect();

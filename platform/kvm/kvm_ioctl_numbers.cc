@@ -30,11 +30,14 @@ constexpr unsigned long kSnapshot[] = {
     KVM_GET_IRQCHIP,   KVM_GET_CLOCK,
 };
 
+constexpr unsigned long kPause[] = {KVM_GET_CLOCK, KVM_SET_CLOCK};
+
 }  // namespace
 
 std::span<const unsigned long> VcpuRunIoctls() { return kVcpuRun; }
 std::span<const unsigned long> InterruptIoctls() { return kInterrupt; }
 std::span<const unsigned long> TeardownIoctls() { return kTeardown; }
 std::span<const unsigned long> SnapshotIoctls() { return kSnapshot; }
+std::span<const unsigned long> PauseIoctls() { return kPause; }
 
 }  // namespace dsec::kvm

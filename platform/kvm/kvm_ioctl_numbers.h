@@ -28,6 +28,9 @@ std::span<const unsigned long> TeardownIoctls();
 // What saving a paused VM's state issues (a snapshot, vmm/vm): the KVM_GET_*
 // of every vCPU's registers, FPU/XSAVE/XCRS, debug registers, MSRs, LAPIC,
 // events, MP state, CPUID and TSC frequency, and the VM's irqchip and clock.
+// The control thread's pause and resume: the guest's kvmclock read at the
+// pause and put back at the resume (vm/Vm::Pause).
+std::span<const unsigned long> PauseIoctls();
 std::span<const unsigned long> SnapshotIoctls();
 
 }  // namespace dsec::kvm

@@ -117,18 +117,18 @@ absl::StatusOr<std::unique_ptr<MicrovmSandbox>> MicrovmSandbox::Create(
     // saved): its wall clock lags by however long the machine stood saved
     // (a snapshot restored days later, after a daemon restart). The
     // host's, before anyone runs anything; its monotonic clock stays.
-    const std::vector<std::string>& caps = sb->client_->agent_hello().capabilities;
-    if (std::find(caps.begin(), caps.end(), agent::kClockCapability) != caps.end()) {
-      absl::Status s = sb->client_->SetClock(WallClock::Get().NowNs());
-      if (!s.ok()) {
-        s = absl::Status(s.code(), absl::StrCat("microvm: setting the restored guest's clock: ", s.message()));
-        (void)sb->Destroy();
-        return s;
-      }
-    } else {
+    absl::StatusOr<bool> set = sb->SetGuestWallClock();
+    if (!set.ok()) {
+      absl::Status s(set.status().code(),
+                     absl::StrCat("microvm: setting the restored guest's clock: ", set.status().message()));
+      (void)sb->Destroy();
+      return s;
+    }
+    if (!*set) {
       DSEC_LOG(warn, "microvm: sandbox={}: the restored guest's agent cannot set its clock (no \"clock\" "
                "capability): its wall time lags by the time the machine stood saved", sb->id_);
     }
+    const std::vector<std::string>& caps = sb->client_->agent_hello().capabilities;
     // Every clone of one save starts with the same CRNG state: without
     // fresh randomness, two children would draw the same keys and tokens.
     if (std::find(caps.begin(), caps.end(), agent::kEntropyCapability) != caps.end()) {
@@ -197,6 +197,15 @@ absl::StatusOr<std::unique_ptr<agent::Client>> MicrovmSandbox::ConnectClient() {
   }
   DSEC_ASSIGN_OR_RETURN(ScopedFd fd, host_->ConnectAgent(options_.client.io_timeout_ms));
   return agent::Client::Connect(std::move(fd), options_.client);
+}
+
+absl::StatusOr<bool> MicrovmSandbox::SetGuestWallClock() {
+  std::lock_guard<std::mutex> lock(agent_mu_);
+  DSEC_ASSIGN_OR_RETURN(agent::Client * c, Agent());
+  const std::vector<std::string>& caps = c->agent_hello().capabilities;
+  if (std::find(caps.begin(), caps.end(), agent::kClockCapability) == caps.end()) return false;
+  DSEC_RETURN_IF_ERROR(c->SetClock(WallClock::Get().NowNs()));
+  return true;
 }
 
 absl::StatusOr<agent::Client*> MicrovmSandbox::Agent() {
@@ -391,6 +400,7 @@ absl::Status MicrovmSandbox::Pause() {
   if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
   if (paused_) return absl::OkStatus();
   DSEC_RETURN_IF_ERROR(host_->Pause());
+  exec_clock_.Pause();
   paused_ = true;
   return absl::OkStatus();
 }
@@ -399,7 +409,16 @@ absl::Status MicrovmSandbox::Resume() {
   if (destroyed_) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id_, " is destroyed"));
   if (!paused_) return absl::OkStatus();
   DSEC_RETURN_IF_ERROR(host_->Resume());
+  exec_clock_.Resume();
   paused_ = false;
+  // The guest's clocks stood still while paused (Vm::Pause), so its wall
+  // clock lags by the pause: the host's, as after a restore. The sandbox
+  // runs either way; a guest that cannot be told keeps the lag.
+  absl::StatusOr<bool> set = SetGuestWallClock();
+  if (!set.ok()) {
+    DSEC_LOG(warn, "microvm: sandbox={}: after the resume, the guest's wall clock lags by the pause: {}", id_,
+             set.status().ToString());
+  }
   return absl::OkStatus();
 }
 

@@ -31,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "base/dir_watch.h"
 #include "base/exec_control.h"
 #include "guest-kernel/agent/client.h"
@@ -145,8 +146,15 @@ class MicrovmSandbox {
 
  private:
   MicrovmSandbox(std::string id, container::StateDir state, MicrovmSandboxOptions options)
-      : id_(std::move(id)), state_(std::move(state)), options_(std::move(options)) {}
+      : id_(std::move(id)), state_(std::move(state)), options_(WithExecClock(std::move(options), &exec_clock_)) {}
+  static MicrovmSandboxOptions WithExecClock(MicrovmSandboxOptions o, const Clock* clock) {
+    o.client.exec_clock = clock;
+    return o;
+  }
   absl::Status ConnectUntilBooted();
+  // CLOCK: the guest's wall clock to the host's, through the sandbox's own
+  // connection; false (and nothing sent) for an agent without "clock".
+  absl::StatusOr<bool> SetGuestWallClock();
 
   // A new agent connection (Unavailable at once when the VM has stopped).
   absl::StatusOr<std::unique_ptr<agent::Client>> ConnectClient();
@@ -164,6 +172,9 @@ class MicrovmSandbox {
 
   const std::string id_;
   container::StateDir state_;
+  // Stands still while the sandbox is paused, as the guest's clock does
+  // (Vm::Pause): the host's bound on each exec (ClientOptions::exec_clock).
+  PausableClock exec_clock_;
   const MicrovmSandboxOptions options_;
   std::unique_ptr<AgentHost> host_;
   // The sandbox's own connection: create, the file calls, pack_diff's

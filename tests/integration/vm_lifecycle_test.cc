@@ -5,6 +5,7 @@
 // its threads' states, and a stop by its completion, with deadlines only
 // to fail a test that would otherwise hang.
 #include <poll.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <future>
@@ -81,6 +82,39 @@ TEST_F(VmLifecycleTest, PauseStopsTheGuestAndResumeContinuesIt) {
   auto result = dsec::testing::FirstReportOf((*vm)->TestMessages(), "result");
   ASSERT_TRUE(result.has_value());
   EXPECT_EQ(result->Get("workload"), "ticks");
+}
+
+TEST_F(VmLifecycleTest, TheGuestsClockStandsStillWhilePaused) {
+  auto vm = Vm::Create(Config("ticks:100"));
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->Start().ok());
+  ASSERT_TRUE(WaitFor(**vm, [&] { return !(*vm)->TestMessages().empty(); }, 20'000));
+  ASSERT_TRUE((*vm)->Pause().ok());
+  auto at_pause = (*vm)->GuestClockNs();
+  ASSERT_TRUE(at_pause.ok()) << at_pause.status();
+  // A second pause of a paused VM keeps the first one's clock.
+  ::usleep(100'000);
+  ASSERT_TRUE((*vm)->Pause().ok());
+  const int64_t host_before = MonotonicNowNs();
+  ::usleep(400'000);
+  ASSERT_TRUE((*vm)->Resume().ok());
+  auto at_resume = (*vm)->GuestClockNs();
+  const int64_t host_paused = MonotonicNowNs() - host_before;
+  ASSERT_TRUE(at_resume.ok()) << at_resume.status();
+  ASSERT_GE(host_paused, 400'000'000);
+  // kvmclock ran on meanwhile (it counts host time), so without the put
+  // back the guest's clock would be at least 500 ms on; with it, only the
+  // time from the resume to the read.
+  const int64_t moved = static_cast<int64_t>(*at_resume) - static_cast<int64_t>(*at_pause);
+  EXPECT_LT(moved, 200'000'000) << "the guest's clock moved " << moved / 1'000'000 << " ms over a "
+      << host_paused / 1'000'000 << " ms pause";
+  // And it runs again once resumed.
+  ::usleep(50'000);
+  auto later = (*vm)->GuestClockNs();
+  ASSERT_TRUE(later.ok());
+  EXPECT_GE(static_cast<int64_t>(*later) - static_cast<int64_t>(*at_resume), 50'000'000);
+  VmStats stats = (*vm)->Wait();
+  EXPECT_EQ(stats.stop.reason, StopReason::kGuestShutdown) << stats.stop.detail;
 }
 
 TEST_F(VmLifecycleTest, HostStopEndsARunningGuest) {

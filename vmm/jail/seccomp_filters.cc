@@ -245,6 +245,9 @@ std::vector<unsigned long> BaseIoctls(ThreadKind kind) {
       add(kvm::TeardownIoctls());
       out.push_back(TCGETS);
       break;
+    case ThreadKind::kControl:
+      add(kvm::PauseIoctls());
+      break;
     default:
       break;
   }

@@ -454,14 +454,39 @@ absl::Status Vm::Pause() {
     if (stop_requested_) return absl::FailedPreconditionError("VM is stopping");
   }
   control_.Pause(static_cast<int>(vcpus_.size()), [this] { KickAll(); });
+  absl::MutexLock lock(&mu_);
+  if (clock_at_pause_) return absl::OkStatus();  // paused already: the first pause's value
+  absl::StatusOr<kvm::ClockData> clock = kvm_vm_->GetClock();
+  if (!clock.ok()) {
+    // Paused all the same; the guest's clock then runs on through the pause.
+    DSEC_LOG(warn, "vm: pause: the guest's clock runs on while paused: {}", clock.status().ToString());
+    return absl::OkStatus();
+  }
+  clock_at_pause_ = *clock;
   return absl::OkStatus();
 }
 
 absl::Status Vm::Resume() {
   if (control_.state() != vcpu::VcpuControl::State::kPaused)
     return absl::FailedPreconditionError("VM is not paused");
+  {
+    absl::MutexLock lock(&mu_);
+    if (clock_at_pause_) {
+      absl::Status s = kvm_vm_->SetClock(*clock_at_pause_);
+      if (!s.ok()) DSEC_LOG(warn, "vm: resume: the guest's clock jumps by the pause: {}", s.ToString());
+      clock_at_pause_.reset();
+    }
+  }
   control_.Resume();
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Vm::GuestClockNs() const {
+  DSEC_ASSIGN_OR_RETURN(kvm::ClockData clock, kvm_vm_->GetClock());
+  uint64_t ns = 0;  // struct kvm_clock_data starts with the clock (__u64)
+  static_assert(sizeof(clock.bytes) >= sizeof(ns));
+  std::memcpy(&ns, clock.bytes, sizeof(ns));
+  return ns;
 }
 
 int64_t Vm::first_run_ns() const {

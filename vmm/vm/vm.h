@@ -177,9 +177,17 @@ class Vm : private vcpu::VcpuStopSink {
   void SetTestMessageCallback(std::function<void(std::string_view)> callback);
 
   absl::Status Start(VmThreadHook on_thread_start = {});
-  // Parks every vCPU outside KVM_RUN; returns when all are parked.
+  // Parks every vCPU outside KVM_RUN; returns when all are parked. The
+  // guest's kvmclock stands still from the pause to the resume (its value
+  // at the pause is taken with KVM_GET_CLOCK and put back with
+  // KVM_SET_CLOCK, as QEMU does): a guest on kvm-clock sees no time pass
+  // while paused, so its timers and timeouts do not all fire at the resume.
+  // Its wall clock then lags by the pause, which the sandbox tier corrects
+  // through the agent.
   absl::Status Pause();
   absl::Status Resume();
+  // The guest's kvmclock (KVM_GET_CLOCK), nanoseconds.
+  absl::StatusOr<uint64_t> GuestClockNs() const;
   void RequestStop(StopReason reason, std::string detail, uint32_t guest_exit_code = 0);
   // Readable (eventfd) once a stop has been requested, for owners that also
   // wait on other fds (signals).
@@ -291,6 +299,8 @@ class Vm : private vcpu::VcpuStopSink {
   StopInfo stop_ ABSL_GUARDED_BY(mu_);
   VmStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> messages_ ABSL_GUARDED_BY(mu_);
+  // The kvmclock at the pause, put back at the resume.
+  std::optional<kvm::ClockData> clock_at_pause_ ABSL_GUARDED_BY(mu_);
   std::function<void(std::string_view)> message_callback_;
   VmThreadHook thread_hook_;  // set by Start before any thread exists
 };

@@ -473,6 +473,15 @@ absl::StatusOr<snapshot::Manifest> Vm::Capture(std::shared_ptr<LoopHold>* hold, 
     DSEC_ASSIGN_OR_RETURN(kvm::IrqchipState c, kvm_vm_->GetIrqchip(chip));
     m.irqchips.push_back(c);
   }
+  {
+    // The clock as the pause stopped it (the value the resume puts back),
+    // not as it ran on since.
+    absl::MutexLock lock(&mu_);
+    if (clock_at_pause_) {
+      m.clock = *clock_at_pause_;
+      return m;
+    }
+  }
   DSEC_ASSIGN_OR_RETURN(m.clock, kvm_vm_->GetClock());
   return m;
 }

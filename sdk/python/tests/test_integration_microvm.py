@@ -27,6 +27,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -132,6 +133,39 @@ def test_run_stream_files_pause_resume_kill(mvm):
         assert sb.kill() is True
         with pytest.raises(libdsec.NotFound):
             libdsec.Sandbox.connect(sb.sandbox_id, socket=mvm.socket)
+
+
+def test_a_pause_stands_the_guests_clocks_and_its_commands_timeouts_still(mvm):
+    with _create(mvm, memory_mib=256) as sb:
+        source = sb.commands.run(
+            "cat /sys/devices/system/clocksource/clocksource0/current_clocksource").stdout.strip()
+        up_before = float(sb.commands.run("cat /proc/uptime").stdout.split()[0])
+        host_before = time.monotonic()
+        # 3 s of work under a 5 s timeout, paused 6 s in the middle: the
+        # pause must use up neither the guest's timeout nor the host's.
+        done = {}
+
+        def run():
+            done["r"] = sb.commands.run("sleep 3; cat /proc/uptime", timeout=5)
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(1)
+        assert sb.pause().state == "paused"
+        time.sleep(6)
+        sb.resume()
+        t.join(60)
+        assert not t.is_alive()
+        host_elapsed = time.monotonic() - host_before
+        r = done["r"]
+        assert r.exit_code == 0 and not r.exec_result.timed_out, (source, r)
+        guest_elapsed = float(r.stdout.split()[0]) - up_before
+        # The guest saw its 3 s of sleep and the calls, not the 6 s pause.
+        assert host_elapsed >= 9
+        assert guest_elapsed < host_elapsed - 4, (source, guest_elapsed, host_elapsed)
+        # Its wall clock was set to the host's at the resume.
+        guest_now = float(sb.commands.run("date +%s.%N").stdout)
+        assert abs(guest_now - time.time()) < 1.5, (source, guest_now - time.time())
 
 
 def _e2b_sdk():
