@@ -473,15 +473,9 @@ absl::StatusOr<snapshot::Manifest> Vm::Capture(std::shared_ptr<LoopHold>* hold, 
     DSEC_ASSIGN_OR_RETURN(kvm::IrqchipState c, kvm_vm_->GetIrqchip(chip));
     m.irqchips.push_back(c);
   }
-  {
-    // The clock as the pause stopped it (the value the resume puts back),
-    // not as it ran on since.
-    absl::MutexLock lock(&mu_);
-    if (clock_at_pause_) {
-      m.clock = *clock_at_pause_;
-      return m;
-    }
-  }
+  // The clock now, not as the pause stopped it: the counters read above
+  // (the TSC, Hyper-V's reference time) ran on with it, and a restore must
+  // not put the clock behind them.
   DSEC_ASSIGN_OR_RETURN(m.clock, kvm_vm_->GetClock());
   return m;
 }
