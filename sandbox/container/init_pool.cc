@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/exec.h"
 #include "sandbox/container/init_launch.h"
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/status.h"
 
@@ -84,7 +85,8 @@ std::optional<InitSlot> InitPool::Take() {
 void InitPool::Retire(StateDir state, ContainerCgroups cgroups) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    retired_.push_back(Retired{std::move(state), std::move(cgroups)});
+    last_retired_ms_ = MonotonicNowMs();
+    retired_.push_back(Retired{std::move(state), std::move(cgroups), last_retired_ms_});
   }
   wake_.notify_all();
 }
@@ -97,7 +99,31 @@ bool InitPool::WaitReady(size_t n, int64_t timeout_ms) {
 
 void InitPool::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
+  ++flushing_;
+  wake_.notify_all();
   flushed_.wait(lock, [this] { return retired_.empty() && removing_ == 0; });
+  --flushing_;
+}
+
+bool InitPool::RemovalDue(int64_t now_ms, int64_t* due_ms) const {
+  if (retired_.empty()) return false;
+  if (stop_ || flushing_ > 0 || retired_.size() >= kRetireMaxWaiting) return true;
+  *due_ms = std::min(last_retired_ms_ + kRetireQuietMs, retired_.front().at_ms + kRetireMaxWaitMs);
+  return now_ms >= *due_ms;
+}
+
+template <typename Pred>
+void InitPool::WaitUnlessRemovalDue(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds max,
+                                    Pred pred) {
+  int64_t due_ms = -1;
+  if (RemovalDue(MonotonicNowMs(), &due_ms)) return;
+  if (due_ms >= 0) max = std::min(max, std::chrono::milliseconds(std::max<int64_t>(1, due_ms - MonotonicNowMs())));
+  // A retirement or a Flush wakes the wait too; the caller's loop then
+  // looks again.
+  const size_t retired_before = retired_.size();
+  wake_.wait_for(lock, max, [&] {
+    return pred() || (flushing_ > 0 && !retired_.empty()) || retired_.size() != retired_before;
+  });
 }
 
 InitPoolStats InitPool::stats() const {
@@ -116,8 +142,10 @@ void InitPool::Run() {
   int failures_in_a_row = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    // Remains of destroyed sandboxes first; they also go at shutdown.
-    if (!retired_.empty()) {
+    // Remains of destroyed sandboxes first, once due; they also go at
+    // shutdown.
+    int64_t due_ms = -1;
+    if (RemovalDue(MonotonicNowMs(), &due_ms)) {
       Retired r = std::move(retired_.front());
       retired_.pop_front();
       ++removing_;
@@ -150,13 +178,15 @@ void InitPool::Run() {
     }
     if (stop_) break;
     if (ready_.size() >= target_) {
-      wake_.wait(lock, [this] { return stop_ || ready_.size() < target_ || !retired_.empty(); });
+      WaitUnlessRemovalDue(lock, std::chrono::hours(1), [this] { return stop_ || ready_.size() < target_; });
       continue;
     }
     if (creating_ > 0) {
       // Behind the creates and destroys in flight (OpInFlight), or 100 ms.
-      wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_ || creating_ == 0; });
+      WaitUnlessRemovalDue(lock, std::chrono::milliseconds(100), [this] { return stop_ || creating_ == 0; });
       if (stop_) break;
+      int64_t ignored = -1;
+      if (RemovalDue(MonotonicNowMs(), &ignored)) continue;
     }
     lock.unlock();
     auto slot = MakeSlot(NextSlotSeq());
@@ -174,7 +204,7 @@ void InitPool::Run() {
     // A host that cannot make slots now (cgroups, pids) gets a growing
     // pause, not a busy loop; creates work without slots meanwhile.
     const auto pause = std::chrono::milliseconds(100 << std::min(failures_in_a_row++, 7));
-    wake_.wait_for(lock, pause, [this] { return stop_ || !retired_.empty(); });
+    WaitUnlessRemovalDue(lock, pause, [this] { return stop_; });
   }
   flushed_.notify_all();
 }

@@ -27,6 +27,18 @@
 // their cgroups and state directory, ahead of any refill, when nobody
 // waits for it.
 //
+// Retired cgroups are removed after a burst of destroys, not during it:
+// once no sandbox retired for kRetireQuietMs (or the oldest waited
+// kRetireMaxWaitMs, or kRetireMaxWaiting wait, or Flush or shutdown asks).
+// A memory cgroup's removal walks every memory-cgroup-aware LRU list of
+// the node (two per superblock: memcg_reparent_list_lrus) under a mutex
+// that a superblock's teardown and creation also take; removed one by one
+// while the others still stand, N sandboxes' removals cost N x N x (their
+// file systems) list visits, and the destroys still under way (whose
+// unmounts need that mutex) waited behind them: delete of all 10,000
+// sandboxes took 78 s. Removed after the burst, when the destroyed
+// sandboxes' superblocks are gone, each walk is short.
+//
 // Cost: an idle slot is an idle init and its cgroups and namespaces (about
 // what an idle sandbox costs, bench/README.md); `target` of them per pool.
 //
@@ -36,6 +48,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -103,8 +116,13 @@ class InitPool {
   // the way (a tombstone; orphan cleanup finds it if the runtime dies),
   // the cgroups to remove. The pool's thread removes both (see "When").
   void Retire(StateDir state, ContainerCgroups cgroups);
-  // Waits until everything retired so far is removed (tests, shutdown).
+  // Removes everything retired so far, now, and waits for it (tests,
+  // shutdown).
   void Flush();
+  // See "Retired cgroups are removed after a burst" above.
+  static constexpr int64_t kRetireQuietMs = 150;
+  static constexpr int64_t kRetireMaxWaitMs = 30'000;
+  static constexpr size_t kRetireMaxWaiting = 16'384;
   // Waits until `n` slots are ready or `timeout_ms` passed; whether they are.
   bool WaitReady(size_t n, int64_t timeout_ms);
   const std::string& state_root() const { return state_root_; }
@@ -138,7 +156,13 @@ class InitPool {
   struct Retired {
     StateDir state;
     ContainerCgroups cgroups{ContainerCgroups::Empty()};
+    int64_t at_ms = 0;  // when it retired (CLOCK_MONOTONIC)
   };
+  // Whether the retired remains are to be removed now; if not, when.
+  bool RemovalDue(int64_t now_ms, int64_t* due_ms) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // wake_.wait_for until `pred`, or until the retired remains are due.
+  template <typename Pred>
+  void WaitUnlessRemovalDue(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds max, Pred pred);
 
   const std::string state_root_;
   const size_t target_;
@@ -150,6 +174,8 @@ class InitPool {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Retired> retired_ ABSL_GUARDED_BY(mu_);
+  int64_t last_retired_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  int flushing_ ABSL_GUARDED_BY(mu_) = 0;  // Flush() calls waiting
   int removing_ ABSL_GUARDED_BY(mu_) = 0;  // retired entries being removed now
   int creating_ ABSL_GUARDED_BY(mu_) = 0;  // OpInFlight guards alive (creates, destroys)
   std::condition_variable flushed_;

@@ -18,6 +18,7 @@
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
+#include "base/clock.h"
 #include "base/file_io.h"
 #include "base/scoped_fd.h"
 
@@ -124,6 +125,62 @@ TEST_F(InitPoolTest, SandboxesTakeReadySlotsAndBehaveAsFromScratch) {
   ASSERT_TRUE((*sb)->Destroy().ok());
   (*pool)->Flush();
   EXPECT_GE((*pool)->stats().retired, 1u);
+  for (const std::string& d : cgroup_dirs_) EXPECT_FALSE(dsec::PathExists(d)) << d;
+  pool->reset();
+}
+
+TEST_F(InitPoolTest, RetiredCgroupsGoAfterABurstOfDestroysNotDuringIt) {
+  auto pool = InitPool::Create(state_root_, 0);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  // Three destroys in a row, then none: the cgroups of all three wait for
+  // the lull after the last one (kRetireQuietMs), then go.
+  std::vector<std::string> first_dirs;
+  int64_t last_destroy_ms = 0;
+  for (const char* id : {"burst1", "burst2", "burst3"}) {
+    auto sb = Sandbox::Create(Config(id, pool->get()));
+    ASSERT_TRUE(sb.ok()) << sb.status();
+    for (const std::string& d : (*sb)->cgroups().dirs()) {
+      cgroup_dirs_.push_back(d);
+      if (first_dirs.size() < (*sb)->cgroups().dirs().size()) first_dirs.push_back(d);
+    }
+    last_destroy_ms = MonotonicNowMs();  // at or before its retirement
+    ASSERT_TRUE((*sb)->Destroy().ok());
+  }
+  ASSERT_FALSE(first_dirs.empty());
+  // The first sandbox's cgroups go no earlier than the lull after the
+  // third destroy (nothing else can remove them sooner).
+  const int64_t deadline_ms = MonotonicNowMs() + 20'000;
+  auto any_left = [&] {
+    for (const std::string& d : cgroup_dirs_) {
+      if (dsec::PathExists(d)) return true;
+    }
+    return false;
+  };
+  bool first_gone = false;
+  int64_t first_gone_ms = 0;
+  while (MonotonicNowMs() < deadline_ms && any_left()) {
+    if (!first_gone && !dsec::PathExists(first_dirs.front())) {
+      first_gone = true;
+      first_gone_ms = MonotonicNowMs();
+    }
+    ::usleep(2'000);
+  }
+  if (!first_gone && !dsec::PathExists(first_dirs.front())) first_gone_ms = MonotonicNowMs();
+  EXPECT_FALSE(any_left()) << "retired cgroups still there 20 s after the destroys";
+  EXPECT_GE(first_gone_ms - last_destroy_ms, InitPool::kRetireQuietMs);
+  (*pool)->Flush();  // its count comes after the state directory
+  EXPECT_EQ((*pool)->stats().retired, 3u);
+  pool->reset();
+}
+
+TEST_F(InitPoolTest, FlushRemovesRetiredCgroupsWithoutWaitingForALull) {
+  auto pool = InitPool::Create(state_root_, 0);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto sb = Sandbox::Create(Config("flushed", pool->get()));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  for (const std::string& d : (*sb)->cgroups().dirs()) cgroup_dirs_.push_back(d);
+  ASSERT_TRUE((*sb)->Destroy().ok());
+  (*pool)->Flush();
   for (const std::string& d : cgroup_dirs_) EXPECT_FALSE(dsec::PathExists(d)) << d;
   pool->reset();
 }
