@@ -82,11 +82,11 @@ std::optional<InitSlot> InitPool::Take() {
   return slot;
 }
 
-void InitPool::Retire(StateDir state, ContainerCgroups cgroups) {
+void InitPool::Retire(StateDir state, ContainerCgroups cgroups, pid_t killed_init) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_retired_ms_ = MonotonicNowMs();
-    retired_.push_back(Retired{std::move(state), std::move(cgroups), last_retired_ms_});
+    retired_.push_back(Retired{std::move(state), std::move(cgroups), last_retired_ms_, killed_init});
   }
   wake_.notify_all();
 }
@@ -150,6 +150,13 @@ void InitPool::Run() {
       retired_.pop_front();
       ++removing_;
       lock.unlock();
+      if (r.killed_init > 0) {
+        // SIGKILLed by Sandbox::Destroy; reaped only here (until then its
+        // pid names no other process).
+        siginfo_t info{};
+        while (::waitid(P_PID, static_cast<id_t>(r.killed_init), &info, WEXITED) != 0 && errno == EINTR) {
+        }
+      }
       // A killed task keeps its cgroup busy until it has finished exiting:
       // retry with a growing pause, for up to ~0.8 s (as Sandbox::Destroy).
       std::vector<std::string> dirs = r.cgroups.dirs();

@@ -179,9 +179,14 @@ TEST_F(InitPoolTest, FlushRemovesRetiredCgroupsWithoutWaitingForALull) {
   auto sb = Sandbox::Create(Config("flushed", pool->get()));
   ASSERT_TRUE(sb.ok()) << sb.status();
   for (const std::string& d : (*sb)->cgroups().dirs()) cgroup_dirs_.push_back(d);
+  const pid_t init = (*sb)->init_pid();
+  ASSERT_GT(init, 0);
   ASSERT_TRUE((*sb)->Destroy().ok());
   (*pool)->Flush();
   for (const std::string& d : cgroup_dirs_) EXPECT_FALSE(dsec::PathExists(d)) << d;
+  // The destroy killed the init; the pool reaped it (no child left to wait for).
+  EXPECT_EQ(::waitpid(init, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
   pool->reset();
 }
 

@@ -505,7 +505,22 @@ absl::Status Sandbox::Reset() {
 absl::Status Sandbox::Destroy() {
   if (destroyed_) return absl::OkStatus();
   destroyed_ = true;
-  absl::Status first = StopInit();
+  // With a pool for this root, the init is killed here and reaped by the
+  // pool's thread (InitPool::Retire), so that the exits of sandboxes
+  // destroyed together overlap. Not with a QoS placement: its owner
+  // removes the placement's cgroups once this returns, which needs the
+  // processes gone.
+  const bool retire = config_.init_pool != nullptr && config_.init_pool->state_root() == config_.state_root;
+  pid_t killed_init = 0;
+  absl::Status first;
+  if (retire && !config_.isolation && init_pid_ > 0) {
+    init_control_.Reset();
+    ::kill(init_pid_, SIGKILL);  // a pid namespace's init: every process in it dies
+    killed_init = init_pid_;
+    init_pid_ = 0;
+  } else {
+    first = StopInit();
+  }
   auto note = [&first](absl::Status s) {
     if (!s.ok() && first.ok()) first = s;
   };
@@ -528,11 +543,16 @@ absl::Status Sandbox::Destroy() {
   // directory (init_pool.h: rmdirs here could wait out a refill's grace
   // period); the directory is renamed first so that the id is free now.
   static std::atomic<uint64_t> tombstones{0};
-  if (config_.init_pool != nullptr && config_.init_pool->state_root() == config_.state_root &&
-      first.ok()) {
+  if (retire && first.ok()) {
     if (state_.RenameTo(absl::StrCat(".dead-", ::getpid(), "-", tombstones++)).ok()) {
-      config_.init_pool->Retire(std::move(state_), std::move(cgroups_));
+      config_.init_pool->Retire(std::move(state_), std::move(cgroups_), killed_init);
       return first;
+    }
+  }
+  if (killed_init > 0) {
+    // Not retired after all: reaped here.
+    siginfo_t info{};
+    while (::waitid(P_PID, static_cast<id_t>(killed_init), &info, WEXITED) != 0 && errno == EINTR) {
     }
   }
   // A killed task keeps its cgroup busy until it has finished exiting and
