@@ -118,7 +118,7 @@ std::string InotifyDirWatch::AbsPath(const std::string& rel) const {
 // recursive_ every directory below it. Below the watched directory a link
 // is not followed, and a directory that is gone, a link or one the tree
 // does not serve is left out, not an error.
-absl::Status InotifyDirWatch::AddTree(const std::string& rel) {
+absl::Status InotifyDirWatch::AddTree(const std::string& rel, std::vector<FileEvent>* found) {
   DSEC_ASSIGN_OR_RETURN(std::unique_ptr<WatchedTree::Walk> walk, tree_->BeginWalk());
   std::vector<std::pair<ScopedFd, std::string>> todo;
   if (rel.empty()) {
@@ -165,9 +165,11 @@ absl::Status InotifyDirWatch::AddTree(const std::string& rel) {
     (void)rd.Release();
     while (struct dirent* de = ::readdir(d)) {
       const std::string name = de->d_name;
-      if (name == "." || name == ".." || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)) continue;
-      ScopedFd sub(::openat(::dirfd(d), de->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (name == "." || name == "..") continue;
       const std::string sub_rel = JoinRel(dir, name);
+      if (found != nullptr) found->push_back(FileEvent{sub_rel, FileEvent::Type::kCreate});
+      if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN) continue;
+      ScopedFd sub(::openat(::dirfd(d), de->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub.valid() || !walk->Serves(sub.get(), AbsPath(sub_rel))) continue;
       todo.emplace_back(std::move(sub), sub_rel);
     }
@@ -198,8 +200,8 @@ void InotifyDirWatch::Rename(const std::string& from, const std::string& to) {
 
 // A directory made or moved in while watching: one that is gone again (or
 // the tree with it) is no error; a watch over its limits is.
-void InotifyDirWatch::AddBelow(const std::string& rel) {
-  absl::Status s = AddTree(rel);
+void InotifyDirWatch::AddBelow(const std::string& rel, std::vector<FileEvent>* out) {
+  absl::Status s = AddTree(rel, out);
   if (absl::IsResourceExhausted(s)) Fail(std::move(s));
 }
 
@@ -233,7 +235,7 @@ void InotifyDirWatch::Translate(std::vector<Raw>& raw, size_t i, std::vector<Fil
   auto add = [&](Type t) { out->push_back(FileEvent{name, t}); };
   if ((ev.mask & IN_CREATE) != 0) {
     add(Type::kCreate);
-    if (dir && recursive_) AddBelow(name);
+    if (dir && recursive_) AddBelow(name, out);
   }
   if ((ev.mask & IN_MOVED_FROM) != 0) {
     add(Type::kRename);
@@ -253,7 +255,7 @@ void InotifyDirWatch::Translate(std::vector<Raw>& raw, size_t i, std::vector<Fil
   }
   if ((ev.mask & IN_MOVED_TO) != 0) {
     add(Type::kCreate);
-    if (dir && recursive_ && !ev.paired) AddBelow(name);
+    if (dir && recursive_ && !ev.paired) AddBelow(name, out);
   }
   if ((ev.mask & IN_DELETE) != 0) add(Type::kRemove);
   if ((ev.mask & IN_MODIFY) != 0) add(Type::kWrite);

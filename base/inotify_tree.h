@@ -73,10 +73,16 @@ class InotifyDirWatch final : public DirWatch {
                   ScopedFd inotify, EventFd closed);
 
   std::string AbsPath(const std::string& rel) const;
-  absl::Status AddTree(const std::string& rel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With `found`: a create for every entry already in the directories it
+  // adds (made before their watch was: a directory made and filled at
+  // once, or moved in with its contents).
+  absl::Status AddTree(const std::string& rel, std::vector<FileEvent>* found = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropTree(const std::string& top) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Rename(const std::string& from, const std::string& to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddBelow(const std::string& rel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A directory made or moved in: watched, and what it holds already
+  // reported into `out` as created.
+  void AddBelow(const std::string& rel, std::vector<FileEvent>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Translate(std::vector<Raw>& raw, size_t i, std::vector<FileEvent>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

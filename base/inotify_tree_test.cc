@@ -135,6 +135,27 @@ TEST_F(InotifyTreeTest, FollowsNewAndRenamedDirectoriesAndDropsMovedOutOnes) {
   }
 }
 
+TEST_F(InotifyTreeTest, WhatANewDirectoryHoldsBeforeItsWatchIsReportedAsCreated) {
+  Mkdir("w");
+  Mkdir("out");
+  Mkdir("out/d");
+  Mkdir("out/d/e");
+  Touch("out/d/f");
+  Touch("out/d/e/g");
+  auto w = Watch("/w", /*recursive=*/true);
+  ASSERT_NE(w, nullptr);
+  // Moved in with its contents (as a directory made and filled before its
+  // watch was added would be): none of them has an event of its own.
+  Rename("out/d", "w/d");
+  auto evs = Until(*w, "d/e/g", Type::kCreate);
+  EXPECT_TRUE(Has(evs, "d", Type::kCreate));
+  EXPECT_TRUE(Has(evs, "d/f", Type::kCreate));
+  EXPECT_TRUE(Has(evs, "d/e", Type::kCreate));
+  EXPECT_EQ(w->watched_dirs(), 3u);
+  Touch("w/d/e/h");
+  Until(*w, "d/e/h", Type::kCreate);
+}
+
 TEST_F(InotifyTreeTest, OneLevelWithoutRecursionAndLinksNotFollowed) {
   Mkdir("w");
   Mkdir("w/sub");
