@@ -25,6 +25,12 @@
 
 namespace dsec::container {
 
+void ReapChild(pid_t pid) {
+  siginfo_t info{};
+  while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED) != 0 && errno == EINTR) {
+  }
+}
+
 InitSlot::~InitSlot() {
   // The init first: its cgroups can only go once it is gone; the state
   // directory goes last (member order).
@@ -115,15 +121,20 @@ bool InitPool::RemovalDue(int64_t now_ms, int64_t* due_ms) const {
 template <typename Pred>
 void InitPool::WaitUnlessRemovalDue(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds max,
                                     Pred pred) {
-  int64_t due_ms = -1;
-  if (RemovalDue(MonotonicNowMs(), &due_ms)) return;
-  if (due_ms >= 0) max = std::min(max, std::chrono::milliseconds(std::max<int64_t>(1, due_ms - MonotonicNowMs())));
-  // A retirement or a Flush wakes the wait too; the caller's loop then
-  // looks again.
-  const size_t retired_before = retired_.size();
-  wake_.wait_for(lock, max, [&] {
-    return pred() || (flushing_ > 0 && !retired_.empty()) || retired_.size() != retired_before;
-  });
+  const int64_t until_ms = MonotonicNowMs() + max.count();
+  // A retirement or a Flush wakes the wait: the removal may be due then,
+  // or later (a burst goes on).
+  for (;;) {
+    int64_t due_ms = -1;
+    const int64_t now_ms = MonotonicNowMs();
+    if (pred() || RemovalDue(now_ms, &due_ms) || now_ms >= until_ms) return;
+    int64_t wake_ms = until_ms;
+    if (due_ms >= 0) wake_ms = std::min(wake_ms, due_ms);
+    const size_t retired_before = retired_.size();
+    wake_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake_ms - now_ms)), [&] {
+      return pred() || (flushing_ > 0 && !retired_.empty()) || retired_.size() != retired_before;
+    });
+  }
 }
 
 InitPoolStats InitPool::stats() const {
@@ -153,9 +164,7 @@ void InitPool::Run() {
       if (r.killed_init > 0) {
         // SIGKILLed by Sandbox::Destroy; reaped only here (until then its
         // pid names no other process).
-        siginfo_t info{};
-        while (::waitid(P_PID, static_cast<id_t>(r.killed_init), &info, WEXITED) != 0 && errno == EINTR) {
-        }
+        ReapChild(r.killed_init);
       }
       // A killed task keeps its cgroup busy until it has finished exiting:
       // retry with a growing pause, for up to ~0.8 s (as Sandbox::Destroy).
@@ -185,7 +194,7 @@ void InitPool::Run() {
     }
     if (stop_) break;
     if (ready_.size() >= target_) {
-      WaitUnlessRemovalDue(lock, std::chrono::hours(1), [this] { return stop_ || ready_.size() < target_; });
+      WaitUnlessRemovalDue(lock, std::chrono::hours(24), [this] { return stop_ || ready_.size() < target_; });
       continue;
     }
     if (creating_ > 0) {

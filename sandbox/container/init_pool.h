@@ -66,6 +66,9 @@
 
 namespace dsec::container {
 
+// Waits for this process's child `pid` to exit and reaps it (EINTR retried).
+void ReapChild(pid_t pid);
+
 // One made-ahead sandbox shell. Move-only; destruction kills its init and
 // removes its cgroups and directory (when Sandbox::Create has not taken
 // them).
@@ -167,7 +170,7 @@ class InitPool {
   };
   // Whether the retired remains are to be removed now; if not, when.
   bool RemovalDue(int64_t now_ms, int64_t* due_ms) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // wake_.wait_for until `pred`, or until the retired remains are due.
+  // Waits on wake_ until `pred`, the retired remains are due, or `max` passed.
   template <typename Pred>
   void WaitUnlessRemovalDue(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds max, Pred pred);
 

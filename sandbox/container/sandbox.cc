@@ -469,9 +469,7 @@ absl::Status Sandbox::StopInit() {
   // on a node of thousands).
   // SIGKILL to a pid namespace's init kills every process in it.
   ::kill(init_pid_, SIGKILL);
-  siginfo_t info{};
-  while (::waitid(P_PID, static_cast<id_t>(init_pid_), &info, WEXITED) != 0 && errno == EINTR) {
-  }
+  ReapChild(init_pid_);
   init_pid_ = 0;
   // Every process of the sandbox died with its pid namespace; kill what
   // is left in the cgroups outside it (none is expected).
@@ -550,10 +548,7 @@ absl::Status Sandbox::Destroy() {
     }
   }
   if (killed_init > 0) {
-    // Not retired after all: reaped here.
-    siginfo_t info{};
-    while (::waitid(P_PID, static_cast<id_t>(killed_init), &info, WEXITED) != 0 && errno == EINTR) {
-    }
+    ReapChild(killed_init);  // not retired after all: reaped here
   }
   // A killed task keeps its cgroup busy until it has finished exiting and
   // its parent has reaped it, which on a loaded host can outlast
