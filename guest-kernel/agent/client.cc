@@ -159,7 +159,11 @@ int64_t Client::ExecDeadlineAsMonotonic(int64_t exec_deadline_ns) const {
   const int64_t left = exec_deadline_ns - ExecClockNs();
   const int64_t now = MonotonicNowNs();
   if (left <= 0) return now;
-  return left > kNoDeadline - now ? kNoDeadline : now + left;
+  // At least 100 ms: while that clock stands still, a bound nearly reached
+  // is waited for in steps of that, not of a millisecond; a bound of a
+  // timeout plus its grace is not the worse for being seen 100 ms late.
+  const int64_t wait = std::max<int64_t>(left, 100'000'000);
+  return wait > kNoDeadline - now ? kNoDeadline : now + wait;
 }
 
 absl::StatusOr<Frame> Client::Receive(int64_t deadline_ns) {

@@ -162,7 +162,7 @@ class Client {
   // `ms` from now on the exec clock.
   int64_t ExecDeadlineAfterMs(int64_t ms) const;
   // A deadline on the exec clock as a CLOCK_MONOTONIC one, if that clock
-  // runs on from now.
+  // runs on from now (at least 100 ms from now, with an exec clock).
   int64_t ExecDeadlineAsMonotonic(int64_t exec_deadline_ns) const;
 
   FrameConn conn_;
