@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "sandbox/container/exec.h"
 #include "sandbox/container/init_launch.h"
+#include "sandbox/container/upper_store.h"
 #include "base/clock.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -88,11 +89,12 @@ std::optional<InitSlot> InitPool::Take() {
   return slot;
 }
 
-void InitPool::Retire(StateDir state, ContainerCgroups cgroups, pid_t killed_init) {
+void InitPool::Retire(StateDir state, ContainerCgroups cgroups, pid_t killed_init, std::string store_dir) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_retired_ms_ = MonotonicNowMs();
-    retired_.push_back(Retired{std::move(state), std::move(cgroups), last_retired_ms_, killed_init});
+    retired_.push_back(
+        Retired{std::move(state), std::move(cgroups), last_retired_ms_, killed_init, std::move(store_dir)});
   }
   wake_.notify_all();
 }
@@ -165,6 +167,12 @@ void InitPool::Run() {
         // SIGKILLed by Sandbox::Destroy; reaped only here (until then its
         // pid names no other process).
         ReapChild(r.killed_init);
+      }
+      if (!r.store_dir.empty()) {
+        // Its processes are gone with the init: nothing writes there now.
+        if (absl::Status s = UpperStore::Default()->Remove(r.store_dir); !s.ok()) {
+          DSEC_LOG(warn, "container: removing a destroyed sandbox's writable layer: {}", s.ToString());
+        }
       }
       // A killed task keeps its cgroup busy until it has finished exiting:
       // retry with a growing pause, for up to ~0.8 s (as Sandbox::Destroy).

@@ -124,7 +124,9 @@ class InitPool {
   // unmount an RCU grace period) then runs beside the other destroys' and
   // shares their grace periods, rather than one destroy after another
   // waiting for its own.
-  void Retire(StateDir state, ContainerCgroups cgroups, pid_t killed_init = 0);
+  // `store_dir`, if any, names the sandbox's writable layer in
+  // UpperStore::Default() (upper_store.h), removed once the init is reaped.
+  void Retire(StateDir state, ContainerCgroups cgroups, pid_t killed_init = 0, std::string store_dir = {});
   // Removes everything retired so far, now, and waits for it (tests,
   // shutdown).
   void Flush();
@@ -167,6 +169,7 @@ class InitPool {
     ContainerCgroups cgroups{ContainerCgroups::Empty()};
     int64_t at_ms = 0;  // when it retired (CLOCK_MONOTONIC)
     pid_t killed_init = 0;
+    std::string store_dir;
   };
   // Whether the retired remains are to be removed now; if not, when.
   bool RemovalDue(int64_t now_ms, int64_t* due_ms) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -18,6 +18,7 @@
 #include "sandbox/container/sandbox.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
+#include "sandbox/container/upper_store.h"
 #include "base/clock.h"
 #include "base/file_io.h"
 #include "base/scoped_fd.h"
@@ -187,6 +188,27 @@ TEST_F(InitPoolTest, FlushRemovesRetiredCgroupsWithoutWaitingForALull) {
   // The destroy killed the init; the pool reaped it (no child left to wait for).
   EXPECT_EQ(::waitpid(init, nullptr, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
+  pool->reset();
+}
+
+// A writable layer in the shared store (upper_store.h) goes after the
+// destroyed sandbox's init is reaped, by the pool's thread.
+TEST_F(InitPoolTest, ARetiredSandboxsLayerInTheSharedStoreGoesAfterItsInitIsReaped) {
+  UpperStore* store = UpperStore::Default();
+  if (store == nullptr) GTEST_SKIP() << "no shared store for writable layers here (log says why)";
+  auto pool = InitPool::Create(state_root_, 0);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  SandboxConfig c = Config("stored", pool->get());
+  c.upper_size_bytes = c.limits.memory_bytes;  // the memory limit bounds the layer
+  auto sb = Sandbox::Create(c);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  for (const std::string& d : (*sb)->cgroups().dirs()) cgroup_dirs_.push_back(d);
+  ASSERT_TRUE((*sb)->upper_in_store());
+  const std::string upper = (*sb)->upper_dir();
+  ASSERT_TRUE(dsec::PathExists(upper)) << upper;
+  ASSERT_TRUE((*sb)->Destroy().ok());
+  (*pool)->Flush();
+  EXPECT_FALSE(dsec::PathExists(upper)) << upper;
   pool->reset();
 }
 

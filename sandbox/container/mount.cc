@@ -38,7 +38,10 @@ absl::StatusOr<ScopedFd> FsMount(const char* fstype, const std::string& source,
     return ErrnoToStatus(absl::StrCat("fsconfig source ", what));
   }
   for (const auto& [key, value] : options) {
-    if (::fsconfig(fs.get(), FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0) != 0) {
+    // An empty value sets a flag ("noswap").
+    const int rc = value.empty() ? ::fsconfig(fs.get(), FSCONFIG_SET_FLAG, key.c_str(), nullptr, 0)
+                                 : ::fsconfig(fs.get(), FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0);
+    if (rc != 0) {
       return ErrnoToStatus(absl::StrCat("fsconfig ", key, "=", value, " ", what));
     }
   }
@@ -75,9 +78,13 @@ absl::StatusOr<DetachedMount> DetachedMount::Erofs(const std::string& image) {
   return DetachedMount(std::move(*on_loop), true);
 }
 
-absl::StatusOr<DetachedMount> DetachedMount::Tmpfs(uint64_t size_bytes, bool read_only) {
+absl::StatusOr<DetachedMount> DetachedMount::Tmpfs(
+    uint64_t size_bytes, bool read_only, const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::vector<std::pair<std::string, std::string>> options = {{"size", absl::StrCat(size_bytes)},
+                                                               {"mode", "0755"}};
+  options.insert(options.end(), extra.begin(), extra.end());
   DSEC_ASSIGN_OR_RETURN(
-      ScopedFd fd, FsMount("tmpfs", "tmpfs", {{"size", absl::StrCat(size_bytes)}, {"mode", "0755"}},
+      ScopedFd fd, FsMount("tmpfs", "tmpfs", options,
                            MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID | (read_only ? MOUNT_ATTR_RDONLY : 0),
                            "detached tmpfs"));
   return DetachedMount(std::move(fd), false);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,8 +31,10 @@ class DetachedMount {
   // (Linux 6.12+), else a loop device set to autoclear. Errors name the
   // image: NotFound, InvalidArgument (not an EROFS image), Internal.
   static absl::StatusOr<DetachedMount> Erofs(const std::string& image);
-  // An empty tmpfs of `size_bytes` (read-only when `read_only`).
-  static absl::StatusOr<DetachedMount> Tmpfs(uint64_t size_bytes, bool read_only);
+  // An empty tmpfs of `size_bytes` (read-only when `read_only`), with the
+  // `extra` mount options (an empty value sets a flag: {"noswap", ""}).
+  static absl::StatusOr<DetachedMount> Tmpfs(
+      uint64_t size_bytes, bool read_only, const std::vector<std::pair<std::string, std::string>>& extra = {});
   // overlayfs of `lowers` (lowest first; paths, /proc/self/fd/N of
   // detached layers included), `upper` and `work`, nodev: what a sandbox's
   // init attaches in its own mount namespace (the host's has no copy).

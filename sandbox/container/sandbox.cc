@@ -24,6 +24,7 @@
 #include "sandbox/container/init_launch.h"
 #include "sandbox/container/init_pool.h"
 #include "sandbox/container/netns_pool.h"
+#include "sandbox/container/upper_store.h"
 #include "sched/isolation.h"
 #include "base/fd_passing.h"
 #include "base/logging.h"
@@ -214,11 +215,22 @@ ScopedFd Sandbox::BindForDev(const std::string& dir) {
 }
 
 absl::Status Sandbox::ReleaseHeldUpper() {
+  if (!store_dir_.empty()) {
+    // Only once the sandbox's processes are gone (the callers reap the init
+    // first): none can write there any more.
+    absl::Status s = UpperStore::Default()->Remove(store_dir_);
+    store_dir_.clear();
+    return s;
+  }
   if (held_upper_.empty()) return absl::OkStatus();
   MountHolder* holder = MountHolder::Default();
   absl::Status s = holder != nullptr ? holder->Detach(held_upper_) : absl::OkStatus();
   held_upper_.clear();
   return s;
+}
+
+bool Sandbox::UpperFitsStore() const {
+  return config_.limits.memory_bytes != 0 && config_.limits.memory_bytes <= config_.upper_size_bytes;
 }
 
 absl::Status Sandbox::MountUpperAndOverlay() {
@@ -235,7 +247,13 @@ absl::Status Sandbox::MountUpperAndOverlay() {
     // detached tmpfs's descriptor. Older kernels get it at <state>/upper.
     std::string upper_root;
     const bool detached = OverlayAcceptsDetachedLayers();
-    if (detached) {
+    UpperStore* store = detached && UpperFitsStore() ? UpperStore::Default() : nullptr;
+    if (store != nullptr) {
+      // A directory of the shared store (upper_store.h): no file system
+      // of its own, no mount to make or to undo.
+      DSEC_ASSIGN_OR_RETURN(store_dir_, store->Make(config_.id));
+      upper_root = store->PathOf(store_dir_);
+    } else if (detached) {
       DSEC_ASSIGN_OR_RETURN(upper_tmpfs_, DetachedMount::Tmpfs(config_.upper_size_bytes, false));
       upper_root = upper_tmpfs_.path();
     } else {
@@ -259,7 +277,8 @@ absl::Status Sandbox::MountUpperAndOverlay() {
     // The tmpfs goes to the process's mount holder (mount_holder.h), so
     // that the sandbox keeps no descriptor for it; without one it stays
     // reached by its descriptor.
-    if (MountHolder* holder = detached ? MountHolder::Default() : nullptr; holder != nullptr) {
+    if (MountHolder* holder = detached && store == nullptr ? MountHolder::Default() : nullptr;
+        holder != nullptr) {
       const std::string name = absl::StrCat("upper-", config_.id);
       DSEC_ASSIGN_OR_RETURN(std::string held, holder->Attach(upper_tmpfs_.fd(), name));
       held_upper_ = name;
@@ -527,6 +546,10 @@ absl::Status Sandbox::Destroy() {
   note(idmapped_upper_.Unmount());
   note(upper_.Unmount());
   upper_tmpfs_.Reset();
+  // A killed init not yet reaped: its processes may still be finishing a
+  // write into the shared store's directory, which goes after the reap.
+  std::string store_dir_after_reap;
+  if (killed_init > 0) store_dir_after_reap = std::exchange(store_dir_, std::string());
   note(ReleaseHeldUpper());
   for (auto it = idmapped_layers_.rbegin(); it != idmapped_layers_.rend(); ++it) {
     note(it->Unmount());
@@ -543,12 +566,14 @@ absl::Status Sandbox::Destroy() {
   static std::atomic<uint64_t> tombstones{0};
   if (retire && first.ok()) {
     if (state_.RenameTo(absl::StrCat(".dead-", ::getpid(), "-", tombstones++)).ok()) {
-      config_.init_pool->Retire(std::move(state_), std::move(cgroups_), killed_init);
+      config_.init_pool->Retire(std::move(state_), std::move(cgroups_), killed_init,
+                                std::move(store_dir_after_reap));
       return first;
     }
   }
   if (killed_init > 0) {
     ReapChild(killed_init);  // not retired after all: reaped here
+    if (!store_dir_after_reap.empty()) note(UpperStore::Default()->Remove(store_dir_after_reap));
   }
   // A killed task keeps its cgroup busy until it has finished exiting and
   // its parent has reaped it, which on a loaded host can outlast

@@ -106,10 +106,15 @@ class Sandbox {
   pid_t init_pid() const { return init_pid_; }
   const std::string& state_dir() const { return state_.path(); }
   // The writable layer's directory as this process reaches it (what
-  // pack_diff captures): in the mount holder (mount_holder.h), else
-  // /proc/self/fd/N/upper of the detached tmpfs, or <state>/upper/upper
-  // (a user namespace, or a kernel that wants the upper attached).
+  // pack_diff captures): a directory of the process's shared store
+  // (upper_store.h, where the memory limit bounds it), else in the mount
+  // holder (mount_holder.h), else /proc/self/fd/N/upper of the detached
+  // tmpfs, or <state>/upper/upper (a user namespace, or a kernel that
+  // wants the upper attached).
   std::string upper_dir() const { return upper_dir_; }
+  // Whether the writable layer is a directory of the shared store
+  // (upper_store.h) rather than a tmpfs of its own.
+  bool upper_in_store() const { return !store_dir_.empty(); }
   // The merged root as the host can reach it: /proc/<init>/root (the
   // overlay lives only in the sandbox's mount namespace).
   std::string rootfs_dir() const;
@@ -121,6 +126,9 @@ class Sandbox {
   Sandbox(SandboxConfig config, StateDir state) : config_(std::move(config)), state_(std::move(state)) {}
   absl::Status MountUpperAndOverlay();
   absl::Status ReleaseHeldUpper();
+  // Whether the writable layer goes in the shared store (upper_store.h):
+  // the memory limit bounds it at least as tightly as its size would.
+  bool UpperFitsStore() const;
   static ScopedFd BindForDev(const std::string& dir);
   // Records the QoS cgroups (config_.isolation) for orphan cleanup and puts
   // the CPU quota there.
@@ -143,6 +151,8 @@ class Sandbox {
   // <state>/upper (upper_).
   DetachedMount upper_tmpfs_;
   std::string held_upper_;  // its name in the mount holder, once handed there
+  // Or its directory's name in UpperStore::Default() (no tmpfs of its own).
+  std::string store_dir_;
   Mount upper_;
   // The root: a detached overlay the init attaches in its own mount
   // namespace (none on the host); held until the init has it. With a user

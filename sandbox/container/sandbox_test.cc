@@ -24,6 +24,7 @@
 #include "sandbox/container/init_launch.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
+#include "sandbox/container/upper_store.h"
 #include "base/file_io.h"
 #include "base/scoped_fd.h"
 
@@ -305,6 +306,107 @@ TEST_F(SandboxTest, DevIsADirectoryOfTheWritableTmpfs) {
   // The directory is outside the overlay's upper directory: nothing of /dev
   // shows in the writable layer (what pack_diff would pack).
   EXPECT_FALSE(dsec::PathExists(absl::StrCat((*sb)->upper_dir(), "/dev/shm/f")));
+}
+
+// Where the memory limit bounds the writable layer at least as tightly as
+// its size (the daemon's defaults: 512 MiB of memory, a 1 GiB layer), the
+// layer is a directory of one shared tmpfs (upper_store.h) rather than a
+// tmpfs of its own: one superblock less per sandbox, and no mount to make
+// at create or to undo at delete.
+TEST_F(SandboxTest, WritableLayersWithinTheMemoryLimitShareOneStore) {
+  UpperStore* store = UpperStore::Default();
+  if (store == nullptr) GTEST_SKIP() << "no shared store for writable layers here (log says why)";
+  SandboxConfig ca = Config("store-a");
+  ca.upper_size_bytes = ca.limits.memory_bytes;
+  SandboxConfig cb = Config("store-b");
+  cb.upper_size_bytes = 4 * cb.limits.memory_bytes;
+  const int64_t held_before = store->held();
+  auto a = Sandbox::Create(ca);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = Sandbox::Create(cb);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE((*a)->upper_in_store());
+  ASSERT_TRUE((*b)->upper_in_store());
+  EXPECT_EQ(store->held(), held_before + 2);
+  struct stat ua {}, ub {};
+  ASSERT_EQ(::stat((*a)->upper_dir().c_str(), &ua), 0) << (*a)->upper_dir();
+  ASSERT_EQ(::stat((*b)->upper_dir().c_str(), &ub), 0) << (*b)->upper_dir();
+  EXPECT_EQ(ua.st_dev, store->device());
+  EXPECT_EQ(ub.st_dev, store->device());
+  EXPECT_NE((*a)->upper_dir(), (*b)->upper_dir());
+  // /dev is a directory of the store too; its nodes work.
+  EXPECT_EQ(Sh(**a, "stat -c %d /dev").stdout_data, absl::StrCat(store->device(), "\n"));
+  EXPECT_EQ(Sh(**a, "echo x > /dev/null && head -c 3 /dev/zero | wc -c").stdout_data, "3\n");
+  // One sandbox's writes are its own: invisible in the other's root, and
+  // in the other's part of the store.
+  Sh(**a, "echo mine > /etc/owner-a && mkdir -p /work/x && echo f > /work/x/f");
+  EXPECT_EQ(Sh(**a, "cat /etc/owner-a").stdout_data, "mine\n");
+  EXPECT_EQ(Sh(**b, "cat /etc/owner-a 2>/dev/null; ls /work 2>/dev/null | wc -l").stdout_data, "0\n");
+  EXPECT_TRUE(dsec::PathExists(absl::StrCat((*a)->upper_dir(), "/work/x/f")));
+  EXPECT_FALSE(dsec::PathExists(absl::StrCat((*b)->upper_dir(), "/etc/owner-a")));
+  // What the sandbox writes there is charged to its memory cgroup (the
+  // bound that replaces the tmpfs's size).
+  const std::optional<uint64_t> before = (*a)->cgroups().MemoryUsageBytes();
+  ASSERT_TRUE(before.has_value());
+  Sh(**a, "dd if=/dev/zero of=/eight bs=64k count=128 2>/dev/null; sync");
+  const std::optional<uint64_t> after = (*a)->cgroups().MemoryUsageBytes();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_GE(*after, *before + (7u << 20)) << *before << " -> " << *after;
+  // A reset starts from an empty layer in a new directory; a destroy
+  // removes the directory.
+  const std::string old_upper = (*a)->upper_dir();
+  ASSERT_TRUE((*a)->Reset().ok());
+  EXPECT_FALSE(dsec::PathExists(old_upper)) << old_upper;
+  EXPECT_EQ(Sh(**a, "cat /etc/owner-a 2>/dev/null | wc -l").stdout_data, "0\n");
+  EXPECT_EQ(store->held(), held_before + 2);
+  const std::string upper_a = (*a)->upper_dir(), upper_b = (*b)->upper_dir();
+  ASSERT_TRUE((*a)->Destroy().ok());
+  ASSERT_TRUE((*b)->Destroy().ok());
+  EXPECT_FALSE(dsec::PathExists(upper_a)) << upper_a;
+  EXPECT_FALSE(dsec::PathExists(upper_b)) << upper_b;
+  EXPECT_EQ(store->held(), held_before);
+}
+
+// A write past the memory limit into a layer in the store stops at the
+// limit: the store has no size of its own per sandbox, and its pages cannot
+// go to swap (noswap).
+TEST_F(SandboxTest, AWritableLayerInTheStoreStopsAtTheMemoryLimit) {
+  UpperStore* store = UpperStore::Default();
+  if (store == nullptr) GTEST_SKIP() << "no shared store for writable layers here (log says why)";
+  SandboxConfig c = Config("store-full");
+  c.limits.memory_bytes = 32 << 20;
+  c.upper_size_bytes = 64 << 20;
+  auto sb = Sandbox::Create(c);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ASSERT_TRUE((*sb)->upper_in_store());
+  ExecOptions o;
+  o.argv = {"/bin/sh", "-c", "dd if=/dev/zero of=/big bs=64k count=768 2>/dev/null; echo rc=$?"};
+  o.timeout_ms = 20000;
+  absl::StatusOr<ExecResult> r = (*sb)->Exec(o);  // may be the OOM killer's victim: not checked
+  struct stat st {};
+  ASSERT_EQ(::stat(absl::StrCat((*sb)->upper_dir(), "/big").c_str(), &st), 0);
+  EXPECT_LE(static_cast<uint64_t>(st.st_size), c.limits.memory_bytes)
+      << (r.ok() ? r->stdout_data : r.status().ToString());
+  EXPECT_GT((*sb)->cgroups().OomKills() + (r.ok() && r->stdout_data.find("rc=0") == std::string::npos ? 1 : 0),
+            0u);
+}
+
+// A memory limit above the layer's size would not bound it: such a layer
+// gets a tmpfs of its own, full at its size.
+TEST_F(SandboxTest, AMemoryLimitAboveTheLayersSizeGetsATmpfsOfItsOwn) {
+  SandboxConfig c = Config("own-tmpfs");
+  ASSERT_GT(c.limits.memory_bytes, c.upper_size_bytes);
+  auto sb = Sandbox::Create(c);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  EXPECT_FALSE((*sb)->upper_in_store());
+  if (UpperStore* store = UpperStore::Default(); store != nullptr) {
+    struct stat st {};
+    ASSERT_EQ(::stat((*sb)->upper_dir().c_str(), &st), 0);
+    EXPECT_NE(st.st_dev, store->device());
+  }
+  ExecResult w = Sh(**sb, "dd if=/dev/zero of=/big bs=64k count=512 2>&1; echo rc=$?");
+  EXPECT_EQ(w.stdout_data.find("rc=0"), std::string::npos) << w.stdout_data;
+  EXPECT_NE(w.stdout_data.find("No space left"), std::string::npos) << w.stdout_data;
 }
 
 TEST_F(SandboxTest, DestroyRemovesMountsCgroupsAndStateDir) {
