@@ -4,7 +4,11 @@
 #include "sandbox/container/sandbox.h"
 
 #include <signal.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -734,6 +738,45 @@ TEST_F(SandboxTest, AControlsSigkillEndsTheGroupAndLeavesStrays) {
   EXPECT_GE(timed->stray_processes_killed, 1);
   ps = Sh(**sb, procs);
   EXPECT_FALSE(absl::StrContains(ps.stdout_data, std::string("sleep\0" "301", 9))) << ps.stdout_data;
+}
+
+// The state root's tmpfs holds 10,000 sandboxes' records and more (three
+// pages each); a smaller one left by an earlier runtime is grown, its
+// flags kept; a directory of a tmpfs is not a mount of its own: left.
+TEST(StateRootTmpfsTest, IsLargeEnoughForTensOfThousandsAndASmallOneIsGrown) {
+  char tmpl[] = "/tmp/dsec-stateroot-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string base = tmpl;
+  auto size_of = [](const std::string& p) -> uint64_t {
+    struct statfs fs {};
+    if (::statfs(p.c_str(), &fs) != 0 || fs.f_type != TMPFS_MAGIC) return 0;
+    return static_cast<uint64_t>(fs.f_blocks) * static_cast<uint64_t>(fs.f_bsize);
+  };
+  const std::string fresh = base + "/fresh", old = base + "/old";
+  ASSERT_EQ(::mkdir(fresh.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(old.c_str(), 0700), 0);
+  auto mounted = MountStateRootTmpfs(fresh);
+  ASSERT_TRUE(mounted.ok()) << mounted.status();
+  EXPECT_TRUE(*mounted);
+  EXPECT_EQ(size_of(fresh), kStateRootTmpfsBytes);
+  EXPECT_GE(kStateRootTmpfsBytes / (3 * 4096), 10'000u * 8);
+  ASSERT_EQ(::mount("tmpfs", old.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700,size=64m"), 0);
+  ASSERT_EQ(::mkdir((old + "/sub").c_str(), 0700), 0);
+  auto sub = MountStateRootTmpfs(old + "/sub");
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  EXPECT_FALSE(*sub);
+  EXPECT_EQ(size_of(old), 64u << 20);  // its directory is not the mount: left alone
+  auto grown = MountStateRootTmpfs(old);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_FALSE(*grown);
+  EXPECT_EQ(size_of(old), kStateRootTmpfsBytes);
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs(old.c_str(), &vfs), 0);
+  EXPECT_TRUE((vfs.f_flag & ST_NOSUID) && (vfs.f_flag & ST_NODEV) && (vfs.f_flag & ST_NOEXEC)) << vfs.f_flag;
+  EXPECT_TRUE(dsec::PathExists(old + "/sub"));  // remounted, not replaced
+  EXPECT_EQ(::umount2(fresh.c_str(), MNT_DETACH), 0);
+  EXPECT_EQ(::umount2(old.c_str(), MNT_DETACH), 0);
+  EXPECT_TRUE(RemoveTree(base).ok());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -205,6 +206,41 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root, const OrphanCleanupO
   return removed;
 }
 
+namespace {
+
+// A tmpfs mounted at `root` itself (not a directory of one) smaller than
+// kStateRootTmpfsBytes, as an earlier runtime made it (64 MiB): grown, its
+// other mount flags kept. Anything else is left as it is.
+void GrowStateRootTmpfs(const std::string& root) {
+  struct statx stx {};
+  struct statfs fs {};
+  struct statvfs vfs {};
+  if (::statx(AT_FDCWD, root.c_str(), 0, STATX_BASIC_STATS, &stx) != 0 ||
+      (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) == 0 || (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT) == 0 ||
+      ::statfs(root.c_str(), &fs) != 0 || fs.f_type != TMPFS_MAGIC || ::statvfs(root.c_str(), &vfs) != 0) {
+    return;
+  }
+  const uint64_t size = static_cast<uint64_t>(fs.f_blocks) * static_cast<uint64_t>(fs.f_bsize);
+  if (size == 0 || size >= kStateRootTmpfsBytes) return;  // 0: no size limit
+  unsigned long flags = MS_REMOUNT;
+  if (vfs.f_flag & ST_RDONLY) flags |= MS_RDONLY;
+  if (vfs.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (vfs.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (vfs.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (vfs.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (vfs.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (vfs.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+  const std::string data = absl::StrCat("size=", kStateRootTmpfsBytes);
+  if (::mount(nullptr, root.c_str(), nullptr, flags, data.c_str()) != 0) {
+    DSEC_LOG(warn, "container: state root {} is a tmpfs of {} MiB; growing it to {} MiB: {}", root, size >> 20,
+             kStateRootTmpfsBytes >> 20, ErrnoToStatus("remount").ToString());
+    return;
+  }
+  DSEC_LOG(info, "container: state root {} grown from {} to {} MiB", root, size >> 20, kStateRootTmpfsBytes >> 20);
+}
+
+}  // namespace
+
 absl::StatusOr<bool> MountStateRootTmpfs(const std::string& root) {
   auto on_tmpfs = [&root]() -> absl::StatusOr<bool> {
     struct statfs fs;
@@ -213,14 +249,20 @@ absl::StatusOr<bool> MountStateRootTmpfs(const std::string& root) {
   };
   DSEC_RETURN_IF_ERROR(MakeDirs(root, 0700));
   DSEC_ASSIGN_OR_RETURN(bool already, on_tmpfs());
-  if (already) return false;
+  if (already) {
+    GrowStateRootTmpfs(root);
+    return false;
+  }
   // Two runtimes starting at once: the lock is on the directory below the
   // mount, so the second sees the first's tmpfs when it gets the lock.
   ScopedFd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir) return ErrnoToStatus(absl::StrCat("open ", root));
   if (::flock(dir.get(), LOCK_EX) != 0) return ErrnoToStatus(absl::StrCat("flock ", root));
   DSEC_ASSIGN_OR_RETURN(already, on_tmpfs());
-  if (already) return false;
+  if (already) {
+    GrowStateRootTmpfs(root);
+    return false;
+  }
   // Never hide sandboxes recorded on the disk below (CleanupOrphans and
   // their runtimes find them by path).
   ScopedFd probe(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -230,7 +272,7 @@ absl::StatusOr<bool> MountStateRootTmpfs(const std::string& root) {
   if (n < 0) return ErrnoToStatus(absl::StrCat("getdents64 ", root));
   if (n > 48) return false;  // more than "." and ".." (24 bytes each)
   if (::mount("tmpfs", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "mode=0700,size=64m") != 0) {
+              absl::StrCat("mode=0700,size=", kStateRootTmpfsBytes).c_str()) != 0) {
     return ErrnoToStatus(absl::StrCat("mount tmpfs on ", root));
   }
   return true;

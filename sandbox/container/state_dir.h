@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -94,14 +95,22 @@ absl::StatusOr<int> CleanupOrphans(const std::string& root = kDefaultStateRoot,
 // rm -rf that stays on one file system; fails if a mount point remains.
 absl::Status RemoveTree(const std::string& path);
 
-// Mounts a tmpfs (64 MiB, mode 0700) on `root` unless it already is on
+// The size of the tmpfs MountStateRootTmpfs makes: a sandbox's records take
+// three pages (owner, cgroups, init: 12 KiB), so that 1 GiB holds about
+// 87,000 sandboxes (64 MiB, as before, held 5,400); a tmpfs takes memory
+// only for what it holds.
+inline constexpr uint64_t kStateRootTmpfsBytes = 1ull << 30;
+
+// Mounts a tmpfs (kStateRootTmpfsBytes, mode 0700) on `root` unless it already is on
 // tmpfs or ramfs, or holds entries already (never hiding recorded
 // sandboxes). Sandbox state is bookkeeping (records, mount points) that
 // dies with the host's mounts and cgroups, so it belongs on /run-like
 // memory: on a disk file system every mkdir/rmdir of a sandbox's life goes
 // through the journal, which stalls for milliseconds while the node builds
 // code. Hosts without systemd may have /run on disk. The mount stays (like
-// /run) for every later runtime. Returns whether it mounted.
+// /run) for every later runtime; one mounted at `root` smaller than
+// kStateRootTmpfsBytes (an earlier runtime's) is grown to it, its other
+// flags kept. Returns whether it mounted.
 absl::StatusOr<bool> MountStateRootTmpfs(const std::string& root = kDefaultStateRoot);
 
 }  // namespace dsec::container
