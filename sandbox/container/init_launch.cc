@@ -7,14 +7,21 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "base/fd_passing.h"
+#include "sandbox/container/init_trampoline.h"
 #include "sandbox/container/child_process.h"
 #include "base/status.h"
 
@@ -23,51 +30,124 @@ namespace dsec::container {
 namespace {
 
 constexpr size_t kStackBytes = 64 << 10;
-constexpr int kSources = 6;  // config, go, report, control, netns, userns
 
-struct Trampoline {
-  const char* binary = nullptr;
-  char* argv[2] = {nullptr, nullptr};
-  char* envp[1] = {nullptr};
-  int sources[kSources] = {-1, -1, -1, -1, -1, -1};  // -1: /dev/null in its place
+// One process's launcher of one init binary (init_trampoline.h).
+struct Launcher {
+  pid_t owner = 0;  // the process that started it, and the parent of its children
+  pid_t pid = 0;
+  ScopedFd pidfd;
+  ScopedFd sock;
 };
 
-// The child between clone and execve: it shares the runtime's memory and
-// runs with every signal blocked. Syscalls only, nothing allocated or
-// written but its own stack. Its descriptor table is its own.
-int RunTrampoline(void* arg) {
-  const Trampoline& t = *static_cast<const Trampoline*>(arg);
-  // A failure before execve is reported like the init's own (the report
-  // pipe is source 2, and in place on kInitReportFd once moved).
-  int report = t.sources[2];
-  auto fail = [&report](int err) {
-    ChildError e{kStdio, err};
-    if (report >= 0) (void)!::write(report, &e, sizeof(e));
-    ::_exit(127);
-  };
-  // Everything out of the way of 0-7 first, then into place.
-  int moved[kSources];
-  for (int i = 0; i < kSources; ++i) {
-    moved[i] = t.sources[i] < 0 ? -1 : ::fcntl(t.sources[i], F_DUPFD_CLOEXEC, 16);
-    if (t.sources[i] >= 0 && moved[i] < 0) fail(errno);
+std::mutex launchers_mu;
+std::map<std::string, Launcher>* launchers ABSL_GUARDED_BY(launchers_mu) = nullptr;
+
+// Ends `l`: closes our end (the launcher exits on it) and, if this process
+// started it, kills and reaps it. A fork's inherited copy is only let go.
+void StopLauncher(Launcher& l) {
+  l.sock.Reset();
+  if (l.pidfd.valid() && l.owner == ::getpid()) {
+    ::syscall(SYS_pidfd_send_signal, l.pidfd.get(), SIGKILL, nullptr, 0);
+    siginfo_t info{};
+    while (::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(l.pidfd.get()), &info,
+                    WEXITED) != 0 &&
+           errno == EINTR) {
+    }
   }
-  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null < 0) fail(errno);
-  int devnull = ::fcntl(null, F_DUPFD_CLOEXEC, 16);
-  if (devnull < 0) fail(errno);
-  report = moved[2];
-  for (int fd = 0; fd < 3; ++fd) {
-    if (::dup2(devnull, fd) < 0) fail(errno);
-  }
-  for (int i = 0; i < kSources; ++i) {
-    if (::dup2(moved[i] >= 0 ? moved[i] : devnull, kInitConfigFd + i) < 0) fail(errno);
-  }
-  ::syscall(SYS_close_range, kInitUsernsFd + 1, ~0u, 0);
-  ::execve(t.binary, t.argv, t.envp);
-  ChildError e{kExec, errno};
-  (void)!::write(kInitReportFd, &e, sizeof(e));
-  ::_exit(127);
+  l.pidfd.Reset();
+  l.pid = 0;
+  l.owner = 0;
 }
+
+absl::Status StartLauncher(const std::string& binary, Launcher& l) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoToStatus("sandbox init launcher: socketpair");
+  }
+  ScopedFd ours(sv[0]), theirs(sv[1]);
+  int rp[2];
+  if (::pipe2(rp, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoToStatus("sandbox init launcher: pipe2");
+  ScopedFd report_read(rp[0]), report_write(rp[1]);
+  int sources[kInitSources] = {theirs.get(), -1, report_write.get(), -1, -1, -1};
+  std::vector<char> stack(kStackBytes);
+  int pidfd = -1;
+  const pid_t pid = CloneInitProcess(binary.c_str(), "dsec-sandbox-init", kLauncherFlag, sources, 0,
+                                     &pidfd, stack.data(), stack.size());
+  if (pid < 0) return ErrnoToStatus("sandbox init launcher: clone", -pid);
+  l.owner = ::getpid();
+  l.pid = pid;
+  l.pidfd.Reset(pidfd);
+  // The clone returned once the child exec'd or died trying; a failure is
+  // in the pipe by now.
+  report_write.Reset();
+  ChildError e{};
+  if (::read(report_read.get(), &e, sizeof(e)) == static_cast<ssize_t>(sizeof(e))) {
+    StopLauncher(l);
+    return ErrnoToStatus(absl::StrCat("sandbox init launcher ", binary, ": ", ChildStepName(e.step)),
+                         e.err);
+  }
+  l.sock = std::move(ours);
+  return absl::OkStatus();
+}
+
+// Asks the launcher of `binary` for a child; starts it first if this
+// process has none (or its last one died), and once more if it turns out
+// to have died before it read the request.
+absl::StatusOr<std::pair<pid_t, ScopedFd>> LaunchThroughLauncher(const std::string& binary,
+                                                                 const int sources[kInitSources],
+                                                                 uint64_t clone_flags) {
+  LauncherRequest req;
+  req.clone_flags = clone_flags;
+  int fds[kInitSources];
+  size_t nfds = 0;
+  for (int i = 0; i < kInitSources; ++i) {
+    if (sources[i] < 0) continue;
+    req.present |= 1u << i;
+    fds[nfds++] = sources[i];
+  }
+  std::lock_guard<std::mutex> lock(launchers_mu);
+  if (launchers == nullptr) launchers = new std::map<std::string, Launcher>();  // lives as long as the process
+  Launcher& l = (*launchers)[binary];
+  for (int attempt = 0;; ++attempt) {
+    if (l.owner != ::getpid() || !l.sock.valid()) {
+      StopLauncher(l);
+      DSEC_RETURN_IF_ERROR(StartLauncher(binary, l));
+    }
+    if (SendWithFds(l.sock.get(), &req, sizeof(req), fds, nfds) == static_cast<ssize_t>(sizeof(req))) break;
+    const int send_errno = errno;
+    StopLauncher(l);
+    if (attempt > 0 || (send_errno != EPIPE && send_errno != ECONNRESET)) {
+      return ErrnoToStatus("sandbox init launcher: send", send_errno);
+    }
+  }
+  LauncherReply reply;
+  int pidfd = -1;
+  size_t got = 0;
+  bool dropped = false;
+  const ssize_t n = ReceiveWithFds(l.sock.get(), &reply, sizeof(reply), &pidfd, 1, &got, 0, &dropped);
+  const int recv_errno = errno;
+  ScopedFd child_pidfd(got == 1 ? pidfd : -1);
+  if (n != static_cast<ssize_t>(sizeof(reply)) || dropped) {
+    StopLauncher(l);
+    if (n < 0) return ErrnoToStatus("sandbox init launcher: receive", recv_errno);
+    return absl::InternalError("sandbox init launcher: died or answered out of protocol");
+  }
+  if (reply.pid <= 0) return ErrnoToStatus("clone sandbox init", reply.err);
+  if (!child_pidfd.valid()) return absl::InternalError("sandbox init launcher: no pidfd with the answer");
+  return std::make_pair(static_cast<pid_t>(reply.pid), std::move(child_pidfd));
+}
+
+}  // namespace
+
+pid_t InitLauncherPid(const std::string& binary) {
+  std::lock_guard<std::mutex> lock(launchers_mu);
+  if (launchers == nullptr) return 0;
+  auto it = launchers->find(binary);
+  if (it == launchers->end() || it->second.owner != ::getpid()) return 0;
+  return it->second.pid;
+}
+
+namespace {
 
 bool Executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
 
@@ -175,31 +255,12 @@ absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitCon
     config_write.Reset();
   }
 
-  Trampoline t;
-  t.binary = binary.c_str();
-  static char kArgv0[] = "dsec-sandbox-init";
-  t.argv[0] = kArgv0;
-  t.sources[0] = config_read.get();
-  t.sources[1] = fds.go_read;
-  t.sources[2] = fds.report_write;
-  t.sources[3] = fds.control;
-  t.sources[4] = fds.netns;
-  t.sources[5] = fds.userns;
-  std::vector<char> stack(kStackBytes);
-  // No signal handler of ours may run in the child, which shares our
-  // memory; it inherits the full mask and keeps it through execve.
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  int pidfd = -1;
-  const int flags = static_cast<int>(clone_flags) | CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
-  int pid = ::clone(&RunTrampoline, stack.data() + stack.size(), flags, &t, &pidfd);
-  const int clone_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) return ErrnoToStatus("clone sandbox init", clone_errno);
+  const int sources[kInitSources] = {config_read.get(), fds.go_read, fds.report_write,
+                                     fds.control,      fds.netns,   fds.userns};
+  DSEC_ASSIGN_OR_RETURN(auto child, LaunchThroughLauncher(binary, sources, clone_flags));
   LaunchedInit out;
-  out.pid = pid;
-  out.pidfd.Reset(pidfd);
+  out.pid = child.first;
+  out.pidfd = std::move(child.second);
   out.config_write = std::move(config_write);
   return out;
 }

@@ -12,12 +12,21 @@
 // The init also no longer holds a copy of the runtime's memory (other
 // sandboxes' output buffers, an API token).
 //
-// The launcher clones with CLONE_VM | CLONE_VFORK and the sandbox's new
-// namespaces; the child, sharing the runtime's memory until execve, only
-// arranges descriptors (init_protocol.h: kInitConfigFd ...) and execs
-// `dsec-sandbox-init` with every signal blocked (no handler of the runtime
-// can run in it; the init keeps them blocked). The configuration goes
-// through a pipe written before the clone.
+// The clone (init_trampoline.h) is made by a launcher: `dsec-sandbox-init
+// --launcher`, started by this process on first use, which clones with
+// CLONE_VM | CLONE_VFORK | CLONE_PARENT and the sandbox's new namespaces.
+// Why not the runtime itself: a clone copies the caller's descriptor
+// table, and the runtime holds descriptors for every live sandbox; the
+// child then closes all of them again before execve. Measured here at
+// about 9,000 live sandboxes (docs/benchmarks.md): 17% of all CPU time of
+// a create ramp went to that copy and those closes. The launcher holds
+// four descriptors, so a launch costs the same at 10 sandboxes as at
+// 10,000. CLONE_PARENT makes the init this process's child, as before
+// (it waits for it by pidfd). The child, sharing the launcher's memory
+// until execve, only arranges descriptors (init_protocol.h: kInitConfigFd
+// ...) and execs `dsec-sandbox-init` with every signal blocked (the init
+// keeps them blocked). The configuration goes through a pipe written
+// before the clone.
 #pragma once
 
 #include <sys/types.h>
@@ -74,9 +83,14 @@ struct LaunchedInit {
 // (or died trying: an execve failure arrives as a ChildError on the report
 // pipe, like the init's own). Errors: InvalidArgument (a config field out
 // of bounds), Internal (pipe, clone).
-// Threads: any; blocks only the calling thread, for the clone and exec.
+// Errors also: Unavailable-style Internal/errno statuses when the launcher
+// cannot be started or dies (it is restarted on the next launch).
+// Threads: any; launches of one process are serialised through its
+// launcher, each for the clone and exec.
 absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig* config,
                                         const InitFds& fds, uint64_t clone_flags);
+// The pid of this process's launcher of `binary` (0: none yet), for tests.
+pid_t InitLauncherPid(const std::string& binary);
 // What the deferred config must satisfy (LaunchInit checks a given one).
 absl::Status ValidateInitConfig(const InitConfig& config);
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // dsec-sandbox-init: a container sandbox's PID 1 (init_launch.h starts it,
 // init_process.h is what it does). Its descriptors and configuration are
-// in init_protocol.h; it takes no arguments.
+// in init_protocol.h; it takes no arguments, except `--launcher`, which
+// makes it the launcher of other inits (init_trampoline.h).
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
@@ -9,10 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "sandbox/container/child_process.h"
 #include "sandbox/container/init_process.h"
 #include "sandbox/container/init_protocol.h"
+#include "sandbox/container/init_trampoline.h"
 #include "base/fd_passing.h"
 
 namespace {
@@ -64,7 +67,12 @@ void ReceiveRoot(const InitConfig& config, int* overlay_fd, int* netns_fd, int* 
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], kLauncherFlag) == 0) {
+    // The launcher (init_trampoline.h): its socket, and nothing else.
+    ::syscall(SYS_close_range, kLauncherSocketFd + 1, ~0u, 0);
+    return RunInitLauncher(kLauncherSocketFd);
+  }
   InitConfig config;
   if (!ReadInitConfig(kInitConfigFd, &config)) FailChild(kInitReportFd, kReadConfig, EINVAL);
   ::close(kInitConfigFd);

@@ -9,16 +9,21 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string_view>
+#include <fcntl.h>
+
+#include <filesystem>
 
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -26,6 +31,8 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/init_launch.h"
+#include "sandbox/container/init_trampoline.h"
+#include "base/fd_passing.h"
 #include "sandbox/container/state_dir.h"
 #include "sandbox/container/test_image.h"
 #include "sandbox/container/upper_store.h"
@@ -561,6 +568,132 @@ TEST_F(SandboxTest, InitIsTheSmallSandboxInitProgram) {
   ASSERT_NE(at, std::string::npos);
   EXPECT_LT(std::stoul(status->substr(at + 8)), 1024u) << status->substr(at, 40);  // KiB
   EXPECT_EQ(Sh(**sb, "echo ok").stdout_data, "ok\n");
+}
+
+namespace {
+
+// A /proc/<pid>/status field's first number ("PPid:", ...), or -1.
+long StatusField(pid_t pid, const std::string& field) {
+  auto status = dsec::ReadSmallFile(absl::StrCat("/proc/", pid, "/status"));
+  if (!status.ok()) return -1;
+  size_t at = status->find(field);
+  if (at == std::string::npos) return -1;
+  return std::stol(status->substr(at + field.size()));
+}
+
+size_t OpenDescriptors(pid_t pid) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+// Inits are cloned by the launcher (init_launch.h), whose descriptor table
+// stays small however many descriptors the runtime holds (a launch copies
+// the cloner's table), and they are still the runtime's children.
+TEST_F(SandboxTest, InitsComeFromALauncherThatHoldsFewDescriptors) {
+  std::vector<ScopedFd> held;
+  for (int i = 0; i < 2000; ++i) {
+    held.emplace_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(held.back().valid());
+  }
+  auto sb = Sandbox::Create(Config("launcher-fds"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto binary = FindSandboxInit("");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  const pid_t launcher = InitLauncherPid(*binary);
+  ASSERT_GT(launcher, 0);
+  EXPECT_EQ(StatusField(launcher, "PPid:"), ::getpid());
+  EXPECT_LE(OpenDescriptors(launcher), 4u);  // 0-2 and its socket
+  EXPECT_EQ(StatusField((*sb)->init_pid(), "PPid:"), ::getpid());
+  EXPECT_LE(OpenDescriptors((*sb)->init_pid()), 12u);
+  EXPECT_EQ(Sh(**sb, "echo ok").stdout_data, "ok\n");
+  ASSERT_TRUE((*sb)->Destroy().ok());
+}
+
+// A launcher killed from outside is replaced by the next create, which
+// succeeds; the dead one is reaped.
+TEST_F(SandboxTest, ALauncherKilledFromOutsideIsReplacedByTheNextCreate) {
+  auto first = Sandbox::Create(Config("launcher-a"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto binary = FindSandboxInit("");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  const pid_t launcher = InitLauncherPid(*binary);
+  ASSERT_GT(launcher, 0);
+  ASSERT_EQ(::kill(launcher, SIGKILL), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(launcher), &info, WEXITED | WNOWAIT), 0);
+  auto second = Sandbox::Create(Config("launcher-b"));
+  ASSERT_TRUE(second.ok()) << second.status();
+  const pid_t replacement = InitLauncherPid(*binary);
+  EXPECT_GT(replacement, 0);
+  EXPECT_NE(replacement, launcher);
+  // Reaped: no longer our child.
+  EXPECT_NE(::waitid(P_PID, static_cast<id_t>(launcher), &info, WEXITED | WNOHANG | WNOWAIT), 0);
+  EXPECT_EQ(Sh(**second, "echo ok").stdout_data, "ok\n");
+  EXPECT_EQ(Sh(**first, "echo ok").stdout_data, "ok\n");
+  ASSERT_TRUE((*second)->Destroy().ok());
+  ASSERT_TRUE((*first)->Destroy().ok());
+}
+
+// The launcher answers a malformed request (wrong magic, descriptors that
+// do not match its mask, flags beyond new namespaces, a short message)
+// with EPROTO and no child, and exits 0 when the runtime's end closes.
+TEST(InitLauncherProtocolTest, RefusesMalformedRequestsAndExitsWithItsRuntime) {
+  auto binary = FindSandboxInit("");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  ScopedFd ours(sv[0]), theirs(sv[1]);
+  const int sources[kInitSources] = {theirs.get(), -1, -1, -1, -1, -1};
+  std::vector<char> stack(64 << 10);
+  int pidfd_raw = -1;
+  const pid_t pid = CloneInitProcess(binary->c_str(), "dsec-sandbox-init", kLauncherFlag, sources, 0,
+                                     &pidfd_raw, stack.data(), stack.size());
+  ASSERT_GT(pid, 0);
+  ScopedFd pidfd(pidfd_raw);
+  theirs.Reset();
+  auto ask = [&](const void* data, size_t len, const int* fds, size_t nfds) {
+    EXPECT_EQ(dsec::SendWithFds(ours.get(), data, len, fds, nfds), static_cast<ssize_t>(len));
+    LauncherReply reply;
+    int got_fd = -1;
+    size_t got = 0;
+    EXPECT_EQ(dsec::ReceiveWithFds(ours.get(), &reply, sizeof(reply), &got_fd, 1, &got),
+              static_cast<ssize_t>(sizeof(reply)));
+    EXPECT_EQ(got, 0u);
+    if (got == 1) ::close(got_fd);
+    return reply;
+  };
+  LauncherRequest bad_magic;
+  bad_magic.magic = 0;
+  LauncherRequest missing_fd;
+  missing_fd.present = 1;
+  LauncherRequest user_ns;
+  user_ns.clone_flags = CLONE_NEWUSER;
+  ScopedFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  const int extra = null.get();
+  LauncherRequest unasked_fd;  // present = 0, one attached
+  for (auto [req, fds, nfds] : {std::tuple{&bad_magic, &extra, size_t{0}},
+                                std::tuple{&missing_fd, &extra, size_t{0}},
+                                std::tuple{&user_ns, &extra, size_t{0}},
+                                std::tuple{&unasked_fd, &extra, size_t{1}}}) {
+    LauncherReply r = ask(req, sizeof(*req), fds, nfds);
+    EXPECT_EQ(r.pid, 0);
+    EXPECT_EQ(r.err, EPROTO);
+  }
+  LauncherReply r = ask("abc", 3, nullptr, 0);
+  EXPECT_EQ(r.err, EPROTO);
+  ours.Reset();
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(static_cast<idtype_t>(3) /* P_PIDFD */, static_cast<id_t>(pidfd.get()), &info,
+                     WEXITED),
+            0);
+  EXPECT_EQ(info.si_code, CLD_EXITED);
+  EXPECT_EQ(info.si_status, 0);
 }
 
 // A missing or broken init binary fails the create with the reason and

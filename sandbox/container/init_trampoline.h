@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// The clone that starts a sandbox init, and the launcher process that
+// makes that clone on the runtime's behalf (init_launch.h says why).
+//
+// Both run where nothing may be allocated: CloneInitProcess in a
+// multithreaded runtime and in the single-threaded launcher, its child
+// between clone and execve in memory it shares with its parent.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dsec::container {
+
+// What a launched process finds on kInitConfigFd ... kInitUsernsFd, in that
+// order (-1: /dev/null in its place): config, go, report, control, netns,
+// userns.
+inline constexpr int kInitSources = 6;
+
+// Clones (CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD | `clone_flags`)
+// a child that puts sources[i] on kInitConfigFd + i and /dev/null on 0-2,
+// closes every other descriptor and execs `binary` (argv {argv0, argv1},
+// argv1 may be null; empty environment) with every signal blocked. A
+// failure before execve, or of it, is written as a ChildError to
+// sources[2] (the report pipe) when there is one. Returns the child's pid
+// with *pidfd set, or -errno of the clone. `stack` (at least 16 KiB) is the
+// child's until this returns.
+pid_t CloneInitProcess(const char* binary, const char* argv0, const char* argv1,
+                       const int sources[kInitSources], uint64_t clone_flags, int* pidfd,
+                       char* stack, size_t stack_bytes);
+
+// --- The launcher: `dsec-sandbox-init --launcher` ---------------------------
+//
+// Started by the runtime with its end of a SOCK_SEQPACKET socketpair on
+// kInitConfigFd. Each request is one LauncherRequest with the present
+// sources attached (SCM_RIGHTS, in source order); each answer is one
+// LauncherReply, with the child's pidfd attached when pid > 0. The child is
+// cloned with CLONE_PARENT, so it is the runtime's child (the runtime waits
+// for it by pidfd) and the launcher never has one to reap. The launcher
+// exits when the runtime's end closes.
+
+inline constexpr int kLauncherSocketFd = 3;
+inline constexpr char kLauncherFlag[] = "--launcher";
+inline constexpr uint32_t kLauncherMagic = 0x314c4344;  // "DCL1"
+
+struct LauncherRequest {
+  uint32_t magic = kLauncherMagic;
+  uint32_t present = 0;      // bit i: source i is attached
+  uint64_t clone_flags = 0;  // CLONE_NEW* only
+};
+
+struct LauncherReply {
+  int32_t pid = 0;  // > 0: the child; else 0 and err
+  int32_t err = 0;  // errno of the clone, or EPROTO for a malformed request
+};
+
+// The namespace flags a request may ask for.
+uint64_t LauncherAllowedCloneFlags();
+
+// The launcher's loop on `sock` (execs its own executable for every
+// child); returns when the runtime's end is closed (0) or on a socket error
+// (1), the launcher's exit status.
+int RunInitLauncher(int sock);
+
+}  // namespace dsec::container
