@@ -242,6 +242,25 @@ int LockDownProcess(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t
   return LockDown(seccomp, uid, gid, step);
 }
 
+bool EnterStage(int stage_fd, int report) {
+  struct stat st{};
+  if (::fstat(stage_fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    ::close(stage_fd);
+    return false;
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Fail(report, kMakePrivate, errno);
+  // Over the host's root, then pivot_root(".", "."): the host's tree ends
+  // up over the stage and is detached.
+  if (::move_mount(stage_fd, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH) != 0 || ::fchdir(stage_fd) != 0 ||
+      ::syscall(SYS_pivot_root, ".", ".") != 0) {
+    Fail(report, kPivotRoot, errno);
+  }
+  if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
+  if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);
+  ::close(stage_fd);
+  return true;
+}
+
 void BuildSandboxRoot(const RootPlan& plan) {
   const int report = plan.report_fd;
   if (::unshare(CLONE_NEWCGROUP) != 0) Fail(report, kUnshareCgroup, errno);
@@ -252,13 +271,23 @@ void BuildSandboxRoot(const RootPlan& plan) {
       ::mount("overlay", plan.merged.c_str(), "overlay", MS_NODEV, plan.overlay_data.c_str()) != 0) {
     Fail(report, kMountOverlay, errno);
   }
-  if (plan.overlay_fd >= 0) {
-    if (::move_mount(plan.overlay_fd, "", AT_FDCWD, plan.merged.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+  if (plan.staged) {
+    // Over the stage's root, and into it (its descriptor names the mount).
+    if (plan.overlay_fd < 0) Fail(report, kMountOverlay, EINVAL);
+    if (::move_mount(plan.overlay_fd, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH) != 0 ||
+        ::fchdir(plan.overlay_fd) != 0) {
       Fail(report, kMountOverlay, errno);
     }
     ::close(plan.overlay_fd);
+  } else {
+    if (plan.overlay_fd >= 0) {
+      if (::move_mount(plan.overlay_fd, "", AT_FDCWD, plan.merged.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+        Fail(report, kMountOverlay, errno);
+      }
+      ::close(plan.overlay_fd);
+    }
+    if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
   }
-  if (::chdir(plan.merged.c_str()) != 0) Fail(report, kPivotRoot, errno);
   if (plan.make_mount_points) {
     for (const char* dir : {"proc", "sys", "dev", "tmp"}) {
       if (!MkdirP(dir, 0755)) Fail(report, kMkdir, errno);
@@ -281,8 +310,14 @@ void BuildSandboxRoot(const RootPlan& plan) {
     Fail(report, kMountDev, errno);
   }
   MountProcAndSys(report, plan.sys_fd);
-  if (::syscall(SYS_pivot_root, ".", ".") != 0) Fail(report, kPivotRoot, errno);
-  if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
+  if (plan.staged) {
+    // The namespace's root is the stage, under this one: a chroot is the
+    // whole switch (no visit of every task, as pivot_root's).
+    if (::chroot(".") != 0) Fail(report, kPivotRoot, errno);
+  } else {
+    if (::syscall(SYS_pivot_root, ".", ".") != 0) Fail(report, kPivotRoot, errno);
+    if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
+  }
   if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);
   MaskProcAndSys(report);
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) {

@@ -71,7 +71,7 @@ absl::Status StartLauncher(const std::string& binary, Launcher& l) {
   int sources[kInitSources] = {theirs.get(), -1, report_write.get(), -1, -1, -1};
   std::vector<char> stack(kStackBytes);
   int pidfd = -1;
-  const pid_t pid = CloneInitProcess(binary.c_str(), "dsec-sandbox-init", kLauncherFlag, sources, 0,
+  const pid_t pid = CloneInitProcess(binary.c_str(), "dsec-sandbox-init", kLauncherFlag, sources, -1, 0,
                                      &pidfd, stack.data(), stack.size());
   if (pid < 0) return ErrnoToStatus("sandbox init launcher: clone", -pid);
   l.owner = ::getpid();

@@ -73,8 +73,15 @@ int main(int argc, char** argv) {
     ::syscall(SYS_close_range, kLauncherSocketFd + 1, ~0u, 0);
     return RunInitLauncher(kLauncherSocketFd);
   }
+  // Out of the host's mount tree at once, while a made-ahead init waits
+  // for its sandbox (init_trampoline.h: the stage).
+  const bool staged = EnterStage(kInitStageFd, kInitReportFd);
   InitConfig config;
   if (!ReadInitConfig(kInitConfigFd, &config)) FailChild(kInitReportFd, kReadConfig, EINVAL);
+  // Staged, only the descriptors sent reach anything: no host paths.
+  if (staged && (config.join_userns || !config.overlay_on_control || !config.cwd.empty())) {
+    FailChild(kInitReportFd, kMountOverlay, EINVAL);
+  }
   ::close(kInitConfigFd);
   if (!config.cwd.empty() && ::chdir(config.cwd.c_str()) != 0) FailChild(kInitReportFd, kChdir, errno);
   if (config.join_userns) EnterUserNamespace();
@@ -97,6 +104,7 @@ int main(int argc, char** argv) {
   plan.root.sys_fd = sys_fd;
   plan.root.dev_fd = dev_fd;
   plan.root.bind_dev_nodes = config.join_userns;
+  plan.root.staged = staged;
   plan.root.report_fd = kInitReportFd;
   plan.seccomp = seccomp.filter.empty() ? nullptr : &seccomp;
   plan.nofile = config.nofile;

@@ -47,6 +47,7 @@ inline constexpr int kInitReportFd = 5;   // ChildError: step 0 = ready
 inline constexpr int kInitControlFd = 6;  // its end of the control socketpair
 inline constexpr int kInitNetnsFd = 7;    // network namespace to join (kInitJoinNetns)
 inline constexpr int kInitUsernsFd = 8;   // user namespace to join (kInitJoinUserns)
+inline constexpr int kInitStageFd = 9;    // a stage (init_trampoline.h), else /dev/null
 
 inline constexpr uint32_t kInitConfigMagic = 0x32494344;  // "DCI2"
 inline constexpr uint32_t kInitJoinNetns = 1;             // InitConfig flags

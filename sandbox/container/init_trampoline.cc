@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@ struct Trampoline {
   char* argv[3] = {nullptr, nullptr, nullptr};
   char* envp[1] = {nullptr};
   int sources[kInitSources] = {-1, -1, -1, -1, -1, -1};
+  int stage = -1;
 };
 
 // The child between clone and execve: it shares its parent's memory and
@@ -39,11 +41,12 @@ int RunTrampoline(void* arg) {
     if (report >= 0) (void)!::write(report, &e, sizeof(e));
     ::_exit(127);
   };
-  // Everything out of the way of 0-8 first, then into place.
-  int moved[kInitSources];
-  for (int i = 0; i < kInitSources; ++i) {
-    moved[i] = t.sources[i] < 0 ? -1 : ::fcntl(t.sources[i], F_DUPFD_CLOEXEC, 16);
-    if (t.sources[i] >= 0 && moved[i] < 0) fail(errno);
+  // Everything out of the way of 0-9 first, then into place.
+  int moved[kInitSources + 1];
+  for (int i = 0; i <= kInitSources; ++i) {
+    const int from = i < kInitSources ? t.sources[i] : t.stage;
+    moved[i] = from < 0 ? -1 : ::fcntl(from, F_DUPFD_CLOEXEC, 16);
+    if (from >= 0 && moved[i] < 0) fail(errno);
   }
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null < 0) fail(errno);
@@ -53,10 +56,11 @@ int RunTrampoline(void* arg) {
   for (int fd = 0; fd < 3; ++fd) {
     if (::dup2(devnull, fd) < 0) fail(errno);
   }
-  for (int i = 0; i < kInitSources; ++i) {
+  for (int i = 0; i <= kInitSources; ++i) {
     if (::dup2(moved[i] >= 0 ? moved[i] : devnull, kInitConfigFd + i) < 0) fail(errno);
   }
-  ::syscall(SYS_close_range, kInitUsernsFd + 1, ~0u, 0);
+  static_assert(kInitConfigFd + kInitSources == kInitStageFd);
+  ::syscall(SYS_close_range, kInitStageFd + 1, ~0u, 0);
   ::execve(t.binary, t.argv, t.envp);
   ChildError e{kExec, errno};
   if (t.sources[2] >= 0) (void)!::write(kInitReportFd, &e, sizeof(e));
@@ -68,13 +72,14 @@ int Popcount(uint32_t v) { return __builtin_popcount(v); }
 }  // namespace
 
 pid_t CloneInitProcess(const char* binary, const char* argv0, const char* argv1,
-                       const int sources[kInitSources], uint64_t clone_flags, int* pidfd,
-                       char* stack, size_t stack_bytes) {
+                       const int sources[kInitSources], int stage, uint64_t clone_flags,
+                       int* pidfd, char* stack, size_t stack_bytes) {
   Trampoline t;
   t.binary = binary;
   t.argv[0] = const_cast<char*>(argv0);
   t.argv[1] = const_cast<char*>(argv1);
   for (int i = 0; i < kInitSources; ++i) t.sources[i] = sources[i];
+  t.stage = stage;
   // No signal handler of the caller may run in the child, which shares its
   // memory; it inherits the full mask and keeps it through execve.
   sigset_t all, old;
@@ -93,6 +98,30 @@ uint64_t LauncherAllowedCloneFlags() {
   return CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP;
 }
 
+namespace {
+
+// The launcher's stage: an empty tmpfs, read-only from its creation (its
+// superblock too), attached nowhere. -1 where it cannot be made (inits
+// then pivot into their root at create, as without a launcher).
+int MakeStage() {
+  const int fs = static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC));
+  if (fs < 0) return -1;
+  int mnt = -1;
+  if (::syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "4k", 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "nr_inodes", "1", 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0555", 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "ro", nullptr, 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) == 0) {
+    mnt = static_cast<int>(::syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                         MOUNT_ATTR_NOEXEC));
+  }
+  ::close(fs);
+  return mnt;
+}
+
+}  // namespace
+
 int RunInitLauncher(int sock) {
   char self[PATH_MAX];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -106,6 +135,7 @@ int RunInitLauncher(int sock) {
   }
   static char stack[64 << 10];
   static char argv0[] = "dsec-sandbox-init";
+  const int stage = MakeStage();
   for (;;) {
     LauncherRequest req;
     int fds[kMaxPassedFds];
@@ -126,8 +156,16 @@ int RunInitLauncher(int sock) {
       for (int i = 0; i < kInitSources; ++i) {
         sources[i] = (req.present & (1u << i)) != 0 ? fds[next++] : -1;
       }
-      const pid_t pid = CloneInitProcess(self, argv0, nullptr, sources,
+      // Each child its own copy of the stage (a detached mount is attached
+      // once).
+      int child_stage = -1;
+      if (stage >= 0 && (req.clone_flags & CLONE_NEWNS) != 0) {
+        child_stage = static_cast<int>(::syscall(SYS_open_tree, stage, "",
+                                                 OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+      }
+      const pid_t pid = CloneInitProcess(self, argv0, nullptr, sources, child_stage,
                                          req.clone_flags | CLONE_PARENT, &pidfd, stack, sizeof(stack));
+      if (child_stage >= 0) ::close(child_stage);
       if (pid > 0) {
         reply.pid = pid;
       } else {

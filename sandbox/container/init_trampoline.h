@@ -20,16 +20,16 @@ namespace dsec::container {
 inline constexpr int kInitSources = 6;
 
 // Clones (CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD | `clone_flags`)
-// a child that puts sources[i] on kInitConfigFd + i and /dev/null on 0-2,
-// closes every other descriptor and execs `binary` (argv {argv0, argv1},
+// a child that puts sources[i] on kInitConfigFd + i, `stage` (or /dev/null)
+// on kInitStageFd and /dev/null on 0-2, closes every other descriptor and execs `binary` (argv {argv0, argv1},
 // argv1 may be null; empty environment) with every signal blocked. A
 // failure before execve, or of it, is written as a ChildError to
 // sources[2] (the report pipe) when there is one. Returns the child's pid
 // with *pidfd set, or -errno of the clone. `stack` (at least 16 KiB) is the
 // child's until this returns.
 pid_t CloneInitProcess(const char* binary, const char* argv0, const char* argv1,
-                       const int sources[kInitSources], uint64_t clone_flags, int* pidfd,
-                       char* stack, size_t stack_bytes);
+                       const int sources[kInitSources], int stage, uint64_t clone_flags,
+                       int* pidfd, char* stack, size_t stack_bytes);
 
 // --- The launcher: `dsec-sandbox-init --launcher` ---------------------------
 //
@@ -40,6 +40,19 @@ pid_t CloneInitProcess(const char* binary, const char* argv0, const char* argv1,
 // cloned with CLONE_PARENT, so it is the runtime's child (the runtime waits
 // for it by pidfd) and the launcher never has one to reap. The launcher
 // exits when the runtime's end closes.
+//
+// The stage: a child cloned into a new mount namespace also gets, on
+// kInitStageFd, its own clone of the launcher's one detached, empty,
+// read-only tmpfs (one superblock per launcher). The init pivots into it
+// as soon as it starts (EnterStage, child_process.h), which drops the
+// host's mount tree from its namespace while a made-ahead init waits for
+// its sandbox, and at create it only mounts its root over the stage's
+// and chroots: pivot_root visits every task on the node
+// (chroot_fs_refs), 26% of all CPU time of a create ramp at 10,000
+// sandboxes (docs/benchmarks.md), and that visit is now made ahead of the
+// create. A chroot escape from the sandbox's root reaches the empty
+// read-only stage, never the host's tree. A user-namespace init makes its
+// mount namespace itself (no CLONE_NEWNS here) and gets no stage.
 
 inline constexpr int kLauncherSocketFd = 3;
 inline constexpr char kLauncherFlag[] = "--launcher";

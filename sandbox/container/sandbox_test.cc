@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <dirent.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <string_view>
 #include <fcntl.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include <memory>
@@ -608,7 +610,7 @@ TEST_F(SandboxTest, InitsComeFromALauncherThatHoldsFewDescriptors) {
   const pid_t launcher = InitLauncherPid(*binary);
   ASSERT_GT(launcher, 0);
   EXPECT_EQ(StatusField(launcher, "PPid:"), ::getpid());
-  EXPECT_LE(OpenDescriptors(launcher), 4u);  // 0-2 and its socket
+  EXPECT_LE(OpenDescriptors(launcher), 5u);  // 0-2, its socket and its stage
   EXPECT_EQ(StatusField((*sb)->init_pid(), "PPid:"), ::getpid());
   EXPECT_LE(OpenDescriptors((*sb)->init_pid()), 12u);
   EXPECT_EQ(Sh(**sb, "echo ok").stdout_data, "ok\n");
@@ -640,6 +642,64 @@ TEST_F(SandboxTest, ALauncherKilledFromOutsideIsReplacedByTheNextCreate) {
   ASSERT_TRUE((*first)->Destroy().ok());
 }
 
+// The sandbox's mount namespace holds its root over the launcher's stage
+// (init_trampoline.h) and nothing of the host's. Seen from a copy of that
+// namespace (so the sandbox is left alone) with its root unmounted: the
+// namespace's own root is an empty, read-only tmpfs where nothing can be
+// made. And the classic chroot escape (chroot below, then ".." from
+// outside the new root), made inside the sandbox's namespace with every
+// capability, stays in the sandbox's root.
+TEST_F(SandboxTest, UnderTheSandboxsRootIsOnlyTheEmptyReadOnlyStage) {
+  auto sb = Sandbox::Create(Config("stage"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  ScopedFd ns(::open(absl::StrCat("/proc/", (*sb)->init_pid(), "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(ns.valid());
+  // The host's /proc: the sandbox's shows only its own pid namespace.
+  ScopedFd host_proc(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(host_proc.valid());
+  auto in_child = [&](bool escape) {
+    const pid_t child = ::fork();
+    if (child < 0) return -1;
+    if (child == 0) {
+      // The namespace's root, followed down: the sandbox's root.
+      if (::setns(ns.get(), CLONE_NEWNS) != 0) ::_exit(10);
+      struct stat st{};
+      if (::stat("/bin/sh", &st) != 0) ::_exit(11);
+      if (escape) {
+        if (::chroot("/dev") != 0) ::_exit(12);
+        for (int i = 0; i < 16; ++i) {
+          if (::chdir("..") != 0) ::_exit(13);
+        }
+        ::_exit(::stat("bin/sh", &st) == 0 ? 0 : 14);  // still the sandbox's root
+      }
+      if (::unshare(CLONE_NEWNS) != 0) ::_exit(20);
+      const int copy = ::openat(host_proc.get(), "self/ns/mnt", O_RDONLY | O_CLOEXEC);
+      if (copy < 0) ::_exit(21);
+      if (::umount2("/", MNT_DETACH) != 0) ::_exit(22);  // no stage: the root cannot go
+      if (::setns(copy, CLONE_NEWNS) != 0) ::_exit(23);
+      struct statfs fs{};
+      if (::statfs("/", &fs) != 0) ::_exit(24);
+      if (fs.f_type != TMPFS_MAGIC) ::_exit(25);
+      if ((fs.f_flags & ST_RDONLY) == 0) ::_exit(26);
+      DIR* dir = ::opendir("/");
+      if (dir == nullptr) ::_exit(27);
+      int entries = 0;
+      while (dirent* e = ::readdir(dir)) {
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++entries;
+      }
+      if (entries != 0) ::_exit(28);
+      if (::mkdir("/x", 0700) == 0 || errno != EROFS) ::_exit(29);
+      ::_exit(0);
+    }
+    int status = 0;
+    if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  };
+  EXPECT_EQ(in_child(true), 0);
+  EXPECT_EQ(in_child(false), 0);
+  EXPECT_EQ(Sh(**sb, "echo ok; ls /proc/self/fd > /dev/null && echo proc").stdout_data, "ok\nproc\n");
+}
+
 // The launcher answers a malformed request (wrong magic, descriptors that
 // do not match its mask, flags beyond new namespaces, a short message)
 // with EPROTO and no child, and exits 0 when the runtime's end closes.
@@ -652,7 +712,7 @@ TEST(InitLauncherProtocolTest, RefusesMalformedRequestsAndExitsWithItsRuntime) {
   const int sources[kInitSources] = {theirs.get(), -1, -1, -1, -1, -1};
   std::vector<char> stack(64 << 10);
   int pidfd_raw = -1;
-  const pid_t pid = CloneInitProcess(binary->c_str(), "dsec-sandbox-init", kLauncherFlag, sources, 0,
+  const pid_t pid = CloneInitProcess(binary->c_str(), "dsec-sandbox-init", kLauncherFlag, sources, -1, 0,
                                      &pidfd_raw, stack.data(), stack.size());
   ASSERT_GT(pid, 0);
   ScopedFd pidfd(pidfd_raw);
