@@ -371,7 +371,8 @@ TEST_P(DaemonForkTest, AForkOverTheNodesLimitTakesItsChildrenBack) {
   auto r = Fork(src, json{{"count", 3}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
-  EXPECT_NE(r->body.find("child 3 of 3"), std::string::npos) << r->body;
+  // Children are made a few at once: whichever came last hit the limit.
+  EXPECT_NE(r->body.find(" of 3"), std::string::npos) << r->body;
   EXPECT_EQ(LiveSandboxes(), 1u);
   auto layers = client_->Get("/v1/layers");
   ASSERT_TRUE(layers);
@@ -463,7 +464,7 @@ TEST_P(DaemonForkTest, TaskIdsAreCheckedAndAForkOntoAUsedTaskLeavesNothing) {
   expect(json{{"count", 2}, {"task_ids", {"a", "a"}}}, 400, "task_ids[1]");
   expect(json{{"count", 1}, {"task_ids", {"../x"}}}, 400, "task_ids[0]");
   // A task with a trajectory of its own is not overwritten: the fork is
-  // refused whole (the first child, made before, goes too).
+  // refused whole (the other child, made beside it, goes too).
   const std::string owner = NewSandbox(json{{"task_id", used}});
   ASSERT_EQ(Sh(owner, "echo mine"), "mine\n");
   ASSERT_TRUE(client_->Delete(absl::StrCat("/v1/sandboxes/", owner)));

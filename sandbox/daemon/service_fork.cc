@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // POST /v1/sandboxes/{id}/fork: many sandboxes from one file-system state.
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +26,9 @@ namespace dsec::daemon {
 using json = nlohmann::json;
 
 namespace {
+
+// Children a fork makes at once.
+constexpr size_t kForkCreatesAtOnce = 4;
 
 // Distinguishes forks of one source within one millisecond.
 std::atomic<uint64_t> g_fork_seq{0};
@@ -162,48 +167,73 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   //    write by each), or each with a fresh writable layer over the source's
   //    layers and the packed one. All or none: a child that cannot be made
   //    takes the ones made before it back.
-  std::vector<std::shared_ptr<Entry>> children;
-  std::vector<std::string> logs_written;
-  for (int64_t i = 0; i < fork.count; ++i) {
+  const size_t count = static_cast<size_t>(fork.count);
+  std::vector<std::shared_ptr<Entry>> made(count);
+  std::vector<absl::Status> failures(count);
+  std::vector<char> log_written(count, 0);
+  auto make_child = [&](size_t i) {
     json child_body = base;
     if (!fork.task_ids.empty()) child_body["task_id"] = fork.task_ids[i];
     absl::StatusOr<std::shared_ptr<Entry>> child =
         CreateEntry(child_body, std::nullopt, machine.dir.empty() ? nullptr : &source);
-    absl::Status failed = child.status();
-    if (child.ok() && !fork.task_ids.empty()) {
-      // The child's log, before anything can append to it.
-      std::lock_guard<std::shared_mutex> lock((*child)->mu);
-      absl::StatusOr<trajectory::TrajectoryLog*> log = trajectories_->Get(fork.task_ids[i]);
-      failed = log.ok() ? WriteChildLog(**log, parent_execs, parent_checkpoints, tag) : log.status();
-      if (failed.ok()) {
-        logs_written.push_back(fork.task_ids[i]);
-      } else if (!absl::IsAlreadyExists(failed)) {
-        logs_written.push_back(fork.task_ids[i]);  // partly written: it goes
-      }
-      if (!failed.ok()) {
-        failed = Annotate(failed, absl::StrCat("task_ids[", i, "] ", fork.task_ids[i]));
-      }
+    if (!child.ok()) {
+      failures[i] = child.status();
+      return;
     }
-    if (!failed.ok()) {
-      if (child.ok()) children.push_back(*std::move(child));
-      for (const std::shared_ptr<Entry>& c : children) (void)Delete(c->id);
-      for (const std::string& t : logs_written) {
-        if (absl::Status s = trajectories_->Remove(t); !s.ok()) {
-          DSEC_LOG(warn, "daemon: fork of {}: removing the log of {}: {}", id, t, s.ToString());
-        }
+    made[i] = *std::move(child);
+    if (fork.task_ids.empty()) return;
+    // The child's log, before anything can append to it.
+    std::lock_guard<std::shared_mutex> lock(made[i]->mu);
+    absl::StatusOr<trajectory::TrajectoryLog*> log = trajectories_->Get(fork.task_ids[i]);
+    absl::Status s = log.ok() ? WriteChildLog(**log, parent_execs, parent_checkpoints, tag) : log.status();
+    // A log partly written goes too; one that was there before stays.
+    if (s.ok() || !absl::IsAlreadyExists(s)) log_written[i] = 1;
+    if (!s.ok()) failures[i] = Annotate(s, absl::StrCat("task_ids[", i, "] ", fork.task_ids[i]));
+  };
+  // Made side by side: a create mostly waits (for its init, its cgroups'
+  // migration, the kernel's grace periods), so a few at once overlap.
+  // After a failure no further child is started.
+  {
+    std::atomic<size_t> next{0};
+    std::atomic<bool> stop{false};
+    auto worker = [&] {
+      for (size_t i; !stop.load() && (i = next.fetch_add(1)) < count;) {
+        make_child(i);
+        if (!failures[i].ok()) stop.store(true);
       }
-      drop_machine();
-      // The layer goes with the fork; one reused (stored before, others
-      // may stand on it) only loses this fork's tag.
-      if (!tag.empty()) {
-        if (absl::Status s = reused ? store->Untag(tag) : store->Remove(tag); !s.ok()) {
-          DSEC_LOG(warn, "daemon: fork of {}: removing {}: {}", id, tag, s.ToString());
-        }
-      }
-      return Annotate(failed, absl::StrCat("fork of ", id, ": child ", i + 1, " of ", fork.count));
-    }
-    children.push_back(*std::move(child));
+    };
+    std::vector<std::thread> helpers;
+    for (size_t w = 1; w < std::min(count, kForkCreatesAtOnce); ++w) helpers.emplace_back(worker);
+    worker();
+    for (std::thread& t : helpers) t.join();
   }
+  size_t failed_at = count;
+  for (size_t i = 0; i < count && failed_at == count; ++i) {
+    if (!failures[i].ok()) failed_at = i;
+  }
+  if (failed_at < count) {
+    // All or none: the children made are taken back.
+    for (const std::shared_ptr<Entry>& c : made) {
+      if (c) (void)Delete(c->id);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (!log_written[i]) continue;
+      if (absl::Status s = trajectories_->Remove(fork.task_ids[i]); !s.ok()) {
+        DSEC_LOG(warn, "daemon: fork of {}: removing the log of {}: {}", id, fork.task_ids[i], s.ToString());
+      }
+    }
+    drop_machine();
+    // The layer goes with the fork; one reused (stored before, others
+    // may stand on it) only loses this fork's tag.
+    if (!tag.empty()) {
+      if (absl::Status s = reused ? store->Untag(tag) : store->Remove(tag); !s.ok()) {
+        DSEC_LOG(warn, "daemon: fork of {}: removing {}: {}", id, tag, s.ToString());
+      }
+    }
+    return Annotate(failures[failed_at],
+                    absl::StrCat("fork of ", id, ": child ", failed_at + 1, " of ", fork.count));
+  }
+  std::vector<std::shared_ptr<Entry>> children = std::move(made);
   // The children mapped the saved memory when they started: the files can
   // go (the pages stay theirs and shared, in the page cache).
   drop_machine();
