@@ -242,23 +242,11 @@ int LockDownProcess(const SeccompProgram* seccomp, uid_t uid, gid_t gid, int32_t
   return LockDown(seccomp, uid, gid, step);
 }
 
-bool EnterStage(int stage_fd, int report) {
+bool InStage(int stage_fd) {
   struct stat st{};
-  if (::fstat(stage_fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    ::close(stage_fd);
-    return false;
-  }
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Fail(report, kMakePrivate, errno);
-  // Over the host's root, then pivot_root(".", "."): the host's tree ends
-  // up over the stage and is detached.
-  if (::move_mount(stage_fd, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH) != 0 || ::fchdir(stage_fd) != 0 ||
-      ::syscall(SYS_pivot_root, ".", ".") != 0) {
-    Fail(report, kPivotRoot, errno);
-  }
-  if (::umount2(".", MNT_DETACH) != 0) Fail(report, kUmountOld, errno);
-  if (::chdir("/") != 0) Fail(report, kPivotRoot, errno);
+  const bool staged = ::fstat(stage_fd, &st) == 0 && S_ISDIR(st.st_mode);
   ::close(stage_fd);
-  return true;
+  return staged;
 }
 
 void BuildSandboxRoot(const RootPlan& plan) {

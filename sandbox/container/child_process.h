@@ -93,19 +93,17 @@ struct RootPlan {
   // In a user namespace mknod is refused: bind the host's device nodes
   // into /dev instead of making them.
   bool bind_dev_nodes = false;
-  // The process entered a stage (EnterStage): the overlay (overlay_fd)
+  // The process is in a stage (InStage): the overlay (overlay_fd)
   // goes over the stage's root instead of on `merged`, and the switch into
   // it is a chroot (the host's tree is gone from the namespace already).
   bool staged = false;
   int report_fd = -1;          // ChildError on failure
 };
 
-// With a stage (init_trampoline.h) on `stage_fd`: makes the mount
-// namespace private, attaches the stage over "/", pivots into it and
-// detaches the host's tree, so that the namespace holds the stage alone.
-// Returns whether it did: false, with `stage_fd` closed, when it is not a
-// directory (no stage: /dev/null). Reports and exits on failure.
-bool EnterStage(int stage_fd, int report_fd);
+// Whether `stage_fd` says this process was cloned into a staged launcher's
+// mount namespace (init_trampoline.h: a directory, else /dev/null);
+// closes it.
+bool InStage(int stage_fd);
 
 // The root-building part of RunInit (init_process.h), for a process already in new mount,
 // pid, uts, ipc and net namespaces and in its cgroups: unshares the cgroup

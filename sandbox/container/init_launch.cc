@@ -40,7 +40,8 @@ struct Launcher {
 };
 
 std::mutex launchers_mu;
-std::map<std::string, Launcher>* launchers ABSL_GUARDED_BY(launchers_mu) = nullptr;
+// By binary and whether staged (init_trampoline.h).
+std::map<std::pair<std::string, bool>, Launcher>* launchers ABSL_GUARDED_BY(launchers_mu) = nullptr;
 
 // Ends `l`: closes our end (the launcher exits on it) and, if this process
 // started it, kills and reaps it. A fork's inherited copy is only let go.
@@ -59,7 +60,7 @@ void StopLauncher(Launcher& l) {
   l.owner = 0;
 }
 
-absl::Status StartLauncher(const std::string& binary, Launcher& l) {
+absl::Status StartLauncher(const std::string& binary, bool staged, Launcher& l) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return ErrnoToStatus("sandbox init launcher: socketpair");
@@ -71,8 +72,9 @@ absl::Status StartLauncher(const std::string& binary, Launcher& l) {
   int sources[kInitSources] = {theirs.get(), -1, report_write.get(), -1, -1, -1};
   std::vector<char> stack(kStackBytes);
   int pidfd = -1;
-  const pid_t pid = CloneInitProcess(binary.c_str(), "dsec-sandbox-init", kLauncherFlag, sources, -1, 0,
-                                     &pidfd, stack.data(), stack.size());
+  const pid_t pid =
+      CloneInitProcess(binary.c_str(), "dsec-sandbox-init", staged ? kStagedLauncherFlag : kLauncherFlag,
+                       sources, -1, 0, &pidfd, stack.data(), stack.size());
   if (pid < 0) return ErrnoToStatus("sandbox init launcher: clone", -pid);
   l.owner = ::getpid();
   l.pid = pid;
@@ -106,12 +108,17 @@ absl::StatusOr<std::pair<pid_t, ScopedFd>> LaunchThroughLauncher(const std::stri
     fds[nfds++] = sources[i];
   }
   std::lock_guard<std::mutex> lock(launchers_mu);
-  if (launchers == nullptr) launchers = new std::map<std::string, Launcher>();  // lives as long as the process
-  Launcher& l = (*launchers)[binary];
+  if (launchers == nullptr) {
+    launchers = new std::map<std::pair<std::string, bool>, Launcher>();  // lives as long as the process
+  }
+  // Inits in new mount namespaces from the staged launcher; user-namespace
+  // ones (which make theirs themselves, from the host's) from the other.
+  const bool staged = (clone_flags & CLONE_NEWNS) != 0;
+  Launcher& l = (*launchers)[{binary, staged}];
   for (int attempt = 0;; ++attempt) {
     if (l.owner != ::getpid() || !l.sock.valid()) {
       StopLauncher(l);
-      DSEC_RETURN_IF_ERROR(StartLauncher(binary, l));
+      DSEC_RETURN_IF_ERROR(StartLauncher(binary, staged, l));
     }
     if (SendWithFds(l.sock.get(), &req, sizeof(req), fds, nfds) == static_cast<ssize_t>(sizeof(req))) break;
     const int send_errno = errno;
@@ -139,10 +146,10 @@ absl::StatusOr<std::pair<pid_t, ScopedFd>> LaunchThroughLauncher(const std::stri
 
 }  // namespace
 
-pid_t InitLauncherPid(const std::string& binary) {
+pid_t InitLauncherPid(const std::string& binary, bool staged) {
   std::lock_guard<std::mutex> lock(launchers_mu);
   if (launchers == nullptr) return 0;
-  auto it = launchers->find(binary);
+  auto it = launchers->find({binary, staged});
   if (it == launchers->end() || it->second.owner != ::getpid()) return 0;
   return it->second.pid;
 }

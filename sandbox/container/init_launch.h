@@ -13,7 +13,9 @@
 // sandboxes' output buffers, an API token).
 //
 // The clone (init_trampoline.h) is made by a launcher: `dsec-sandbox-init
-// --launcher`, started by this process on first use, which clones with
+// --staged-launcher` (inits in new mount namespaces; see the stage there)
+// or `--launcher` (user-namespace inits), started by this process on first
+// use, which clones with
 // CLONE_VM | CLONE_VFORK | CLONE_PARENT and the sandbox's new namespaces.
 // Why not the runtime itself: a clone copies the caller's descriptor
 // table, and the runtime holds descriptors for every live sandbox; the
@@ -89,8 +91,9 @@ struct LaunchedInit {
 // launcher, each for the clone and exec.
 absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig* config,
                                         const InitFds& fds, uint64_t clone_flags);
-// The pid of this process's launcher of `binary` (0: none yet), for tests.
-pid_t InitLauncherPid(const std::string& binary);
+// The pid of this process's launcher of `binary` (0: none yet), the staged
+// one (init_trampoline.h) or the other, for tests.
+pid_t InitLauncherPid(const std::string& binary, bool staged = true);
 // What the deferred config must satisfy (LaunchInit checks a given one).
 absl::Status ValidateInitConfig(const InitConfig& config);
 

@@ -5,6 +5,7 @@
 // makes it the launcher of other inits (init_trampoline.h).
 #include <grp.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -68,14 +69,14 @@ void ReceiveRoot(const InitConfig& config, int* overlay_fd, int* netns_fd, int* 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], kLauncherFlag) == 0) {
-    // The launcher (init_trampoline.h): its socket, and nothing else.
+  if (argc == 2 && (std::strcmp(argv[1], kLauncherFlag) == 0 || std::strcmp(argv[1], kStagedLauncherFlag) == 0)) {
+    // A launcher (init_trampoline.h): its socket, and nothing else.
     ::syscall(SYS_close_range, kLauncherSocketFd + 1, ~0u, 0);
-    return RunInitLauncher(kLauncherSocketFd);
+    return RunInitLauncher(kLauncherSocketFd, std::strcmp(argv[1], kStagedLauncherFlag) == 0);
   }
-  // Out of the host's mount tree at once, while a made-ahead init waits
-  // for its sandbox (init_trampoline.h: the stage).
-  const bool staged = EnterStage(kInitStageFd, kInitReportFd);
+  // Exec'd from a descriptor the name would be its number.
+  ::prctl(PR_SET_NAME, "dsec-sandbox-init", 0, 0, 0);
+  const bool staged = InStage(kInitStageFd);
   InitConfig config;
   if (!ReadInitConfig(kInitConfigFd, &config)) FailChild(kInitReportFd, kReadConfig, EINVAL);
   // Staged, only the descriptors sent reach anything: no host paths.

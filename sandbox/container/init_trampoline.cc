@@ -26,6 +26,8 @@ struct Trampoline {
   char* envp[1] = {nullptr};
   int sources[kInitSources] = {-1, -1, -1, -1, -1, -1};
   int stage = -1;
+  int exec_fd = -1;  // >= 0: execveat of it instead of `binary`
+  int devnull = -1;  // >= 0: used instead of opening /dev/null
 };
 
 // The child between clone and execve: it shares its parent's memory and
@@ -48,10 +50,12 @@ int RunTrampoline(void* arg) {
     moved[i] = from < 0 ? -1 : ::fcntl(from, F_DUPFD_CLOEXEC, 16);
     if (from >= 0 && moved[i] < 0) fail(errno);
   }
-  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  int null = t.devnull >= 0 ? t.devnull : ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null < 0) fail(errno);
   int devnull = ::fcntl(null, F_DUPFD_CLOEXEC, 16);
   if (devnull < 0) fail(errno);
+  int exec_fd = t.exec_fd < 0 ? -1 : ::fcntl(t.exec_fd, F_DUPFD_CLOEXEC, 16);
+  if (t.exec_fd >= 0 && exec_fd < 0) fail(errno);
   report = moved[2];
   for (int fd = 0; fd < 3; ++fd) {
     if (::dup2(devnull, fd) < 0) fail(errno);
@@ -60,8 +64,15 @@ int RunTrampoline(void* arg) {
     if (::dup2(moved[i] >= 0 ? moved[i] : devnull, kInitConfigFd + i) < 0) fail(errno);
   }
   static_assert(kInitConfigFd + kInitSources == kInitStageFd);
-  ::syscall(SYS_close_range, kInitStageFd + 1, ~0u, 0);
-  ::execve(t.binary, t.argv, t.envp);
+  if (exec_fd >= 0) {
+    // Kept (close-on-exec) just above the init's descriptors for execveat.
+    if (::dup3(exec_fd, kInitStageFd + 1, O_CLOEXEC) < 0) fail(errno);
+    ::syscall(SYS_close_range, kInitStageFd + 2, ~0u, 0);
+    ::syscall(SYS_execveat, kInitStageFd + 1, "", t.argv, t.envp, AT_EMPTY_PATH);
+  } else {
+    ::syscall(SYS_close_range, kInitStageFd + 1, ~0u, 0);
+    ::execve(t.binary, t.argv, t.envp);
+  }
   ChildError e{kExec, errno};
   if (t.sources[2] >= 0) (void)!::write(kInitReportFd, &e, sizeof(e));
   ::_exit(127);
@@ -73,13 +84,15 @@ int Popcount(uint32_t v) { return __builtin_popcount(v); }
 
 pid_t CloneInitProcess(const char* binary, const char* argv0, const char* argv1,
                        const int sources[kInitSources], int stage, uint64_t clone_flags,
-                       int* pidfd, char* stack, size_t stack_bytes) {
+                       int* pidfd, char* stack, size_t stack_bytes, int exec_fd, int devnull) {
   Trampoline t;
   t.binary = binary;
   t.argv[0] = const_cast<char*>(argv0);
   t.argv[1] = const_cast<char*>(argv1);
   for (int i = 0; i < kInitSources; ++i) t.sources[i] = sources[i];
   t.stage = stage;
+  t.exec_fd = exec_fd;
+  t.devnull = devnull;
   // No signal handler of the caller may run in the child, which shares its
   // memory; it inherits the full mask and keeps it through execve.
   sigset_t all, old;
@@ -120,9 +133,33 @@ int MakeStage() {
   return mnt;
 }
 
+// The staged launcher's own mount namespace: the stage alone. Returns
+// whether it got there; on a failure after leaving the host's namespace
+// it goes back to it (`host_ns`), so that an unstaged launcher sees the
+// host's mounts as they are.
+bool EnterStageOnce(int host_ns) {
+  const int stage = MakeStage();
+  if (stage < 0) return false;
+  bool ok = ::unshare(CLONE_NEWNS) == 0;
+  if (!ok) {
+    ::close(stage);
+    return false;
+  }
+  ok = ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+       ::syscall(SYS_move_mount, stage, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH) == 0 &&
+       ::fchdir(stage) == 0 && ::syscall(SYS_pivot_root, ".", ".") == 0 &&
+       ::umount2(".", MNT_DETACH) == 0 && ::chdir("/") == 0;
+  ::close(stage);
+  if (!ok) {
+    (void)!::setns(host_ns, CLONE_NEWNS);
+    (void)!::chdir("/");
+  }
+  return ok;
+}
+
 }  // namespace
 
-int RunInitLauncher(int sock) {
+int RunInitLauncher(int sock, bool staged) {
   char self[PATH_MAX];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) return 1;
@@ -135,9 +172,25 @@ int RunInitLauncher(int sock) {
   }
   static char stack[64 << 10];
   static char argv0[] = "dsec-sandbox-init";
-  const int stage = MakeStage();
-  for (;;) {
-    LauncherRequest req;
+  // Staged: what its children need of the host, opened before it leaves
+  // the host's tree (its own executable, /dev/null), and the stage's root
+  // for them to find on kInitStageFd (a directory: "you are staged").
+  int exe = -1, devnull = -1, stage_root = -1;
+  if (staged) {
+    const int host_ns = ::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    exe = ::open("/proc/self/exe", O_PATH | O_CLOEXEC);
+    devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (host_ns >= 0 && exe >= 0 && devnull >= 0 && EnterStageOnce(host_ns)) {
+      stage_root = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    }
+    if (host_ns >= 0) ::close(host_ns);
+    if (stage_root < 0) {
+      if (exe >= 0) ::close(exe);
+      if (devnull >= 0) ::close(devnull);
+      exe = devnull = -1;
+    }
+  }
+  for (;;) {    LauncherRequest req;
     int fds[kMaxPassedFds];
     size_t nfds = 0;
     bool dropped = false;
@@ -156,16 +209,11 @@ int RunInitLauncher(int sock) {
       for (int i = 0; i < kInitSources; ++i) {
         sources[i] = (req.present & (1u << i)) != 0 ? fds[next++] : -1;
       }
-      // Each child its own copy of the stage (a detached mount is attached
-      // once).
-      int child_stage = -1;
-      if (stage >= 0 && (req.clone_flags & CLONE_NEWNS) != 0) {
-        child_stage = static_cast<int>(::syscall(SYS_open_tree, stage, "",
-                                                 OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
-      }
-      const pid_t pid = CloneInitProcess(self, argv0, nullptr, sources, child_stage,
-                                         req.clone_flags | CLONE_PARENT, &pidfd, stack, sizeof(stack));
-      if (child_stage >= 0) ::close(child_stage);
+      // A child in a new mount namespace copies the launcher's: the stage.
+      const bool child_staged = stage_root >= 0 && (req.clone_flags & CLONE_NEWNS) != 0;
+      const pid_t pid = CloneInitProcess(self, argv0, nullptr, sources, child_staged ? stage_root : -1,
+                                         req.clone_flags | CLONE_PARENT, &pidfd, stack, sizeof(stack),
+                                         child_staged ? exe : -1, child_staged ? devnull : -1);
       if (pid > 0) {
         reply.pid = pid;
       } else {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -610,7 +611,15 @@ TEST_F(SandboxTest, InitsComeFromALauncherThatHoldsFewDescriptors) {
   const pid_t launcher = InitLauncherPid(*binary);
   ASSERT_GT(launcher, 0);
   EXPECT_EQ(StatusField(launcher, "PPid:"), ::getpid());
-  EXPECT_LE(OpenDescriptors(launcher), 5u);  // 0-2, its socket and its stage
+  EXPECT_LE(OpenDescriptors(launcher), 7u);  // 0-2, its socket, its executable, /dev/null, the stage
+  // Its mount namespace is the stage alone, which the inits copy.
+  auto mounts = dsec::ReadSmallFile(absl::StrCat("/proc/", launcher, "/mountinfo"));
+  ASSERT_TRUE(mounts.ok());
+  EXPECT_EQ(std::count(mounts->begin(), mounts->end(), '\n'), 1) << *mounts;
+  EXPECT_NE(mounts->find(" / / ro,"), std::string::npos) << *mounts;
+  auto comm = dsec::ReadSmallFile(absl::StrCat("/proc/", (*sb)->init_pid(), "/comm"));
+  ASSERT_TRUE(comm.ok());
+  EXPECT_EQ(*comm, "dsec-sandbox-in\n");
   EXPECT_EQ(StatusField((*sb)->init_pid(), "PPid:"), ::getpid());
   EXPECT_LE(OpenDescriptors((*sb)->init_pid()), 12u);
   EXPECT_EQ(Sh(**sb, "echo ok").stdout_data, "ok\n");
