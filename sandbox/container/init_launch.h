@@ -85,8 +85,9 @@ struct LaunchedInit {
 // (or died trying: an execve failure arrives as a ChildError on the report
 // pipe, like the init's own). Errors: InvalidArgument (a config field out
 // of bounds), Internal (pipe, clone).
-// Errors also: Unavailable-style Internal/errno statuses when the launcher
-// cannot be started or dies (it is restarted on the next launch).
+// Also the launcher's errors: it could not be started (the errno's
+// status, naming the step) or died while asked (Internal); the next
+// launch starts another.
 // Threads: any; launches of one process are serialised through its
 // launcher, each for the clone and exec.
 absl::StatusOr<LaunchedInit> LaunchInit(const std::string& binary, const InitConfig* config,

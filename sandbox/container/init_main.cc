@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // dsec-sandbox-init: a container sandbox's PID 1 (init_launch.h starts it,
 // init_process.h is what it does). Its descriptors and configuration are
-// in init_protocol.h; it takes no arguments, except `--launcher`, which
-// makes it the launcher of other inits (init_trampoline.h).
+// in init_protocol.h; it takes no arguments, except `--staged-launcher`
+// and `--launcher`, which make it a launcher of other inits
+// (init_trampoline.h).
 #include <grp.h>
 #include <sched.h>
 #include <sys/prctl.h>
