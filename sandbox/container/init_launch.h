@@ -21,9 +21,9 @@
 // table, and the runtime holds descriptors for every live sandbox; the
 // child then closes all of them again before execve. Measured here at
 // about 9,000 live sandboxes (docs/benchmarks.md): 17% of all CPU time of
-// a create ramp went to that copy and those closes. The launcher holds
-// four descriptors, so a launch costs the same at 10 sandboxes as at
-// 10,000. CLONE_PARENT makes the init this process's child, as before
+// a create ramp went to that copy and those closes. A launcher holds at
+// most seven descriptors, so a launch costs the same at 10 sandboxes as
+// at 10,000. CLONE_PARENT makes the init this process's child, as before
 // (it waits for it by pidfd). The child, sharing the launcher's memory
 // until execve, only arranges descriptors (init_protocol.h: kInitConfigFd
 // ...) and execs `dsec-sandbox-init` with every signal blocked (the init
