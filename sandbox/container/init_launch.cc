@@ -2,7 +2,6 @@
 #include "sandbox/container/init_launch.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>

@@ -622,6 +622,8 @@ TEST_F(SandboxTest, InitsComeFromALauncherThatHoldsFewDescriptors) {
   EXPECT_EQ(*comm, "dsec-sandbox-in\n");
   EXPECT_EQ(StatusField((*sb)->init_pid(), "PPid:"), ::getpid());
   EXPECT_LE(OpenDescriptors((*sb)->init_pid()), 12u);
+  // Nor a descriptor table sized for ours (a table never shrinks).
+  EXPECT_LE(StatusField((*sb)->init_pid(), "FDSize:"), 64);
   EXPECT_EQ(Sh(**sb, "echo ok").stdout_data, "ok\n");
   ASSERT_TRUE((*sb)->Destroy().ok());
 }
