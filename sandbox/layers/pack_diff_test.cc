@@ -63,6 +63,19 @@ absl::Status ChangeTree(const std::string& m) {
   // Delete a directory and make a new one in its place: an opaque directory.
   DSEC_RETURN_IF_ERROR(RemoveTree(p("opq")));
   DSEC_RETURN_IF_ERROR(WriteFile(p("opq/fresh"), "fresh\n"));
+  // A file larger than one copy chunk, with a hole between its runs of
+  // data: every byte must survive the staging copy (done in the kernel
+  // across file systems), the hole read back as zeros.
+  {
+    ScopedFd fd(open(p("big.bin").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    DSEC_RETURN_IF_ERROR(Check(fd.valid(), "create big.bin"));
+    std::string data(2 * 1024 * 1024 + 12345, '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+    DSEC_RETURN_IF_ERROR(Check(pwrite(fd.get(), data.data(), data.size(), 0) ==
+                                   static_cast<ssize_t>(data.size()), "write big.bin"));
+    DSEC_RETURN_IF_ERROR(Check(pwrite(fd.get(), data.data(), 100000, 8 << 20) == 100000,
+                               "write big.bin past its hole"));
+  }
   struct timespec t[2] = {{1500000000, 5}, {1500000000, 42}};
   DSEC_RETURN_IF_ERROR(Check(utimensat(AT_FDCWD, p("new.txt").c_str(), t, 0) == 0, "utimensat"));
   return absl::OkStatus();
@@ -137,7 +150,8 @@ TEST_F(PackDiffTest, BasePlusDiffReproducesTheSandboxView) {
     }
     if (second.at("replaced").type != 'f' || second.at("hl_dst").nlink != 2 ||
         second.at("pair2").nlink != 2 || second.at("keep/owned").uid != 1234 ||
-        second.at("new.txt").mtime_nsec != 42) {
+        second.at("new.txt").mtime_nsec != 42 ||
+        second.at("big.bin").size != (8u << 20) + 100000) {
       return absl::InternalError("a change did not survive pack_diff");
     }
     return absl::OkStatus();
