@@ -76,6 +76,26 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapPrivateFi
   return mem;
 }
 
+absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapAnonymous(
+    std::vector<Range> ranges) {
+  std::unique_ptr<MemfdGuestMemory> mem(new MemfdGuestMemory());
+  mem->private_file_ = true;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const Range& range = ranges[i];
+    if (range.size == 0 || range.size % kPageSize != 0 || range.gpa % kPageSize != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "guest RAM region %d [0x%x, +0x%x) must be non-empty and page-aligned", i, range.gpa,
+          range.size));
+    }
+    DSEC_ASSIGN_OR_RETURN(Mmap map, Mmap::Anonymous(range.size, PROT_READ | PROT_WRITE, MAP_NORESERVE));
+    mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
+    mem->fds_.emplace_back();
+    mem->maps_.push_back(std::move(map));
+  }
+  DSEC_RETURN_IF_ERROR(ValidateRegionLayout(mem->regions_));
+  return mem;
+}
+
 absl::Status MemfdGuestMemory::OverlayPrivateFile(int file, const std::vector<uint64_t>& offsets,
                                                   const std::vector<Run>& runs) {
   if (!private_file_ || offsets.size() != regions_.size()) {

@@ -38,6 +38,11 @@ class MemfdGuestMemory : public GuestMemory {
   static absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MapPrivateFile(
       std::vector<Range> ranges, int file, std::vector<uint64_t> offsets);
 
+  // Guest RAM as anonymous private memory (MAP_NORESERVE), empty: what a
+  // lazy restore's pager fills (platform/memory/uffd_pager.h). Like
+  // MapPrivateFile's, it has no memfd (private_file() true).
+  static absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MapAnonymous(std::vector<Range> ranges);
+
   // For memory from MapPrivateFile: maps the byte runs `runs` of `file`
   // (file offsets, page-aligned) over the guest pages they stand for, region
   // i's pages being file bytes offsets[i].. (MAP_PRIVATE|MAP_FIXED: a diff
