@@ -304,6 +304,86 @@ TEST_F(VmSnapshotTest, ClonesAreIndependentAndLeaveTheSnapshotAlone) {
   EXPECT_EQ(st.st_mode & 0777, 0400u);
 }
 
+TEST_F(VmSnapshotTest, ALazyRestoreGoesOnAndTheNextPrefetchesWhatItTouched) {
+  const std::string dir = Dir("snap");
+  uint64_t at = 0;
+  std::unique_ptr<Vm> original = RunAndSnapshot(dir, 100, 10, &at);
+  ASSERT_NE(original, nullptr);
+  original.reset();
+  const std::string memory_before = ReadAll(dir + "/memory");
+  const VmConfig host = Host(120'000);
+  RestoreOptions lazy;
+  lazy.lazy = true;
+
+  // Guest RAM as the pager fills it is the snapshot's, byte for byte.
+  {
+    auto c = Vm::Restore(dir, host, lazy);
+    if (!c.ok() && absl::IsFailedPrecondition(c.status())) GTEST_SKIP() << c.status();
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->lazy());
+    absl::StatusOr<snapshot::Manifest> m = snapshot::ParseManifest(ReadAll(dir + "/manifest.json"));
+    ASSERT_TRUE(m.ok()) << m.status();
+    const auto regions = (*c)->memory().regions();
+    ASSERT_EQ(regions.size(), m->regions.size());
+    for (size_t i = 0; i < regions.size(); ++i) {
+      EXPECT_EQ(std::memcmp(regions[i].host, memory_before.data() + m->regions[i].offset,
+                            regions[i].size),
+                0)
+          << "RAM region " << i;
+    }
+  }
+
+  // The first lazy restore runs to the end; the pages it touched are a
+  // part of RAM.
+  auto a = Vm::Restore(dir, host, lazy);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->Start().ok());
+  VmStats first = (*a)->Wait();
+  EXPECT_EQ(first.stop.reason, StopReason::kGuestShutdown) << first.stop.detail;
+  auto result = dsec::testing::FirstReportOf((*a)->TestMessages(), "result");
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->Get("mismatches"), "0");
+  EXPECT_EQ(result->Get("ticks"), "100");
+  for (const std::string& line : (*a)->TestMessages()) {
+    EXPECT_NE(line.rfind("snap ready", 0), 0u) << "the restored guest started over";
+  }
+  const std::vector<snapshot::Extent> touched = (*a)->TouchedPages();
+  uint64_t touched_bytes = 0;
+  for (const snapshot::Extent& e : touched) touched_bytes += e.length;
+  EXPECT_GT(first.lazy_faults, 0u);
+  EXPECT_EQ(first.lazy_prefetched_pages, 0u);
+  EXPECT_EQ(touched_bytes, first.lazy_faults * 4096);
+  EXPECT_LT(touched_bytes, 64ull << 20);
+
+  // The next one prefetches them: it faults less, and goes on the same.
+  RestoreOptions again = lazy;
+  again.prefetch = touched;
+  auto b = Vm::Restore(dir, host, again);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE((*b)->Start().ok());
+  VmStats second = (*b)->Wait();
+  EXPECT_EQ(second.stop.reason, StopReason::kGuestShutdown) << second.stop.detail;
+  result = dsec::testing::FirstReportOf((*b)->TestMessages(), "result");
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->Get("mismatches"), "0");
+  EXPECT_EQ(second.lazy_prefetched_pages * 4096, touched_bytes);
+  EXPECT_LT(second.lazy_faults, first.lazy_faults)
+      << "prefetching " << touched_bytes << " bytes saved no faults";
+
+  // What the clones wrote stayed theirs.
+  EXPECT_TRUE(ReadAll(dir + "/memory") == memory_before) << "a lazy clone changed the snapshot file";
+
+  // Prefetch runs are checked: outside RAM, or without a lazy restore.
+  RestoreOptions outside = lazy;
+  outside.prefetch = {{64ull << 20, 4096}};
+  auto refused = Vm::Restore(dir, host, outside);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  RestoreOptions eager;
+  eager.prefetch = touched;
+  refused = Vm::Restore(dir, host, eager);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+}
+
 // A virtio-rng device rate-limited to 64 KiB/s serves the guest's 256 KiB
 // in 4 s: snapshotted in the middle, the driver's queue (a request waiting
 // for the rate limit) and the transport go into the snapshot, and the

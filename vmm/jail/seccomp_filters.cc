@@ -5,6 +5,7 @@
 #include <seccomp.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -66,9 +67,9 @@ void ReportSigsys(int, siginfo_t* info, void* context) {
   AppendText(line, &n, sizeof(line), "dsec-monitor: seccomp: system call ");
   AppendNumber(line, &n, sizeof(line), info->si_syscall);
   AppendText(line, &n, sizeof(line), " is not allowed on a ");
-  static const char* const kNames[] = {"main", "vcpu", "event-loop", "control", "reclaim"};
+  static const char* const kNames[] = {"main", "vcpu", "event-loop", "control", "reclaim", "pager"};
   const int k = current_kind;
-  AppendText(line, &n, sizeof(line), k >= 0 && k < 5 ? kNames[k] : "unfiltered");
+  AppendText(line, &n, sizeof(line), k >= 0 && k < 6 ? kNames[k] : "unfiltered");
   AppendText(line, &n, sizeof(line), " thread; stopping");
   // Where it came from, so that a call off the lists can be found (the
   // binary is static and not position-independent: addr2line maps the
@@ -211,6 +212,14 @@ constexpr Rules kReclaim = {
     {"fallocate", Cond::kAny, "balloon hole punching"},
 };
 
+// A lazy restore's pager (platform/memory/uffd_pager.h): waits on its
+// userfaultfd and copies guest pages in.
+constexpr Rules kPager = {
+    {"poll", Cond::kAny, "its userfaultfd and wake-up eventfds"},
+    {"ppoll", Cond::kAny, "its userfaultfd and wake-up eventfds"},
+    {"ioctl", Cond::kIoctl, "UFFDIO_COPY, UFFDIO_ZEROPAGE, UFFDIO_WAKE"},
+};
+
 // The main thread after the jail: waiting for the stop, then tearing the VM
 // down and writing its report (to files opened before the jail).
 constexpr Rules kMain = {
@@ -248,6 +257,11 @@ std::vector<unsigned long> BaseIoctls(ThreadKind kind) {
     case ThreadKind::kControl:
       add(kvm::PauseIoctls());
       break;
+    case ThreadKind::kPager:
+      out.push_back(UFFDIO_COPY);
+      out.push_back(UFFDIO_ZEROPAGE);
+      out.push_back(UFFDIO_WAKE);
+      break;
     default:
       break;
   }
@@ -281,6 +295,8 @@ std::vector<const Rules*> RulesFor(ThreadKind kind) {
       return {&kCommon, &kControl};
     case ThreadKind::kReclaim:
       return {&kCommon, &kReclaim};
+    case ThreadKind::kPager:
+      return {&kCommon, &kPager};
     case ThreadKind::kMain:
       return {&kCommon, &kMain};
   }
@@ -365,6 +381,8 @@ std::string_view ThreadKindName(ThreadKind kind) {
       return "control";
     case ThreadKind::kReclaim:
       return "reclaim";
+    case ThreadKind::kPager:
+      return "pager";
   }
   return "?";
 }

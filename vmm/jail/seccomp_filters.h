@@ -16,12 +16,12 @@
 
 namespace dsec::jail {
 
-enum class ThreadKind { kMain, kVcpu, kEventLoop, kControl, kReclaim };
+enum class ThreadKind { kMain, kVcpu, kEventLoop, kControl, kReclaim, kPager };
 inline constexpr ThreadKind kAllThreadKinds[] = {ThreadKind::kMain, ThreadKind::kVcpu,
                                                  ThreadKind::kEventLoop, ThreadKind::kControl,
-                                                 ThreadKind::kReclaim};
+                                                 ThreadKind::kReclaim, ThreadKind::kPager};
 std::string_view ThreadKindName(ThreadKind kind);
-// "main", "vcpu", "event-loop", "control", "reclaim"; InvalidArgument else.
+// "main", "vcpu", "event-loop", "control", "reclaim", "pager"; InvalidArgument else.
 absl::StatusOr<ThreadKind> ParseThreadKind(std::string_view name);
 
 // kKill: a call outside the list ends the process. The filter traps

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,12 +22,15 @@
 #include "absl/base/internal/sysinfo.h"
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
+#include "base/file_io.h"
 #include "base/image_pages.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
+#include "base/status.h"
 #include "nlohmann/json.hpp"
 #include "vmm/api/control.h"
 #include "vmm/jail/monitor_jail.h"
+#include "vmm/snapshot/snapshot_format.h"
 #include "vmm/vm/vm.h"
 
 namespace dsec::monitor {
@@ -55,6 +59,9 @@ nlohmann::json StatsToJson(const vm::VmStats& s) {
       {"vmm_rss_bytes", s.vmm_rss_bytes},
       {"vmm_peak_rss_bytes", s.vmm_peak_rss_bytes},
       {"vmm_private_dirty_bytes", s.vmm_private_dirty_bytes},
+      {"lazy_faults", s.lazy_faults},
+      {"lazy_zero_faults", s.lazy_zero_faults},
+      {"lazy_prefetched_pages", s.lazy_prefetched_pages},
       {"console",
        {{"bytes_in", s.console_bytes_in},
         {"bytes_written", s.console_bytes_written},
@@ -184,8 +191,40 @@ int RunMonitor(const MonitorOptions& opts) {
     }
   }
 
+  // A lazy restore's files, before the jail: the list to prefetch (read
+  // now) and the one to write at exit (opened now).
+  vm::RestoreOptions restore_options;
+  restore_options.lazy = opts.lazy_restore;
+  if (!opts.prefetch.empty()) {
+    struct stat st;
+    absl::StatusOr<std::string> text =
+        ::stat(opts.prefetch.c_str(), &st) != 0 ? ErrnoStatus("stat")
+        : !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > snapshot::kMaxTouchedBytes
+            ? absl::InvalidArgumentError(absl::StrCat("want a regular file of at most ",
+                                                      snapshot::kMaxTouchedBytes, " bytes"))
+            : ReadFile(opts.prefetch);
+    absl::StatusOr<std::vector<snapshot::Extent>> runs =
+        text.ok() ? snapshot::ParseTouched(*text) : text.status();
+    if (!runs.ok()) {
+      std::fprintf(stderr, "dsec-monitor: --prefetch %s: %s\n", opts.prefetch.c_str(),
+                   std::string(runs.status().message()).c_str());
+      return kExitUsage;
+    }
+    restore_options.prefetch = *std::move(runs);
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> touched_file(nullptr, &std::fclose);
+  if (!opts.record_touched.empty()) {
+    touched_file.reset(std::fopen(opts.record_touched.c_str(), "we"));
+    if (touched_file == nullptr) {
+      std::fprintf(stderr, "dsec-monitor: --record-touched %s: %s\n", opts.record_touched.c_str(),
+                   std::strerror(errno));
+      return kExitUsage;
+    }
+  }
+
   CpuFrequencyWarmup frequency_warmup;
-  auto created = opts.restore.empty() ? vm::Vm::Create(config) : vm::Vm::Restore(opts.restore, config);
+  auto created = opts.restore.empty() ? vm::Vm::Create(config)
+                                      : vm::Vm::Restore(opts.restore, config, restore_options);
   if (!created.ok()) {
     std::fprintf(stderr, "dsec-monitor: %s%s\n", opts.restore.empty() ? "" : "--restore: ",
                  std::string(created.status().message()).c_str());
@@ -207,8 +246,9 @@ int RunMonitor(const MonitorOptions& opts) {
   vm::VmThreadHook vm_hook;
   if (jailed) {
     vm_hook = [&monitor_jail](vm::VmThread t) {
-      return monitor_jail.EnterThread(t == vm::VmThread::kVcpu ? jail::ThreadKind::kVcpu
-                                                               : jail::ThreadKind::kEventLoop);
+      return monitor_jail.EnterThread(t == vm::VmThread::kVcpu    ? jail::ThreadKind::kVcpu
+                                      : t == vm::VmThread::kPager ? jail::ThreadKind::kPager
+                                                                  : jail::ThreadKind::kEventLoop);
     };
   }
   // The control and reclaim threads: a failure there stops the VM.
@@ -265,7 +305,7 @@ int RunMonitor(const MonitorOptions& opts) {
   if (jailed) {
     // Every thread waits at the gate: drop to the uid, filter them all.
     const int threads = static_cast<int>(machine->vcpu_count()) + 1 + (reclaim ? 1 : 0) +
-                        (control ? 1 : 0);
+                        (control ? 1 : 0) + (machine->lazy() ? 1 : 0);
     if (absl::Status s = monitor_jail.Lock(threads, machine->stop_requested_fd()); !s.ok()) {
       std::fprintf(stderr, "dsec-monitor: jail: %s\n", std::string(s.message()).c_str());
       machine->RequestStop(vm::StopReason::kInternalError, absl::StrCat("jail: ", s.message()));
@@ -321,6 +361,13 @@ int RunMonitor(const MonitorOptions& opts) {
                  static_cast<unsigned long long>(stats.console_bytes_dropped),
                  static_cast<unsigned long long>(config.console.cap_bytes),
                  static_cast<unsigned long long>(config.console.rate_bytes_per_s));
+  }
+  if (touched_file != nullptr) {
+    const std::string text = snapshot::SerializeTouched(machine->TouchedPages());
+    if (std::fwrite(text.data(), 1, text.size(), touched_file.get()) != text.size() ||
+        std::fclose(touched_file.release()) != 0) {
+      std::fprintf(stderr, "dsec-monitor: could not write %s\n", opts.record_touched.c_str());
+    }
   }
   if (stats_file != nullptr) {
     nlohmann::json j = StatsToJson(stats);

@@ -54,6 +54,12 @@ absl::Status ReadMonitorKeys(const nlohmann::json& j, const std::string& path, M
   if (snapshot_dir) o->snapshot_dir = *snapshot_dir;
   DSEC_ASSIGN_OR_RETURN(auto restore, f.OptString("restore", 4096));
   if (restore) o->restore = *restore;
+  DSEC_ASSIGN_OR_RETURN(auto lazy, f.OptBool("lazy_restore"));
+  if (lazy) o->lazy_restore = *lazy;
+  DSEC_ASSIGN_OR_RETURN(auto prefetch, f.OptString("prefetch", 4096));
+  if (prefetch) o->prefetch = *prefetch;
+  DSEC_ASSIGN_OR_RETURN(auto record, f.OptString("record_touched", 4096));
+  if (record) o->record_touched = *record;
   DSEC_ASSIGN_OR_RETURN(auto level,
                         f.OptEnum("log_level", {"trace", "debug", "info", "warn", "error", "off"}));
   if (level) o->log_level = *level;
@@ -83,6 +89,12 @@ absl::Status Finish(MonitorOptions* o) {
           "no --kernel given and the test guest was not found next to the binary (build it "
           "with tools/setup.sh)");
     }
+  }
+  if (o->lazy_restore && o->restore.empty()) {
+    return absl::InvalidArgumentError("--lazy is for --restore");
+  }
+  if ((!o->prefetch.empty() || !o->record_touched.empty()) && !o->lazy_restore) {
+    return absl::InvalidArgumentError("--prefetch and --record-touched are for --lazy");
   }
   o->jail.extras = DeviceFilterExtras(o->config.devices);
   DSEC_RETURN_IF_ERROR(jail::ValidateJailOptions(o->jail));
@@ -214,6 +226,9 @@ nlohmann::json MonitorOptionsToJson(const MonitorOptions& o) {
                   {"stats_json", o.stats_json},
                   {"snapshot_dir", o.snapshot_dir},
                   {"restore", o.restore},
+                  {"lazy_restore", o.lazy_restore},
+                  {"prefetch", o.prefetch},
+                  {"record_touched", o.record_touched},
                   {"log_level", o.log_level},
                   {"quiet_report", o.quiet_report},
                   {"reclaim",
@@ -300,6 +315,14 @@ void AddMonitorFlags(CLI::App& app, MonitorFlags& flags) {
   app.add_option("--restore", opts.restore,
                  "Start from the snapshot in this directory instead of booting (its memory is "
                  "mapped copy-on-write; guest settings are the snapshot's)");
+  app.add_flag("--lazy", opts.lazy_restore,
+               "With --restore: guest RAM filled page by page on first touch (userfaultfd) from "
+               "the snapshot, not mapped copy-on-write");
+  app.add_option("--prefetch", opts.prefetch,
+                 "With --lazy: copy in first the pages listed in this file (--record-touched "
+                 "of an earlier restore)");
+  app.add_option("--record-touched", opts.record_touched,
+                 "With --lazy: at exit, write the pages this restore touched to this file");
   app.add_option("--control", opts.control,
                  "Control socket (unix, 0600, removed at exit): one JSON request per line, see `vm ctl`");
   app.add_option("--uid", flags.uid,

@@ -35,6 +35,13 @@ struct MonitorOptions {
   // booting ("" = boot; the guest-visible settings are then the snapshot's).
   std::string snapshot_dir;
   std::string restore;
+  // With restore: guest RAM filled on first touch through userfaultfd
+  // (vm::RestoreOptions::lazy), the pages listed in `prefetch` (a file
+  // `record_touched` wrote, snapshot::ParseTouched) copied in first; at
+  // exit the pages this restore touched are written to `record_touched`.
+  bool lazy_restore = false;
+  std::string prefetch;
+  std::string record_touched;
   std::string log_level = "warn";
   bool quiet_report = false;  // do not print test-device messages
   ReclaimRunOptions reclaim;

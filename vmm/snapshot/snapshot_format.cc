@@ -384,4 +384,48 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view bytes) {
   return m;
 }
 
+std::string SerializeTouched(const std::vector<Extent>& runs) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Extent& e : runs) list.push_back({e.offset, e.length});
+  return nlohmann::json{{"format", kTouchedFormatName}, {"version", kFormatVersion}, {"runs", list}}
+             .dump() +
+         "\n";
+}
+
+absl::StatusOr<std::vector<Extent>> ParseTouched(std::string_view bytes) {
+  if (bytes.size() > kMaxTouchedBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a touched-pages list is at most ", kMaxTouchedBytes, " bytes"));
+  }
+  nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError("a touched-pages list is one JSON object");
+  DSEC_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Of(j, ""));
+  DSEC_ASSIGN_OR_RETURN(std::string format, f.String("format", 64));
+  if (format != kTouchedFormatName) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("not a touched-pages list (format \"", format, "\")"));
+  }
+  DSEC_ASSIGN_OR_RETURN(uint64_t version, f.Uint("version", 0, UINT32_MAX));
+  if (version != kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("touched-pages list version ", version, "; this monitor reads ", kFormatVersion));
+  }
+  DSEC_ASSIGN_OR_RETURN(const nlohmann::json* runs, Array(f, "runs", 0, kMaxExtents));
+  std::vector<Extent> out;
+  uint64_t end = 0;
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const std::string path = JsonFields::ItemPath("runs", i);
+    DSEC_ASSIGN_OR_RETURN(std::vector<uint64_t> t, Tuple((*runs)[i], path, 2, kMaxMemoryBytes));
+    if (t[1] == 0 || t[0] % kPageSize != 0 || t[1] % kPageSize != 0 || t[0] < end ||
+        t[0] + t[1] > kMaxMemoryBytes) {
+      return InvalidField(path, absl::StrCat(path, " must be a page-aligned run after the one "
+                                                   "before it, inside 1 TiB"));
+    }
+    end = t[0] + t[1];
+    out.push_back({t[0], t[1]});
+  }
+  DSEC_RETURN_IF_ERROR(f.RejectUnknown());
+  return out;
+}
+
 }  // namespace dsec::snapshot

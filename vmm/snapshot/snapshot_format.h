@@ -112,6 +112,19 @@ struct Manifest {
   nlohmann::json devices = nlohmann::json::object();
 };
 
+// The pages a lazy restore touched (Vm::TouchedPages), for the next
+// restore of the same snapshot to prefetch: one JSON object,
+//   {"format":"dsec-vm-touched","version":1,"runs":[[offset,length],...]}
+// runs of the memory file, page-aligned, sorted, not sharing bytes, at most
+// kMaxExtents of them. Whether they lie inside guest RAM is the restore's
+// check (Vm::Restore refuses a run outside it).
+inline constexpr std::string_view kTouchedFormatName = "dsec-vm-touched";
+inline constexpr uint64_t kMaxTouchedBytes = 16ull << 20;
+std::string SerializeTouched(const std::vector<Extent>& runs);
+// InvalidArgument naming the run or field; FailedPrecondition for another
+// format or version.
+absl::StatusOr<std::vector<Extent>> ParseTouched(std::string_view bytes);
+
 // The manifest file's bytes.
 std::string SerializeManifest(const Manifest& manifest);
 // Checks the header, the CRC, and every field; InvalidArgument naming the

@@ -198,5 +198,34 @@ TEST(SnapshotFormatTest, RefusesHostileFields) {
   EXPECT_TRUE(ParseManifest(WithBody(SampleBody().dump())).ok());
 }
 
+TEST(SnapshotFormatTest, TouchedPagesRoundTripAndHostileListsAreRefused) {
+  const std::vector<Extent> runs = {{0, 4096}, {8192, 3 * 4096}, {1ull << 30, 4096}};
+  absl::StatusOr<std::vector<Extent>> back = ParseTouched(SerializeTouched(runs));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ((*back)[i].offset, runs[i].offset);
+    EXPECT_EQ((*back)[i].length, runs[i].length);
+  }
+  EXPECT_TRUE(ParseTouched(SerializeTouched({}))->empty());
+  const std::string head = R"({"format":"dsec-vm-touched","version":1,"runs":)";
+  for (const char* runs_json : {"[[1,4096]]", "[[0,100]]", "[[0,0]]", "[[8192,4096],[0,4096]]",
+                                "[[0,8192],[4096,4096]]", "[[1099511627776,4096]]", "[[0]]",
+                                "[[-4096,4096]]", "{}", "[[0,4096,1]]"}) {
+    absl::StatusOr<std::vector<Extent>> r = ParseTouched(head + runs_json + "}");
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << runs_json << ": " << r.status();
+    if (!r.ok()) {
+      EXPECT_THAT(std::string(r.status().message()), HasSubstr("runs")) << runs_json;
+    }
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseTouched(head + "[], \"extra\": 1}").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseTouched("not json").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseTouched(std::string(kMaxTouchedBytes + 1, ' ')).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      ParseTouched(R"({"format":"dsec-vm-snapshot","version":1,"runs":[]})").status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      ParseTouched(R"({"format":"dsec-vm-touched","version":2,"runs":[]})").status()));
+}
+
 }  // namespace
 }  // namespace dsec::snapshot

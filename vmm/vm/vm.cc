@@ -433,6 +433,14 @@ absl::Status Vm::Start(VmThreadHook on_thread_start) {
     absl::Status s = loop_->Run();
     if (!s.ok()) RequestStop(StopReason::kInternalError, s.ToString());
   });
+  if (pager_ && thread_hook_) {
+    // The pager has served faults since Restore; the hook (a jail's gate,
+    // which may hold it until every thread arrived) runs on it now, between
+    // two faults; an error there stops the VM (the pager's on_error). It
+    // stays where the monitor's own threads are, not in the sandbox's
+    // placement: a host-side helper, like the control thread.
+    pager_->PostToThread([this] { return thread_hook_(VmThread::kPager); });
+  }
   for (auto& v : vcpus_) {
     absl::Status s = v->Start();
     if (!s.ok()) {
@@ -590,6 +598,12 @@ void Vm::CollectStats() {
     absl::StatusOr<kvm::SpecialRegisters> sregs = v->vcpu().GetSregs();
     s.vcpu_rips.push_back(regs.ok() ? regs->rip : 0);
     s.vcpu_cpls.push_back(sregs.ok() ? static_cast<int>(sregs->cs.selector & 3) : -1);
+  }
+  if (pager_) {
+    const memory::UserfaultPager::Stats ps = pager_->stats();
+    s.lazy_faults = ps.faults;
+    s.lazy_zero_faults = ps.zero_faults;
+    s.lazy_prefetched_pages = ps.prefetched_pages;
   }
   absl::MutexLock lock(&mu_);
   stats_ = s;

@@ -21,6 +21,7 @@
 #include "platform/kvm/kvm_system.h"
 #include "platform/kvm/kvm_vm.h"
 #include "platform/memory/memfd_guest_memory.h"
+#include "platform/memory/uffd_pager.h"
 #include "vmm/vcpu/vcpu_thread.h"
 #include "sched/isolation.h"
 #include "vmm/snapshot/snapshot_format.h"
@@ -103,6 +104,22 @@ struct VmStats {
   // guest that hung until its timeout was doing.
   std::vector<uint64_t> vcpu_rips;
   std::vector<int> vcpu_cpls;
+  // A lazy restore's pager (zero otherwise): guest pages copied in on a
+  // fault, pages served before and dropped since (zeros), pages prefetched.
+  uint64_t lazy_faults = 0;
+  uint64_t lazy_zero_faults = 0;
+  uint64_t lazy_prefetched_pages = 0;
+};
+
+// How Restore maps guest RAM.
+struct RestoreOptions {
+  // false: the memory file mapped MAP_PRIVATE (clones share its pages in
+  // the page cache). true: anonymous memory filled on first touch through
+  // userfaultfd from a read-only mapping of the file, each page copied
+  // (clones share nothing they touched), with `prefetch` copied in before
+  // the VM runs: the pages an earlier restore touched (Vm::TouchedPages).
+  bool lazy = false;
+  std::vector<snapshot::Extent> prefetch;
 };
 
 // What SaveSnapshot wrote.
@@ -125,7 +142,7 @@ struct SnapshotResult {
 // thread; after it returns no thread of this VM runs and every fd it opened
 // is closed when the object is destroyed.
 // The threads a VM starts, for VmThreadHook.
-enum class VmThread { kVcpu, kEventLoop };
+enum class VmThread { kVcpu, kEventLoop, kPager };
 // Runs on each VM thread as it starts, after its CPU placement and before
 // its work (a vCPU's first KVM_RUN, the event loop's first wait). An error
 // stops the VM (kInternalError) and that thread.
@@ -169,8 +186,19 @@ class Vm : private vcpu::VcpuStopSink {
   // is mapped (InvalidArgument naming the field; FailedPrecondition for a
   // foreign format, or CPU features the guest saw that this host lacks,
   // named).
+  //
+  // With options.lazy, see RestoreOptions: prefetch runs outside guest RAM
+  // are InvalidArgument; a host without userfaultfd for this process is
+  // FailedPrecondition. The pager's thread runs from here on (it serves
+  // what Restore itself touches) and takes the owner's hook at Start
+  // (VmThread::kPager).
   static absl::StatusOr<std::unique_ptr<Vm>> Restore(const std::string& dir,
-                                                     const VmConfig& host);
+                                                     const VmConfig& host,
+                                                     const RestoreOptions& options = {});
+  // For a lazy restore: the guest pages served so far (faulted in or
+  // prefetched), as memory-file runs, sorted; empty otherwise.
+  std::vector<snapshot::Extent> TouchedPages() const;
+  bool lazy() const { return pager_ != nullptr; }
 
   // Called on the event-loop thread for each test-device message, in order.
   // Set before Start().
@@ -242,6 +270,12 @@ class Vm : private vcpu::VcpuStopSink {
   std::string cmdline_;
   BootTimestamps timestamps_;
   std::unique_ptr<memory::MemfdGuestMemory> memory_;
+  // A lazy restore: the snapshot's memory mapped read-only (the pages'
+  // source), and the pager that fills memory_ from it; destroyed before
+  // both and after everything that touches guest RAM (declared after
+  // memory_, before the KVM VM, devices and vCPUs).
+  std::unique_ptr<memory::MemfdGuestMemory> lazy_source_;
+  std::unique_ptr<memory::UserfaultPager> pager_;
   // Guest RAM's memslots, declared before the KVM VM so that they are
   // destroyed after it (and before the memory they map): closing the VM fd
   // frees them all at once, whereas deleting each first would wait for SRCU

@@ -662,7 +662,8 @@ absl::Status Vm::SetUpRestoredVcpus(const snapshot::Manifest& m) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir_in, const VmConfig& host) {
+absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir_in, const VmConfig& host,
+                                                 const RestoreOptions& options) {
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::unique_ptr<Vm> vm(new Vm());
@@ -822,13 +823,41 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir_in, const
     offsets.push_back(r.offset);
   }
   // The full snapshot's memory, then each diff's runs over it, oldest
-  // first: all of it shared copy-on-write with every other restore.
-  DSEC_ASSIGN_OR_RETURN(vm->memory_, memory::MemfdGuestMemory::MapPrivateFile(
-                                         mem_ranges, chain.back().memory.get(), offsets));
+  // first: all of it shared copy-on-write with every other restore (or,
+  // lazily, the source the pager copies pages from).
+  DSEC_ASSIGN_OR_RETURN(std::unique_ptr<memory::MemfdGuestMemory> mapped,
+                        memory::MemfdGuestMemory::MapPrivateFile(
+                            mem_ranges, chain.back().memory.get(), offsets));
   for (size_t k = chain.size() - 1; k-- > 0;) {
     std::vector<memory::MemfdGuestMemory::Run> runs;
     for (const snapshot::Extent& e : chain[k].manifest.extents) runs.push_back({e.offset, e.length});
-    DSEC_RETURN_IF_ERROR(vm->memory_->OverlayPrivateFile(chain[k].memory.get(), offsets, runs));
+    DSEC_RETURN_IF_ERROR(mapped->OverlayPrivateFile(chain[k].memory.get(), offsets, runs));
+  }
+  if (!options.lazy) {
+    if (!options.prefetch.empty()) {
+      return absl::InvalidArgumentError("prefetch is for a lazy restore");
+    }
+    vm->memory_ = std::move(mapped);
+  } else {
+    // Guest RAM starts empty; the pager copies each page in from the
+    // mapped file when it is first touched (by the guest, a device, KVM,
+    // or this restore), or now if an earlier restore touched it.
+    vm->lazy_source_ = std::move(mapped);
+    DSEC_ASSIGN_OR_RETURN(vm->memory_, memory::MemfdGuestMemory::MapAnonymous(mem_ranges));
+    std::vector<memory::UserfaultPager::Range> ranges;
+    for (size_t i = 0; i < mem_ranges.size(); ++i) {
+      ranges.push_back({vm->memory_->regions()[i].host, vm->lazy_source_->regions()[i].host,
+                        mem_ranges[i].size, offsets[i]});
+    }
+    DSEC_ASSIGN_OR_RETURN(vm->pager_, memory::UserfaultPager::Create(std::move(ranges)));
+    std::vector<memory::UserfaultPager::Run> prefetch;
+    for (const snapshot::Extent& e : options.prefetch) prefetch.push_back({e.offset, e.length});
+    DSEC_RETURN_IF_ERROR(vm->pager_->Prefetch(prefetch));
+    Vm* raw = vm.get();
+    DSEC_RETURN_IF_ERROR(vm->pager_->Start([raw](const absl::Status& error) {
+      raw->RequestStop(StopReason::kInternalError,
+                       absl::StrCat("lazy restore's pager: ", error.message()));
+    }));
   }
   DSEC_ASSIGN_OR_RETURN(vm->ram_slots_, vm->kvm_vm_->AddGuestMemory(*vm->memory_));
   vm->timestamps_.memory_ready_ns = MonotonicNowNs();
@@ -847,6 +876,13 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir_in, const
   vm->timestamps_.vcpus_ready_ns = MonotonicNowNs();
   DSEC_LOG(debug, "vm restored from {} mem_mib={} vcpus={}", dir, config.mem_mib, config.vcpus);
   return vm;
+}
+
+std::vector<snapshot::Extent> Vm::TouchedPages() const {
+  std::vector<snapshot::Extent> out;
+  if (!pager_) return out;
+  for (const memory::UserfaultPager::Run& r : pager_->Touched()) out.push_back({r.offset, r.length});
+  return out;
 }
 
 }  // namespace dsec::vm

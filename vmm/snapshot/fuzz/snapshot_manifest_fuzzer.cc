@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "vmm/snapshot/snapshot_format.h"
@@ -42,8 +43,28 @@ void Exercise(std::string_view bytes) {
 
 }  // namespace
 
+// The touched-pages list a lazy restore prefetches from: what it accepts
+// is sorted, page-aligned and round-trips.
+void ExerciseTouched(std::string_view bytes) {
+  absl::StatusOr<std::vector<dsec::snapshot::Extent>> runs = dsec::snapshot::ParseTouched(bytes);
+  if (!runs.ok()) {
+    Check(runs.status().code() == absl::StatusCode::kInvalidArgument ||
+          runs.status().code() == absl::StatusCode::kFailedPrecondition);
+    return;
+  }
+  uint64_t end = 0;
+  for (const auto& r : *runs) {
+    Check(r.length > 0 && r.offset % 4096 == 0 && r.length % 4096 == 0 && r.offset >= end);
+    end = r.offset + r.length;
+  }
+  absl::StatusOr<std::vector<dsec::snapshot::Extent>> again =
+      dsec::snapshot::ParseTouched(dsec::snapshot::SerializeTouched(*runs));
+  Check(again.ok() && again->size() == runs->size());
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
+  ExerciseTouched(in);
   if (size > 0 && (data[0] & 1)) {
     std::string_view body = in.substr(1);
     uint32_t crc = static_cast<uint32_t>(
