@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -111,13 +112,16 @@ class TreeHasher {
     if (!fd.valid()) return ErrnoToStatus(absl::StrCat("open ", path));
     Sha256 content;
     uint64_t size = 0;
-    buffer_.resize(1 << 20);
+    // 64 KiB, not zeroed, once per walk: below malloc's mmap threshold, so
+    // a walk of a few small files (a fork's pack) does not fault in and
+    // unmap a fresh zeroed megabyte.
+    if (!buffer_) buffer_.reset(new char[kBufferBytes]);
     for (;;) {
-      ssize_t n = read(fd.get(), buffer_.data(), buffer_.size());
+      ssize_t n = read(fd.get(), buffer_.get(), kBufferBytes);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return ErrnoStatus(absl::StrCat("read ", path));
       if (n == 0) break;
-      content.Update(buffer_.data(), static_cast<size_t>(n));
+      content.Update(buffer_.get(), static_cast<size_t>(n));
       size += static_cast<uint64_t>(n);
     }
     Sha256Digest d = content.Finish();
@@ -141,7 +145,8 @@ class TreeHasher {
   Sha256 hash_;
   TreeStats stats_;
   std::map<std::pair<dev_t, ino_t>, std::string> first_link_;
-  std::string buffer_;
+  static constexpr size_t kBufferBytes = 64 << 10;
+  std::unique_ptr<char[]> buffer_;
 };
 
 }  // namespace

@@ -58,6 +58,19 @@ TEST_F(TreeDigestTest, ContentChangeChangesDigest) {
   EXPECT_NE(Digest(), before);
 }
 
+TEST_F(TreeDigestTest, AChangeLateInAFileLargerThanOneReadChangesDigest) {
+  std::string big(300000, 'x');
+  ASSERT_TRUE(WriteFile(dir_.Sub("t/big"), big).ok());
+  const std::string before = Digest();
+  big.back() = 'y';
+  ASSERT_TRUE(WriteFile(dir_.Sub("t/big"), big).ok());
+  const std::string after = Digest();
+  EXPECT_NE(after, before);
+  big.back() = 'x';
+  ASSERT_TRUE(WriteFile(dir_.Sub("t/big"), big).ok());
+  EXPECT_EQ(Digest(), before);
+}
+
 TEST_F(TreeDigestTest, ModeChangeChangesDigest) {
   std::string before = Digest();
   ASSERT_EQ(chmod(dir_.Sub("t/sub/b.bin").c_str(), 04755), 0);
