@@ -90,9 +90,10 @@ absl::StatusOr<std::unique_ptr<UserfaultPager>> UserfaultPager::Create(std::vect
 
 UserfaultPager::~UserfaultPager() { Stop(); }
 
-absl::StatusOr<bool> UserfaultPager::CopyIn(size_t range, uint64_t at, uint64_t length, bool wake) {
+absl::StatusOr<uint64_t> UserfaultPager::CopyIn(size_t range, uint64_t at, uint64_t length,
+                                                 bool wake) {
   const Range& r = ranges_[range];
-  bool copied_any = false;
+  uint64_t copied = 0;
   uint64_t done = 0;
   int again = 0;
   while (done < length) {
@@ -109,8 +110,9 @@ absl::StatusOr<bool> UserfaultPager::CopyIn(size_t range, uint64_t at, uint64_t 
       for (uint64_t k = 0; k < moved / kPage; ++k) {
         served_[(first + k) / 64] |= 1ull << ((first + k) % 64);
       }
-      copied_any = true;
+      copied += moved / kPage;
       done += moved;
+      again = 0;  // progress: a partial copy reports EAGAIN too
     }
     if (err == 0) {
       if (moved == 0) done = length;  // a kernel that reports no count: all of it
@@ -126,41 +128,60 @@ absl::StatusOr<bool> UserfaultPager::CopyIn(size_t range, uint64_t at, uint64_t 
       done += kPage;
       continue;
     }
-    if (err == EAGAIN && ++again < 1000) continue;  // the address space changed under us
+    if (err == EAGAIN && (moved > 0 || ++again < 1000)) continue;  // the address space changed
     errno = err;
-    return ErrnoStatus(absl::StrFormat("ioctl(UFFDIO_COPY) of guest RAM at +0x%x", at + done));
+    return ErrnoStatus(absl::StrFormat("ioctl(UFFDIO_COPY) of guest RAM at memory-file offset 0x%x",
+                                       r.offset + at + done));
   }
-  return copied_any;
+  return copied;
 }
 
 absl::Status UserfaultPager::Prefetch(const std::vector<Run>& runs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // Each run range by range (a run recorded over ranges adjacent in the
+  // file is split at their border); every run checked before any copy.
+  struct Piece {
+    size_t range;
+    uint64_t at, length;
+  };
+  std::vector<Piece> pieces;
   for (const Run& run : runs) {
-    size_t i = 0;
-    for (; i < ranges_.size(); ++i) {
-      const Range& r = ranges_[i];
-      if (run.offset >= r.offset && run.offset - r.offset < r.size &&
-          run.length <= r.size - (run.offset - r.offset)) {
-        break;
-      }
-    }
-    if (i == ranges_.size() || run.length == 0 || run.offset % kPage != 0 || run.length % kPage != 0) {
+    if (run.length == 0 || run.offset % kPage != 0 || run.length % kPage != 0 ||
+        run.offset + run.length < run.offset) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "prefetch run [0x%x, +0x%x) is not a page-aligned run inside guest RAM", run.offset,
-          run.length));
+          "prefetch run [0x%x, +0x%x) is not a page-aligned run", run.offset, run.length));
     }
-    const uint64_t at = run.offset - ranges_[i].offset;
-    const uint64_t before = CountServedLocked();
-    DSEC_RETURN_IF_ERROR(CopyIn(i, at, run.length, /*wake=*/false).status());
-    prefetched_ += CountServedLocked() - before;
+    uint64_t off = run.offset, left = run.length;
+    while (left > 0) {
+      size_t i = 0;
+      while (i < ranges_.size() &&
+             !(off >= ranges_[i].offset && off - ranges_[i].offset < ranges_[i].size)) {
+        ++i;
+      }
+      if (i == ranges_.size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "prefetch run [0x%x, +0x%x) reaches outside guest RAM (at 0x%x)", run.offset,
+            run.length, off));
+      }
+      const uint64_t at = off - ranges_[i].offset;
+      const uint64_t n = std::min(left, ranges_[i].size - at);
+      pieces.push_back({i, at, n});
+      off += n;
+      left -= n;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Piece& p : pieces) {
+    DSEC_ASSIGN_OR_RETURN(uint64_t pages, CopyIn(p.range, p.at, p.length, /*wake=*/false));
+    prefetched_ += pages;
   }
   return absl::OkStatus();
 }
 
-uint64_t UserfaultPager::CountServedLocked() const {
-  uint64_t n = 0;
-  for (uint64_t w : served_) n += static_cast<uint64_t>(__builtin_popcountll(w));
-  return n;
+bool UserfaultPager::Served(size_t range, uint64_t page) const {
+  if (range >= ranges_.size() || page >= ranges_[range].size / kPage) return false;
+  const uint64_t p = first_page_[range] + page;
+  std::lock_guard<std::mutex> lock(mu_);
+  return (served_[p / 64] >> (p % 64) & 1) != 0;
 }
 
 absl::Status UserfaultPager::Serve(uint64_t address) {
@@ -175,19 +196,22 @@ absl::Status UserfaultPager::Serve(uint64_t address) {
     if ((served_[page / 64] >> (page % 64) & 1) == 0) {
       // Counted before the copy wakes the toucher, who may read the count.
       ++faults_;
-      absl::StatusOr<bool> copied = CopyIn(i, at, kPage, /*wake=*/true);
-      if (!copied.ok() || !*copied) --faults_;
+      absl::StatusOr<uint64_t> copied = CopyIn(i, at, kPage, /*wake=*/true);
+      if (!copied.ok() || *copied == 0) --faults_;
       return copied.status();
     }
-    // Served once and dropped since (the balloon, reclaim, MADV_DONTNEED):
-    // an anonymous page reads as zeros again.
-    ++zero_faults_;
+    // Served already: either a second message for the same fault (each
+    // thread that touched the page queued one), the page being there, or
+    // a page served once and dropped since (the balloon, reclaim,
+    // MADV_DONTNEED), which reads as zeros again like any anonymous page.
+    ++zero_faults_;  // counted before the wake, as above
     for (int again = 0;; ++again) {
       uffdio_zeropage z{};
       z.range.start = page_addr;
       z.range.len = kPage;
       if (::ioctl(uffd_.get(), UFFDIO_ZEROPAGE, &z) == 0) break;
       if (errno == EEXIST) {
+        --zero_faults_;  // it was there: nothing was dropped
         uffdio_range w{page_addr, kPage};
         (void)::ioctl(uffd_.get(), UFFDIO_WAKE, &w);
         break;
@@ -240,11 +264,15 @@ void UserfaultPager::Loop(std::function<void(const absl::Status&)> on_error) {
     thread_status_ = status;
     ended_ = true;
     call_fn_ = nullptr;  // posted as the thread ended: never run
-    // Nobody serves faults any more: the kernel's release of the
-    // userfaultfd wakes every waiter, and later touches get empty pages.
-    if (!status.ok()) uffd_.Reset();
   }
-  if (!status.ok() && on_error) on_error(status);
+  if (!status.ok()) {
+    // The owner stops the memory's users first (a stop request, vCPUs
+    // kicked out of the guest); then, as nobody serves faults any more,
+    // the userfaultfd goes: its release wakes every waiter, and later
+    // touches get empty pages rather than waiting forever.
+    if (on_error) on_error(status);
+    uffd_.Reset();
+  }
 }
 
 absl::Status UserfaultPager::Start(std::function<void(const absl::Status&)> on_error) {
@@ -263,9 +291,11 @@ void UserfaultPager::PostToThread(std::function<absl::Status()> fn) {
 }
 
 void UserfaultPager::Stop() {
-  if (!thread_.joinable()) return;
-  (void)stop_->Signal();
-  thread_.join();
+  if (thread_.joinable()) {
+    (void)stop_->Signal();
+    thread_.join();
+  }
+  uffd_.Reset();
 }
 
 std::vector<UserfaultPager::Run> UserfaultPager::Touched() const {

@@ -57,9 +57,10 @@ class UserfaultPager {
   UserfaultPager(const UserfaultPager&) = delete;
   UserfaultPager& operator=(const UserfaultPager&) = delete;
 
-  // Copies the pages of `runs` in now (before anything touches them; runs
-  // outside every range are refused: InvalidArgument). A page that is
-  // there already is skipped.
+  // Copies the pages of `runs` in now (before anything touches them). A
+  // run may span ranges that are adjacent in the file; one that reaches
+  // outside every range is refused (InvalidArgument). A page that is there
+  // already is skipped.
   absl::Status Prefetch(const std::vector<Run>& runs);
 
   // Starts the thread that serves faults. Once; before anything touches
@@ -76,10 +77,15 @@ class UserfaultPager {
   // copy does (Start's on_error). One call at a time; a later call
   // replaces one not yet run.
   void PostToThread(std::function<absl::Status()> fn);
-  // Ends the thread. Call only once nothing touches the ranges any more:
-  // a fault after Stop waits until the userfaultfd closes (the
-  // destructor), then gets an empty page.
+  // Ends the thread and closes the userfaultfd: call once nothing should
+  // touch the ranges any more (a late touch gets an empty page, never a
+  // wait). Idempotent; the destructor calls it.
   void Stop();
+
+  // Whether page `page` (0-based) of range `range` was served (faulted or
+  // prefetched): what a snapshot of the memory reads from the target
+  // rather than the source. Any thread.
+  bool Served(size_t range, uint64_t page) const;
 
   // Pages served so far (faulted or prefetched), as sorted runs: what the
   // next restore of the same snapshot may prefetch.
@@ -91,10 +97,9 @@ class UserfaultPager {
  private:
   UserfaultPager() = default;
   // Copies [at, at + length) of range `range` in, skipping pages that are
-  // there already; true if it copied any. Under mu_.
-  absl::StatusOr<bool> CopyIn(size_t range, uint64_t at, uint64_t length, bool wake);
+  // there already; returns the pages it copied. Under mu_.
+  absl::StatusOr<uint64_t> CopyIn(size_t range, uint64_t at, uint64_t length, bool wake);
   absl::Status Serve(uint64_t address);
-  uint64_t CountServedLocked() const;
   void Loop(std::function<void(const absl::Status&)> on_error);
 
   ScopedFd uffd_;

@@ -125,6 +125,8 @@ TEST_F(UffdPagerTest, ManyThreadsFaultingAtOnceEachSeeTheSource) {
   for (auto& t : threads) t.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
   EXPECT_EQ(pager->stats().faults, kPagesA);
+  // Several threads' messages for one page are one fault, not a page dropped.
+  EXPECT_EQ(pager->stats().zero_faults, 0u);
   std::vector<UserfaultPager::Run> touched = pager->Touched();
   ASSERT_EQ(touched.size(), 1u);
   EXPECT_EQ(touched[0].length, kPagesA * kPage);
@@ -180,7 +182,6 @@ TEST_F(UffdPagerTest, APostedCallRunsOnThePagersThreadAndItsErrorEndsIt) {
     ran_on = ::gettid();
     return absl::OkStatus();
   });
-  // A fault is served after the call (one thread, in order).
   EXPECT_TRUE(PageMatches(0, 1));
   for (int i = 0; i < 1000 && ran_on.load() == 0; ++i) ::usleep(1000);
   EXPECT_NE(ran_on.load(), 0);
@@ -192,6 +193,58 @@ TEST_F(UffdPagerTest, APostedCallRunsOnThePagersThreadAndItsErrorEndsIt) {
   EXPECT_EQ(target_[0].data()[20 * kPage], 0);
   pager->Stop();
   EXPECT_TRUE(absl::IsPermissionDenied(pager->thread_status())) << pager->thread_status();
+}
+
+TEST_F(UffdPagerTest, RunsAcrossRangesAdjacentInTheFileAreRecordedAndPrefetchedWhole) {
+  // Two ranges back to back in the file (as a VM's regions are in a
+  // snapshot's memory): the pages at their border make one run, which the
+  // next restore's prefetch must take.
+  auto made = UserfaultPager::Create(
+      {{target_[0].data(), source_[0].data(), kPagesA * kPage, 0},
+       {target_[1].data(), source_[1].data(), kPagesB * kPage, kPagesA * kPage}});
+  if (!made.ok() && absl::IsFailedPrecondition(made.status())) GTEST_SKIP() << made.status();
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_TRUE((*made)->Start().ok());
+  (void)*static_cast<volatile uint8_t*>(target_[0].data() + (kPagesA - 1) * kPage);
+  (void)*static_cast<volatile uint8_t*>(target_[1].data());
+  std::vector<UserfaultPager::Run> touched = (*made)->Touched();
+  ASSERT_EQ(touched.size(), 1u);
+  EXPECT_EQ(touched[0].offset, (kPagesA - 1) * kPage);
+  EXPECT_EQ(touched[0].length, 2 * kPage);
+  (*made)->Stop();
+  made->reset();
+  auto fresh_a = Mmap::Anonymous(kPagesA * kPage);
+  auto fresh_b = Mmap::Anonymous(kPagesB * kPage);
+  ASSERT_TRUE(fresh_a.ok() && fresh_b.ok());
+  auto next = UserfaultPager::Create(
+      {{fresh_a->data(), source_[0].data(), kPagesA * kPage, 0},
+       {fresh_b->data(), source_[1].data(), kPagesB * kPage, kPagesA * kPage}});
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE((*next)->Prefetch(touched).ok());
+  EXPECT_EQ((*next)->stats().prefetched_pages, 2u);
+  EXPECT_TRUE((*next)->Served(0, kPagesA - 1));
+  EXPECT_TRUE((*next)->Served(1, 0));
+  EXPECT_FALSE((*next)->Served(1, 1));
+  EXPECT_EQ(fresh_a->data()[(kPagesA - 1) * kPage], Pattern((kPagesA - 1) * kPage));
+  EXPECT_EQ(fresh_b->data()[0], Pattern(kOffsetB));
+  // A run that goes on past the last range is refused.
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      (*next)->Prefetch({{(kPagesA + kPagesB - 1) * kPage, 2 * kPage}})));
+}
+
+TEST_F(UffdPagerTest, PrefetchOverPagesAlreadyInGoesOnAfterManyPartialCopies) {
+  // Every other page in first, then the whole range: the kernel stops each
+  // copy at the next page that is there (a partial copy), many times over.
+  MAKE_PAGER_OR_SKIP(pager);
+  std::vector<UserfaultPager::Run> every_other;
+  for (uint64_t p = 0; p < kPagesA; p += 2) every_other.push_back({p * kPage, kPage});
+  ASSERT_TRUE(pager->Prefetch(every_other).ok());
+  absl::Status s = pager->Prefetch({{0, kPagesA * kPage}});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(pager->stats().prefetched_pages, kPagesA);
+  ASSERT_TRUE(pager->Start().ok());
+  for (uint64_t p = 0; p < kPagesA; ++p) EXPECT_TRUE(PageMatches(0, p)) << p;
+  EXPECT_EQ(pager->stats().faults, 0u);
 }
 
 TEST_F(UffdPagerTest, BadRangesAreRefused) {

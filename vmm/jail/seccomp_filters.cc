@@ -392,7 +392,7 @@ absl::StatusOr<ThreadKind> ParseThreadKind(std::string_view name) {
     if (ThreadKindName(k) == name) return k;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown thread kind \"", std::string(name), "\" (main, vcpu, event-loop, control, reclaim)"));
+      "unknown thread kind \"", std::string(name), "\" (main, vcpu, event-loop, control, reclaim, pager)"));
 }
 
 std::string_view SeccompModeName(SeccompMode mode) {

@@ -212,10 +212,16 @@ int RunMonitor(const MonitorOptions& opts) {
     }
     restore_options.prefetch = *std::move(runs);
   }
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> touched_file(nullptr, &std::fclose);
+  // Holds an empty list from now on, so that a monitor that never gets to
+  // write its own (a failed start, a kill) leaves a list a later
+  // --prefetch reads; the list at exit is never shorter, and is written
+  // over it from the start.
+  ScopedFd touched_file;
   if (!opts.record_touched.empty()) {
-    touched_file.reset(std::fopen(opts.record_touched.c_str(), "we"));
-    if (touched_file == nullptr) {
+    touched_file.Reset(::open(opts.record_touched.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    const std::string empty = snapshot::SerializeTouched({});
+    if (!touched_file.valid() ||
+        ::write(touched_file.get(), empty.data(), empty.size()) != static_cast<ssize_t>(empty.size())) {
       std::fprintf(stderr, "dsec-monitor: --record-touched %s: %s\n", opts.record_touched.c_str(),
                    std::strerror(errno));
       return kExitUsage;
@@ -362,12 +368,16 @@ int RunMonitor(const MonitorOptions& opts) {
                  static_cast<unsigned long long>(config.console.cap_bytes),
                  static_cast<unsigned long long>(config.console.rate_bytes_per_s));
   }
-  if (touched_file != nullptr) {
+  if (touched_file.valid()) {
     const std::string text = snapshot::SerializeTouched(machine->TouchedPages());
-    if (std::fwrite(text.data(), 1, text.size(), touched_file.get()) != text.size() ||
-        std::fclose(touched_file.release()) != 0) {
-      std::fprintf(stderr, "dsec-monitor: could not write %s\n", opts.record_touched.c_str());
+    size_t done = 0;
+    bool ok = ::lseek(touched_file.get(), 0, SEEK_SET) == 0;
+    while (ok && done < text.size()) {
+      const ssize_t n = ::write(touched_file.get(), text.data() + done, text.size() - done);
+      ok = n > 0;
+      if (ok) done += static_cast<size_t>(n);
     }
+    if (!ok) std::fprintf(stderr, "dsec-monitor: could not write %s\n", opts.record_touched.c_str());
   }
   if (stats_file != nullptr) {
     nlohmann::json j = StatsToJson(stats);

@@ -384,7 +384,22 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view bytes) {
   return m;
 }
 
-std::string SerializeTouched(const std::vector<Extent>& runs) {
+std::string SerializeTouched(const std::vector<Extent>& runs_in) {
+  // Within the format's bound: runs closer than a gap are joined, the gap
+  // doubling until few enough are left (prefetching a few pages more is
+  // harmless; a list ParseTouched refuses is not).
+  std::vector<Extent> runs = runs_in;
+  for (uint64_t gap = kPageSize; runs.size() > kMaxExtents; gap *= 2) {
+    std::vector<Extent> joined;
+    for (const Extent& e : runs) {
+      if (!joined.empty() && e.offset - (joined.back().offset + joined.back().length) <= gap) {
+        joined.back().length = e.offset + e.length - joined.back().offset;
+      } else {
+        joined.push_back(e);
+      }
+    }
+    runs = std::move(joined);
+  }
   nlohmann::json list = nlohmann::json::array();
   for (const Extent& e : runs) list.push_back({e.offset, e.length});
   return nlohmann::json{{"format", kTouchedFormatName}, {"version", kFormatVersion}, {"runs", list}}

@@ -120,6 +120,8 @@ struct Manifest {
 // check (Vm::Restore refuses a run outside it).
 inline constexpr std::string_view kTouchedFormatName = "dsec-vm-touched";
 inline constexpr uint64_t kMaxTouchedBytes = 16ull << 20;
+// `runs` sorted and apart; more than kMaxExtents are joined across the
+// smallest gaps until they fit.
 std::string SerializeTouched(const std::vector<Extent>& runs);
 // InvalidArgument naming the run or field; FailedPrecondition for another
 // format or version.

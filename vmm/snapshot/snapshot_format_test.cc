@@ -208,6 +208,16 @@ TEST(SnapshotFormatTest, TouchedPagesRoundTripAndHostileListsAreRefused) {
     EXPECT_EQ((*back)[i].length, runs[i].length);
   }
   EXPECT_TRUE(ParseTouched(SerializeTouched({}))->empty());
+  // More runs than the format holds are joined across the smallest gaps:
+  // still a list it reads, covering every page given.
+  std::vector<Extent> many;
+  for (uint64_t i = 0; i < kMaxExtents + 10; ++i) many.push_back({i * 2 * 4096, 4096});
+  absl::StatusOr<std::vector<Extent>> joined = ParseTouched(SerializeTouched(many));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_LE(joined->size(), kMaxExtents);
+  ASSERT_FALSE(joined->empty());
+  EXPECT_EQ(joined->front().offset, 0u);
+  EXPECT_EQ(joined->back().offset + joined->back().length, many.back().offset + 4096);
   const std::string head = R"({"format":"dsec-vm-touched","version":1,"runs":)";
   for (const char* runs_json : {"[[1,4096]]", "[[0,100]]", "[[0,0]]", "[[8192,4096],[0,4096]]",
                                 "[[0,8192],[4096,4096]]", "[[1099511627776,4096]]", "[[0]]",

@@ -634,6 +634,9 @@ Vm::~Vm() {
     RequestStop(StopReason::kHostRequest, "VM destroyed");
     Wait();
   }
+  // Every thread that touches guest RAM is joined: the pager goes before
+  // the members its calls use (the thread hook, RequestStop's state).
+  if (pager_) pager_->Stop();
   // Members are destroyed in reverse order: vCPU threads (joined) first, then
   // the event loop, devices, irqfds (the KvmVm outlives them), the KvmVm
   // (its close frees guest RAM's memslots), guest memory.

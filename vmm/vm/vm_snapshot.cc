@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -188,7 +189,8 @@ bool ZeroPage(const uint8_t* p) {
 // without one (a VM restored from a snapshot) page by page, skipping pages
 // of zeros.
 absl::StatusOr<uint64_t> WriteRegion(int out, const memory::GuestRegion& region, int memfd,
-                                     uint64_t file_offset) {
+                                     uint64_t file_offset,
+                                     const std::function<const uint8_t*(uint64_t)>& page_at = {}) {
   uint64_t written = 0;
   if (memfd >= 0) {
     off_t pos = 0;
@@ -206,6 +208,18 @@ absl::StatusOr<uint64_t> WriteRegion(int out, const memory::GuestRegion& region,
                                      file_offset + static_cast<uint64_t>(data)));
       written += static_cast<uint64_t>(hole - data);
       pos = hole;
+    }
+    return written;
+  }
+  if (page_at) {
+    // A lazy restore's RAM: each page where it is (the guest's copy if the
+    // pager served it, else the source it would be copied from), so that
+    // the snapshot does not fault every page in.
+    for (uint64_t off = 0; off < region.size; off += kPage) {
+      const uint8_t* p = page_at(off);
+      if (ZeroPage(p)) continue;
+      DSEC_RETURN_IF_ERROR(PwriteAll(out, p, kPage, file_offset + off));
+      written += kPage;
     }
     return written;
   }
@@ -537,8 +551,16 @@ absl::StatusOr<SnapshotResult> Vm::SaveSnapshot(int dir_fd, bool diff) {
       DSEC_ASSIGN_OR_RETURN(n, WriteRegionDiff(mem.get(), pagemap.get(), regions[i],
                                                manifest.regions[i].offset, &manifest.extents));
     } else {
+      std::function<const uint8_t*(uint64_t)> page_at;
+      if (pager_) {
+        const uint8_t* target = regions[i].host;
+        const uint8_t* source = lazy_source_->regions()[i].host;
+        page_at = [this, i, target, source](uint64_t off) {
+          return pager_->Served(i, off / kPage) ? target + off : source + off;
+        };
+      }
       DSEC_ASSIGN_OR_RETURN(n, WriteRegion(mem.get(), regions[i], memory_->RegionFd(i),
-                                           manifest.regions[i].offset));
+                                           manifest.regions[i].offset, page_at));
     }
     result.memory_bytes_written += n;
   }
