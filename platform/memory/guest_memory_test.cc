@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "platform/memory/guest_memory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <limits>
 
 #include "gtest/gtest.h"
@@ -85,6 +91,42 @@ TEST(MemfdGuestMemory, IsLazilyCommittedAndReportsResidency) {
 TEST(MemfdGuestMemory, RejectsUnalignedRegions) {
   EXPECT_EQ(MemfdGuestMemory::Create({{0, 1000}}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The VmFlags of the mapping that holds `p` in /proc/self/smaps.
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  bool in = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      in = a >= lo && a < hi;
+      continue;
+    }
+    if (in && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(MemfdGuestMemory, PrivateRamIsOfferedToKsmAndSharedRamIsNot) {
+  if (::access("/sys/kernel/mm/ksm/run", F_OK) != 0) GTEST_SKIP() << "this kernel has no KSM";
+  auto lazy = MemfdGuestMemory::MapAnonymous({{0, 1 << 20}});
+  ASSERT_TRUE(lazy.ok()) << lazy.status();
+  EXPECT_NE(VmFlagsOf(lazy->get()->regions()[0].host).find(" mg"), std::string::npos)
+      << VmFlagsOf(lazy->get()->regions()[0].host);
+  char path[] = "/tmp/dsec-guest-memory-test-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);
+  auto restored = MemfdGuestMemory::MapPrivateFile({{0, 1 << 20}}, fd, {0});
+  ::close(fd);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_NE(VmFlagsOf(restored->get()->regions()[0].host).find(" mg"), std::string::npos);
+  auto booted = MemfdGuestMemory::Create({{0, 1 << 20}}, {});
+  ASSERT_TRUE(booted.ok()) << booted.status();
+  EXPECT_EQ(VmFlagsOf(booted->get()->regions()[0].host).find(" mg"), std::string::npos);
 }
 
 }  // namespace

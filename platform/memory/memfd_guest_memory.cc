@@ -14,6 +14,20 @@ namespace dsec::memory {
 namespace {
 constexpr uint64_t kPageSize = 4096;
 constexpr uint64_t kHugePageSize = 2ull << 20;
+
+// Private guest RAM (a restored VM's) offered to KSM, as QEMU's mem-merge
+// does: clones' private copies of equal pages can then be merged where
+// the host runs ksmd (its global `run`; without it the advice costs
+// nothing). Shared memory (a booted VM's memfd) is never scanned by KSM.
+// A kernel without KSM refuses the advice (EINVAL): not an error.
+void OfferToKsm(uint8_t* p, uint64_t size) {
+#ifdef MADV_MERGEABLE
+  (void)::madvise(p, size, MADV_MERGEABLE);
+#else
+  (void)p;
+  (void)size;
+#endif
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::Create(
@@ -68,6 +82,7 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapPrivateFi
     DSEC_ASSIGN_OR_RETURN(Mmap map, Mmap::File(file, range.size, PROT_READ | PROT_WRITE,
                                                MAP_PRIVATE | MAP_NORESERVE,
                                                static_cast<off_t>(offsets[i])));
+    OfferToKsm(map.data(), range.size);
     mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
     mem->fds_.emplace_back();
     mem->maps_.push_back(std::move(map));
@@ -88,6 +103,7 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapAnonymous
           range.size));
     }
     DSEC_ASSIGN_OR_RETURN(Mmap map, Mmap::Anonymous(range.size, PROT_READ | PROT_WRITE, MAP_NORESERVE));
+    OfferToKsm(map.data(), range.size);
     mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
     mem->fds_.emplace_back();
     mem->maps_.push_back(std::move(map));
