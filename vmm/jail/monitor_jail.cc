@@ -131,8 +131,18 @@ absl::Status MonitorJail::LockLocked(int expected_threads, int abort_fd) {
           waiting_, " of ", expected_threads, " monitor threads reached the jail in 10 s"));
     }
   }
-  // A thread this code did not start would run unfiltered.
+  // A thread this code did not start would run unfiltered. A thread just
+  // joined (the CPU-frequency warm-up, joined right before Lock) can still
+  // be listed for a moment: pthread_join returns when the kernel clears its
+  // tid, before the task leaves the thread group. So an extra task counts
+  // only if it is still there after 200 ms.
   absl::StatusOr<std::vector<std::string>> tasks = ListDirectory("/proc/self/task");
+  for (int waited_ms = 0; tasks.ok() && static_cast<int>(tasks->size()) > expected_threads + 1 &&
+                          waited_ms < 200;
+       ++waited_ms) {
+    ::usleep(1000);
+    tasks = ListDirectory("/proc/self/task");
+  }
   if (!tasks.ok()) return tasks.status();
   if (static_cast<int>(tasks->size()) != expected_threads + 1) {
     std::string msg = absl::StrCat("the monitor has ", tasks->size(), " threads, expected ",
