@@ -244,7 +244,7 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     vm->Wait();
   }
 
-  // 2b. Lazy restores (userfaultfd): the first one runs for a second and
+  // 2b. Lazy restores (userfaultfd): the first one runs for 200 ms and
   // records the pages it touched; the next ones prefetch them. Per run:
   // the Restore call (the prefetch copies included), to the first KVM_RUN,
   // and the faults in the guest's first 200 ms.

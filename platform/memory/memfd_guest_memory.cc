@@ -60,6 +60,13 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::Create(
   return mem;
 }
 
+void MemfdGuestMemory::AddPrivateRegion(const Range& range, Mmap map) {
+  OfferToKsm(map.data(), range.size);
+  regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
+  fds_.emplace_back();
+  maps_.push_back(std::move(map));
+}
+
 absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapPrivateFile(
     std::vector<Range> ranges, int file, std::vector<uint64_t> offsets) {
   if (offsets.size() != ranges.size()) {
@@ -82,10 +89,7 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapPrivateFi
     DSEC_ASSIGN_OR_RETURN(Mmap map, Mmap::File(file, range.size, PROT_READ | PROT_WRITE,
                                                MAP_PRIVATE | MAP_NORESERVE,
                                                static_cast<off_t>(offsets[i])));
-    OfferToKsm(map.data(), range.size);
-    mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
-    mem->fds_.emplace_back();
-    mem->maps_.push_back(std::move(map));
+    mem->AddPrivateRegion(range, std::move(map));
   }
   DSEC_RETURN_IF_ERROR(ValidateRegionLayout(mem->regions_));
   return mem;
@@ -103,10 +107,7 @@ absl::StatusOr<std::unique_ptr<MemfdGuestMemory>> MemfdGuestMemory::MapAnonymous
           range.size));
     }
     DSEC_ASSIGN_OR_RETURN(Mmap map, Mmap::Anonymous(range.size, PROT_READ | PROT_WRITE, MAP_NORESERVE));
-    OfferToKsm(map.data(), range.size);
-    mem->regions_.push_back(GuestRegion{range.gpa, range.size, map.data()});
-    mem->fds_.emplace_back();
-    mem->maps_.push_back(std::move(map));
+    mem->AddPrivateRegion(range, std::move(map));
   }
   DSEC_RETURN_IF_ERROR(ValidateRegionLayout(mem->regions_));
   return mem;

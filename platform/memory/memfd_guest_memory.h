@@ -64,6 +64,8 @@ class MemfdGuestMemory : public GuestMemory {
 
  private:
   MemfdGuestMemory() = default;
+  // A private region (no memfd) of `map`, offered to KSM.
+  void AddPrivateRegion(const Range& range, Mmap map);
   std::vector<ScopedFd> fds_;
   std::vector<Mmap> maps_;
   bool private_file_ = false;

@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,11 +21,9 @@
 #include "absl/base/internal/sysinfo.h"
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
-#include "base/file_io.h"
 #include "base/image_pages.h"
 #include "base/logging.h"
 #include "base/scoped_fd.h"
-#include "base/status.h"
 #include "nlohmann/json.hpp"
 #include "vmm/api/control.h"
 #include "vmm/jail/monitor_jail.h"
@@ -196,13 +193,8 @@ int RunMonitor(const MonitorOptions& opts) {
   vm::RestoreOptions restore_options;
   restore_options.lazy = opts.lazy_restore;
   if (!opts.prefetch.empty()) {
-    struct stat st;
     absl::StatusOr<std::string> text =
-        ::stat(opts.prefetch.c_str(), &st) != 0 ? ErrnoStatus("stat")
-        : !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > snapshot::kMaxTouchedBytes
-            ? absl::InvalidArgumentError(absl::StrCat("want a regular file of at most ",
-                                                      snapshot::kMaxTouchedBytes, " bytes"))
-            : ReadFile(opts.prefetch);
+        snapshot::ReadBoundedFile(opts.prefetch, snapshot::kMaxTouchedBytes);
     absl::StatusOr<std::vector<snapshot::Extent>> runs =
         text.ok() ? snapshot::ParseTouched(*text) : text.status();
     if (!runs.ok()) {

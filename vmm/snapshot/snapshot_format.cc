@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "vmm/snapshot/snapshot_format.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/json_fields.h"
+#include "base/scoped_fd.h"
 #include "base/status.h"
 
 namespace dsec::snapshot {
@@ -441,6 +446,28 @@ absl::StatusOr<std::vector<Extent>> ParseTouched(std::string_view bytes) {
   }
   DSEC_RETURN_IF_ERROR(f.RejectUnknown());
   return out;
+}
+
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, uint64_t max_bytes) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open(", path, ")"));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("fstat(", path, ")"));
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file of at most ", max_bytes, " bytes"));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::pread(fd.get(), text.data() + got, text.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(absl::StrCat("read(", path, ")"));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
 }
 
 }  // namespace dsec::snapshot

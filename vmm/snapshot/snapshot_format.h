@@ -127,6 +127,11 @@ std::string SerializeTouched(const std::vector<Extent>& runs);
 // format or version.
 absl::StatusOr<std::vector<Extent>> ParseTouched(std::string_view bytes);
 
+// A snapshot's file read whole: a regular file (a symlink is not followed)
+// of at most `max_bytes`, checked on the open file before anything is read;
+// InvalidArgument naming `path` otherwise.
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, uint64_t max_bytes);
+
 // The manifest file's bytes.
 std::string SerializeManifest(const Manifest& manifest);
 // Checks the header, the CRC, and every field; InvalidArgument naming the

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "vmm/snapshot/snapshot_format.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
+#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -235,6 +237,28 @@ TEST(SnapshotFormatTest, TouchedPagesRoundTripAndHostileListsAreRefused) {
       ParseTouched(R"({"format":"dsec-vm-snapshot","version":1,"runs":[]})").status()));
   EXPECT_TRUE(absl::IsFailedPrecondition(
       ParseTouched(R"({"format":"dsec-vm-touched","version":2,"runs":[]})").status()));
+}
+
+TEST(SnapshotFormatTest, ReadBoundedFileTakesOnlyARegularFileWithinItsBound) {
+  char tmpl[] = "/tmp/dsec-snapshot-format-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string file = dir + "/f", link = dir + "/l";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << "0123456789";
+  }
+  ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
+  absl::StatusOr<std::string> ok = ReadBoundedFile(file, 10);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, "0123456789");
+  EXPECT_TRUE(absl::IsInvalidArgument(ReadBoundedFile(file, 9).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReadBoundedFile(dir, 1 << 20).status()));
+  EXPECT_FALSE(ReadBoundedFile(link, 1 << 20).ok());  // not followed
+  EXPECT_FALSE(ReadBoundedFile(dir + "/missing", 10).ok());
+  ::unlink(link.c_str());
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

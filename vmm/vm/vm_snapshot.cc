@@ -307,30 +307,6 @@ class PartialFiles {
   std::vector<std::string> names_;
 };
 
-// The manifest's bytes, refusing anything but a regular file within the
-// format's bound before reading it.
-absl::StatusOr<std::string> ReadManifestFile(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open(", path, ")"));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("fstat(", path, ")"));
-  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > snapshot::kMaxManifestBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file of at most ",
-                                                   snapshot::kMaxManifestBytes, " bytes"));
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::pread(fd.get(), text.data() + got, text.size() - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(absl::StrCat("read(", path, ")"));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  text.resize(got);
-  return text;
-}
-
 }  // namespace
 
 // The event loop held for a snapshot: a task on the loop thread reads the
@@ -691,7 +667,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir_in, const
   std::unique_ptr<Vm> vm(new Vm());
   vm->timestamps_.create_ns = MonotonicNowNs();
   const std::string manifest_path = absl::StrCat(dir, "/", snapshot::kManifestFile);
-  DSEC_ASSIGN_OR_RETURN(std::string text, ReadManifestFile(manifest_path));
+  DSEC_ASSIGN_OR_RETURN(std::string text, snapshot::ReadBoundedFile(manifest_path, snapshot::kMaxManifestBytes));
   absl::StatusOr<snapshot::Manifest> parsed = snapshot::ParseManifest(text);
   if (!parsed.ok()) {
     return absl::Status(parsed.status().code(),
@@ -777,7 +753,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Restore(const std::string& dir_in, const
     }
     const std::string pdir = absl::StrCat(parent_dir, "/", ref.name);
     const std::string ppath = absl::StrCat(pdir, "/", snapshot::kManifestFile);
-    DSEC_ASSIGN_OR_RETURN(std::string ptext, ReadManifestFile(ppath));
+    DSEC_ASSIGN_OR_RETURN(std::string ptext, snapshot::ReadBoundedFile(ppath, snapshot::kMaxManifestBytes));
     absl::StatusOr<snapshot::Manifest> pm = snapshot::ParseManifest(ptext);
     if (!pm.ok()) {
       return absl::Status(pm.status().code(), absl::StrCat(ppath, ": ", pm.status().message()));
