@@ -2,6 +2,7 @@
 #include "sandbox/container/container_tier.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -36,6 +37,9 @@ namespace dsec::container {
 namespace {
 
 constexpr char kV1Freezer[] = "/sys/fs/cgroup/freezer";
+// A files API write (at most the daemon's upload limit, 64 MiB by default)
+// goes at memory speed; this is for a sandbox whose memory is reclaimed hard.
+constexpr int64_t kFileWriteTimeoutMs = 60'000;
 constexpr char kHybridV2[] = "/sys/fs/cgroup/unified";
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -247,8 +251,25 @@ class ContainerTierSandbox : public tier::TierSandbox {
   absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) override {
     return ReadRootFile(sandbox_->rootfs_dir(), path, max_bytes, Credentials());
   }
+  // The file is found or made here, under the walls of root_files.h; its
+  // data is written by a process of the sandbox's own (a copy of its init),
+  // so that the pages it takes in the writable layer are charged to the
+  // sandbox's memory cgroup, whose limit bounds that layer (upper_store.h),
+  // and not to the daemon's, which no limit of the sandbox's bounds.
   absl::Status WriteFile(const std::string& path, const std::string& data, uint32_t mode) override {
-    return WriteRootFile(sandbox_->rootfs_dir(), path, data, mode, Credentials());
+    if (paused_) {
+      return absl::FailedPreconditionError(
+          "the sandbox is paused: resume it to write files (a process of its own writes them)");
+    }
+    DSEC_ASSIGN_OR_RETURN(ScopedFd fd, OpenRootFileForWrite(sandbox_->rootfs_dir(), path, mode, Credentials()));
+    if (data.empty()) return absl::OkStatus();
+    absl::Status s = WriteInside(fd.get(), path, data);
+    // What was written goes again: a write that did not fit leaves the
+    // sandbox its memory back (and an empty file, not a torn one).
+    if (!s.ok() && ::ftruncate(fd.get(), 0) != 0) {
+      DSEC_LOG(warn, "container: truncating {} after a failed write: {}", path, strerror(errno));
+    }
+    return s;
   }
   absl::StatusOr<std::vector<tier::FileEntry>> ListDir(const std::string& path) override {
     return ListRootDir(sandbox_->rootfs_dir(), path, Credentials());
@@ -297,6 +318,34 @@ class ContainerTierSandbox : public tier::TierSandbox {
 
  private:
   FileCredentials Credentials() const { return SandboxFileCredentials(sandbox_->user_namespace()); }
+
+  // `data` into `fd` by a copy of the sandbox's init (exec.h copy_to_fd).
+  absl::Status WriteInside(int fd, const std::string& path, const std::string& data) {
+    ExecOptions o;
+    o.argv = {"(files API write)"};
+    o.copy_to_fd = fd;
+    o.stdin_data = data;
+    o.timeout_ms = kFileWriteTimeoutMs;
+    o.output_cap_bytes = 4096;
+    absl::StatusOr<ExecResult> r = sandbox_->Exec(o);
+    if (!r.ok()) return Annotate(r.status(), absl::StrCat("writing ", path));
+    if (r->timed_out) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("writing ", path, " took longer than ", kFileWriteTimeoutMs / 1000, " s"));
+    }
+    if (r->signal) {
+      if (r->oom_killed) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the sandbox's memory limit does not hold ", path,
+            " (its writable layer is memory): the write was stopped and the file left empty"));
+      }
+      // The sandbox's own processes can signal it.
+      return absl::FailedPreconditionError(absl::StrCat("writing ", path, ": the sandbox's writer was killed by signal ",
+                                             *r->signal, "; the file was left empty"));
+    }
+    if (r->exit_code.value_or(0) != 0) return RootFileWriteError(path, *r->exit_code);
+    return absl::OkStatus();
+  }
 
   std::shared_ptr<InitPool> pool_;  // outlives sandbox_ (member order)
   std::unique_ptr<Sandbox> sandbox_;

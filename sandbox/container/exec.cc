@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -127,6 +128,7 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   spec.uid = options.uid;
   spec.gid = options.gid;
   spec.kill_group_on_exit = options.kill_group_on_exit;
+  spec.copy_stdin_to_stdout = options.copy_to_fd >= 0;
   ExecRequestHeader header;
   DSEC_ASSIGN_OR_RETURN(std::string body, EncodeExecRequest(spec, &header));
   DSEC_ASSIGN_OR_RETURN(Pipe in, Pipe::Create());
@@ -135,11 +137,28 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
   DSEC_ASSIGN_OR_RETURN(Pipe error, Pipe::Create());
   DSEC_ASSIGN_OR_RETURN(Pipe report, Pipe::Create());
 
+  // A copy's data is a memory file it reads to its end at its own pace
+  // (through a pipe, each page would be one more round of the pump's poll).
+  ScopedFd copy_in;
+  if (options.copy_to_fd >= 0) {
+    copy_in = ScopedFd(::memfd_create("dsec-copy", MFD_CLOEXEC));
+    if (!copy_in.valid()) return ErrnoToStatus("exec: memfd_create for a copy's data");
+    for (size_t off = 0; off < options.stdin_data.size();) {
+      ssize_t w = ::write(copy_in.get(), options.stdin_data.data() + off, options.stdin_data.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return ErrnoToStatus("exec: writing a copy's data");
+      off += static_cast<size_t>(w);
+    }
+    if (::lseek(copy_in.get(), 0, SEEK_SET) != 0) return ErrnoToStatus("exec: lseek");
+  }
+
   target.cgroups->ResetPeak();
   const uint64_t oom_before = target.cgroups->OomKills();
   const int control = target.init_control_fd;
-  const int fds[kExecRequestFds] = {in.read.get(), out.write.get(), err.write.get(),
-                                    error.write.get(), report.write.get()};
+  // A copy's stdout is the caller's descriptor; `out` then only ends at once.
+  const bool copy = options.copy_to_fd >= 0;
+  const int fds[kExecRequestFds] = {copy ? copy_in.get() : in.read.get(), copy ? options.copy_to_fd : out.write.get(),
+                                    err.write.get(), error.write.get(), report.write.get()};
   auto left_ms = [&] { return (deadline - clock.NowNs()) / 1'000'000; };
   auto not_started = [] {
     return absl::DeadlineExceededError("exec: the sandbox's init did not start the process");
@@ -213,8 +232,8 @@ absl::StatusOr<ExecResult> RunExec(const ExecTarget& target, const ExecOptions& 
                     DSEC_LOG(warn, "container: exec kill: {}", strays.status().ToString());
                   }
                 });
-  pump.AppendStdin(options.stdin_data);
-  if (options.control == nullptr || !options.control->stdin_open()) pump.CloseStdin();
+  if (!copy) pump.AppendStdin(options.stdin_data);
+  if (copy || options.control == nullptr || !options.control->stdin_open()) pump.CloseStdin();
   // Other signals reach the process group, as a terminal's would.
   WatchExecControl(pump, options.control, [&](int sig) {
     if (pid_t g = host_pgid(); g > 0) ::kill(-g, sig);

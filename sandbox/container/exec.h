@@ -58,6 +58,13 @@ struct ExecOptions {
   // signals to this command's process group; SIGKILL ends it as the
   // timeout does. Served from the process's start to its end.
   std::shared_ptr<ExecControl> control;
+  // Not a command: a copy of the sandbox's init (init_protocol.h
+  // kExecCopyStdinToStdout) writes stdin_data to this descriptor of the
+  // caller's, which becomes its stdout, and exits 0, or with the errno of
+  // the write that failed. What the writes allocate (a file's pages in
+  // the sandbox's writable layer) is charged to the sandbox's memory
+  // cgroup. argv names it (messages only).
+  int copy_to_fd = -1;
 };
 
 struct ExecResult {

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -57,12 +58,10 @@ struct SpawnArgs {
   gid_t gid = 0;
 };
 
-// The exec process: a CLONE_VFORK child of the init, running on its own
-// stack in the init's memory (or, when it switches ids, a copy of it) until
-// execve. It writes nothing the init reads (errno aside, which the init
-// does not look at across the clone) and allocates nothing.
-int ExecChild(void* arg) {
-  const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
+// What an exec process and a copy do first: their own session, the
+// request's descriptors on 0-3 and no other, signals unblocked, the
+// request's ids. Failures go to the error pipe. Allocates nothing.
+void EnterChild(const SpawnArgs& a) {
   const int err_fd = a.fds[3];
   if (::setsid() < 0) FailChild(err_fd, kSetsid, errno);
   // Received descriptors are all above 3 (the init keeps /dev/null on
@@ -84,6 +83,15 @@ int ExecChild(void* arg) {
       FailChild(3, kSetId, errno);
     }
   }
+}
+
+// The exec process: a CLONE_VFORK child of the init, running on its own
+// stack in the init's memory (or, when it switches ids, a copy of it) until
+// execve. It writes nothing the init reads (errno aside, which the init
+// does not look at across the clone) and allocates nothing.
+int ExecChild(void* arg) {
+  const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
+  EnterChild(a);
   // After the switch: a uid enters only the directories it may enter.
   if (::chdir(a.request->cwd) != 0) FailChild(3, kChdir, errno);
   int last = ENOENT;
@@ -93,6 +101,56 @@ int ExecChild(void* arg) {
     if (errno != ENOENT || last == ENOENT) last = errno;
   }
   FailChild(3, kExec, last);
+}
+
+// The copy's buffer (kExecCopyStdinToStdout). Only copies touch it, each
+// in its own memory: the init's pages of it stay untouched.
+char g_copy_buffer[64 << 10];
+
+// A copy of the init made for kExecCopyStdinToStdout: a fork, not a
+// CLONE_VM child, so that the init goes on serving while it copies (and
+// the copy's memory is its own, with this sandbox's cgroups charged for
+// what it allocates). Exits 0 at stdin's EOF with everything written, else
+// with the errno of the read or write that failed.
+int CopyChild(void* arg) {
+  EnterChild(*static_cast<const SpawnArgs*>(arg));
+  // The first its memory cgroup's OOM killer takes: a file that does not
+  // fit ends this copy, not the sandbox's own processes. Its /proc entry
+  // opens only while it is dumpable (else the entry is host root's, which
+  // in a user namespace the copy is not), so for that moment it is: a
+  // process of the sandbox that attached to it meanwhile would hold a
+  // copy that can do no more than the sandbox's root can (write this
+  // file; its other descriptors are gone). Best effort: without the
+  // sandbox's /proc the killer goes by size, as for any process.
+  ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  const int adj = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (adj >= 0) {
+    (void)!::write(adj, "1000", 4);
+    ::close(adj);
+  }
+  // In the kernel where it can (stdin is a memory file, exec.cc), by hand
+  // where it cannot.
+  for (;;) {
+    const ssize_t n = ::sendfile(1, 0, nullptr, 1 << 30);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) ::_exit(0);
+    if (n < 0 && errno != EINVAL && errno != ENOSYS) ::_exit(errno & 0xff);
+    if (n < 0) break;
+  }
+  for (;;) {
+    const ssize_t n = ::read(0, g_copy_buffer, sizeof(g_copy_buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ::_exit(errno & 0xff);
+    if (n == 0) ::_exit(0);
+    for (ssize_t off = 0; off < n;) {
+      const ssize_t w = ::write(1, g_copy_buffer + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) ::_exit(errno & 0xff);
+      if (w == 0) ::_exit(EIO);
+      off += w;
+    }
+  }
 }
 
 // One message to the runtime, with `fd` attached if >= 0. Never blocks: a
@@ -233,9 +291,12 @@ bool ServeRequest(InitState& in) {
     // change (to fs.suid_dumpable), and in shared memory that would be the
     // init's, opening /proc/1/mem to the sandbox's processes.
     const bool switch_ids = args.uid != 0 || args.gid != 0;
-    int pid = ::clone(&ExecChild, in.stack_top,
-                      (switch_ids ? 0 : CLONE_VM) | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args,
-                      &pidfd);
+    // A copy is a fork (CopyChild): the init does not wait for it.
+    const bool copy = (h.flags & kExecCopyStdinToStdout) != 0;
+    int pid = copy ? ::clone(&CopyChild, in.stack_top, CLONE_PIDFD | SIGCHLD, &args, &pidfd)
+                   : ::clone(&ExecChild, in.stack_top,
+                             (switch_ids ? 0 : CLONE_VM) | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args,
+                             &pidfd);
     if (pid > 0) {
       Track(in, pid, (h.flags & kExecKillGroupOnExit) != 0, fds[4]);
       fds[4] = -1;  // kept until the exit is reported

@@ -140,7 +140,8 @@ absl::StatusOr<std::string> EncodeExecRequest(const ExecSpec& spec, ExecRequestH
   header->argc = static_cast<uint32_t>(spec.argv.size());
   header->envc = static_cast<uint32_t>(spec.env.size());
   header->pathc = static_cast<uint32_t>(spec.exec_paths.size());
-  header->flags = spec.kill_group_on_exit ? kExecKillGroupOnExit : 0;
+  header->flags = (spec.kill_group_on_exit ? kExecKillGroupOnExit : 0) |
+                  (spec.copy_stdin_to_stdout ? kExecCopyStdinToStdout : 0);
   return body;
 }
 
@@ -154,7 +155,9 @@ bool ParseExecRequest(const ExecRequestHeader& h, char* body, size_t len, char**
   if (h.magic != kExecRequestMagic || h.body_bytes != len || len > kMaxExecRequestBytes) {
     return false;
   }
-  if (h.argc == 0 || h.pathc == 0 || (h.flags & ~kExecKillGroupOnExit) != 0) return false;
+  if (h.argc == 0 || h.pathc == 0 || (h.flags & ~(kExecKillGroupOnExit | kExecCopyStdinToStdout)) != 0) {
+    return false;
+  }
   // Every string takes at least its NUL: more strings than bytes cannot fit
   // (and the sums below cannot overflow).
   const uint64_t strings = static_cast<uint64_t>(h.argc) + h.envc + h.pathc + 1;

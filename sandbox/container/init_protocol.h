@@ -121,6 +121,19 @@ inline constexpr int kMaxInitTracked = 64;
 
 // Flags of ExecRequestHeader.
 inline constexpr uint32_t kExecKillGroupOnExit = 1;
+// Not an exec: the init forks a copy of itself (its own memory, so that
+// it neither waits for the copy nor shares its memory with it) that copies
+// its stdin (a memory file, or anything read(2) takes) to its stdout until
+// EOF and exits 0, or exits with the errno of the read or write that
+// failed. Used to write a file the runtime
+// opened (stdout) with data it streams in (stdin), so that the pages the
+// file takes are allocated, and charged, inside the sandbox's memory
+// cgroup rather than the runtime's (sandbox/container/README.md). The
+// copy makes itself the OOM killer's first choice (oom_score_adj 1000)
+// before it reads: a file that does not fit in the sandbox's memory ends
+// the copy, not the sandbox's own processes. argv, paths and cwd are not
+// used.
+inline constexpr uint32_t kExecCopyStdinToStdout = 2;
 
 struct ExecRequestHeader {
   uint32_t magic = kExecRequestMagic;
@@ -143,6 +156,7 @@ struct ExecSpec {
   uint32_t uid = 0;
   uint32_t gid = 0;
   bool kill_group_on_exit = true;
+  bool copy_stdin_to_stdout = false;  // kExecCopyStdinToStdout
 };
 
 // Header and body for `spec`. InvalidArgument if a string holds a NUL,

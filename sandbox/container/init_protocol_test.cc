@@ -140,6 +140,11 @@ TEST(InitProtocolTest, RequestRoundTrips) {
   p = Parse(h, *body);
   ASSERT_TRUE(p.ok);
   EXPECT_TRUE(p.env.empty());
+  ExecSpec copy = Spec();
+  copy.copy_stdin_to_stdout = true;
+  body = EncodeExecRequest(copy, &h);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(h.flags, kExecKillGroupOnExit | kExecCopyStdinToStdout);
 }
 
 TEST(InitProtocolTest, EncodeRefusesWhatCannotCross) {
@@ -176,7 +181,8 @@ TEST(InitProtocolTest, ParseRejectsMalformedRequests) {
   EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.body_bytes += 1; }));
   EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.argc = 0; }));
   EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.pathc = 0; }));
-  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.flags = 2; }));
+  EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.flags = 4; }));
+  EXPECT_TRUE(with([](ExecRequestHeader& h, std::string&) { h.flags = kExecCopyStdinToStdout; }));
   // One string more or fewer than the body holds.
   EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.envc += 1; }));
   EXPECT_FALSE(with([](ExecRequestHeader& h, std::string&) { h.envc -= 1; }));

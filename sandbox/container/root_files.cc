@@ -61,6 +61,11 @@ absl::Status PathError(const std::string& what, const std::string& path, int err
   if (err == ENOSPC || err == EDQUOT) {
     return absl::ResourceExhaustedError(absl::StrCat("the sandbox's writable layer is full (", path, ")"));
   }
+  if (err == ENOMEM) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the sandbox's memory limit does not hold ", path, " (its writable layer is memory)"));
+  }
+  if (err == EFBIG) return absl::ResourceExhaustedError(absl::StrCat("file too large: ", path));
   return ErrnoToStatus(absl::StrCat(what, " ", path), err);
 }
 
@@ -164,8 +169,7 @@ absl::StatusOr<ScopedFd> MakeParents(int rootfd, const std::string& dir) {
   return cur;
 }
 
-absl::Status WriteData(int fd, const std::string& data, uint32_t mode, const std::string& path) {
-  if (::fchmod(fd, mode) != 0) return PathError("chmod", path, errno);
+absl::Status WriteData(int fd, const std::string& data, const std::string& path) {
   size_t off = 0;
   while (off < data.size()) {
     ssize_t n = ::write(fd, data.data() + off, data.size() - off);
@@ -204,8 +208,8 @@ absl::StatusOr<std::string> ReadRootFile(const std::string& root, const std::str
   return out;
 }
 
-absl::Status WriteRootFile(const std::string& root, const std::string& path,
-                           const std::string& data, uint32_t mode, const FileCredentials& creds) {
+absl::StatusOr<ScopedFd> OpenRootFileForWrite(const std::string& root, const std::string& path, uint32_t mode,
+                                              const FileCredentials& creds) {
   if (mode > 07777) return absl::InvalidArgumentError("mode must be at most 07777");
   DSEC_ASSIGN_OR_RETURN(Session s, Begin(root, path, creds));
   std::string target = path;
@@ -215,7 +219,8 @@ absl::Status WriteRootFile(const std::string& root, const std::string& path,
       ScopedFd found(raw);
       DSEC_RETURN_IF_ERROR(CheckServed(found.get(), path, Want::kFile));
       DSEC_ASSIGN_OR_RETURN(ScopedFd fd, Reopen(found, O_WRONLY | O_TRUNC | O_NONBLOCK, path));
-      return WriteData(fd.get(), data, mode, path);
+      if (::fchmod(fd.get(), mode) != 0) return PathError("chmod", path, errno);
+      return fd;
     }
     if (errno != ENOENT) return PathError("open", path, errno);
     // Missing: its parents are made, then the file itself, exclusively,
@@ -241,10 +246,19 @@ absl::Status WriteRootFile(const std::string& root, const std::string& path,
     if (raw < 0 && errno == EEXIST) continue;  // made meanwhile: look again
     if (raw < 0) return PathError("create", path, errno);
     ScopedFd fd(raw);
-    return WriteData(fd.get(), data, mode, path);
+    if (::fchmod(fd.get(), mode) != 0) return PathError("chmod", path, errno);
+    return fd;
   }
   return absl::InvalidArgumentError(absl::StrCat("too many symbolic links on the way: ", path));
 }
+
+absl::Status WriteRootFile(const std::string& root, const std::string& path,
+                           const std::string& data, uint32_t mode, const FileCredentials& creds) {
+  DSEC_ASSIGN_OR_RETURN(ScopedFd fd, OpenRootFileForWrite(root, path, mode, creds));
+  return WriteData(fd.get(), data, path);
+}
+
+absl::Status RootFileWriteError(const std::string& path, int err) { return PathError("write", path, err); }
 
 absl::StatusOr<std::vector<tier::FileEntry>> ListRootDir(const std::string& root,
                                                    const std::string& path,

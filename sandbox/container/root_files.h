@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/scoped_fd.h"
 #include "sandbox/container/file_credentials.h"
 #include "sandbox/tier/tier.h"
 
@@ -40,9 +41,19 @@ namespace dsec::container {
 absl::StatusOr<std::string> ReadRootFile(const std::string& root, const std::string& path,
                                          uint64_t max_bytes, const FileCredentials& creds);
 // Creates missing parent directories (0755) and the file (truncating it);
-// a dangling symlink inside the root gets its target created.
+// a dangling symlink inside the root gets its target created. The pages
+// the data takes are charged to the calling process's memory cgroup: the
+// files API writes through OpenRootFileForWrite and a process of the
+// sandbox's (container_tier.cc); this is for the runtime's own small files.
 absl::Status WriteRootFile(const std::string& root, const std::string& path,
                            const std::string& data, uint32_t mode, const FileCredentials& creds);
+// WriteRootFile without the data: the file found or made as it does,
+// truncated, with `mode`, opened for writing (O_NONBLOCK). Same errors.
+absl::StatusOr<ScopedFd> OpenRootFileForWrite(const std::string& root, const std::string& path, uint32_t mode,
+                                              const FileCredentials& creds);
+// What WriteRootFile answers when writing `path` failed with `err`
+// (ENOSPC, ENOMEM, EFBIG: ResourceExhausted).
+absl::Status RootFileWriteError(const std::string& path, int err);
 absl::StatusOr<std::vector<tier::FileEntry>> ListRootDir(const std::string& root,
                                                    const std::string& path,
                                                    const FileCredentials& creds);

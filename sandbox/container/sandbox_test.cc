@@ -405,6 +405,36 @@ TEST_F(SandboxTest, AWritableLayerInTheStoreStopsAtTheMemoryLimit) {
             0u);
 }
 
+// A copy (exec.h copy_to_fd) writes the data into a descriptor of the
+// runtime's from inside the sandbox: the file has it whole, its pages are
+// the sandbox's (its memory cgroup's peak holds them), and a write that
+// fails is its errno.
+TEST_F(SandboxTest, ACopyWritesIntoTheRuntimesDescriptorFromInsideTheSandbox) {
+  auto sb = Sandbox::Create(Config("copy"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  const std::string path = absl::StrCat((*sb)->upper_dir(), "/copied");
+  ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  ASSERT_TRUE(fd.valid());
+  ExecOptions o;
+  o.argv = {"(copy)"};
+  o.copy_to_fd = fd.get();
+  o.stdin_data = std::string(8 << 20, 'c');
+  absl::StatusOr<ExecResult> r = (*sb)->Exec(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), 0);
+  EXPECT_EQ(Sh(**sb, "wc -c < /copied").stdout_data, absl::StrCat(8 << 20, "\n"));
+  ASSERT_TRUE(r->cgroup_peak_bytes.has_value());
+  EXPECT_GE(*r->cgroup_peak_bytes, uint64_t{8} << 20);
+  // Read-only: the copy's write fails with EBADF, its exit status.
+  ScopedFd ro(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(ro.valid());
+  o.copy_to_fd = ro.get();
+  o.stdin_data = std::string(1, 'x');
+  r = (*sb)->Exec(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, EBADF);
+}
+
 // A memory limit above the layer's size would not bound it: such a layer
 // gets a tmpfs of its own, full at its size.
 TEST_F(SandboxTest, AMemoryLimitAboveTheLayersSizeGetsATmpfsOfItsOwn) {

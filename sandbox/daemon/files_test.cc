@@ -181,6 +181,64 @@ TEST_P(DaemonFilesTest, LinksInsideTheRootStillWork) {
   EXPECT_EQ(tmp->status, 204) << tmp->body;
 }
 
+// A file the API writes takes the sandbox's memory (its writable layer is
+// memory), not the daemon's: a sandbox of 16 MiB cannot be given more
+// than it holds through the API. (Before, the daemon wrote the data itself:
+// where the writable layer is a directory of the node's shared store,
+// bounded by the sandbox's memory limit alone, a 64 MiB sandbox took 192
+// MiB of files, charged to no limit of its.) A write that does not fit is
+// refused (429), leaves an empty file and the sandbox its memory back, and
+// the sandbox goes on. In a user namespace the writable layer is a tmpfs
+// of its own (16 MiB here), which may refuse first.
+TEST_P(DaemonFilesTest, WritesAreBoundedByTheSandboxsMemory) {
+  auto made = client_->Post("/v1/sandboxes",
+                            json{{"tier", "container"}, {"user_namespace", GetParam()}, {"memory_mib", 16}}.dump(),
+                            kJson);
+  ASSERT_TRUE(made);
+  ASSERT_EQ(made->status, 201) << made->body;
+  const std::string small = testing::JsonOf(made)["id"];
+  auto put = [&](const std::string& path, size_t bytes) {
+    return client_->Put(absl::StrCat("/v1/sandboxes/", small, "/files?path=", path), std::string(bytes, 'x'),
+                        kOctets);
+  };
+  auto sh = [&](const std::string& script) {
+    auto r = client_->Post(absl::StrCat("/v1/sandboxes/", small, "/exec"),
+                           json{{"argv", {"sh", "-c", script}}}.dump(), kJson);
+    return r && r->status == 200 ? testing::JsonOf(r) : json(nullptr);
+  };
+  auto first = put("/tmp/first", 6u << 20);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 204) << first->body;
+  auto second = put("/tmp/second", 12u << 20);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, 429) << second->body.substr(0, 300);
+  const bool by_memory = second->body.find("memory limit does not hold /tmp/second") != std::string::npos;
+  const bool by_size = second->body.find("writable layer is full (/tmp/second)") != std::string::npos;
+  EXPECT_TRUE(GetParam() ? by_memory || by_size : by_memory) << second->body;
+  // The first file whole, the second empty, and the sandbox answers.
+  json sizes = sh("wc -c < /tmp/first; wc -c < /tmp/second");
+  ASSERT_TRUE(sizes.is_object());
+  EXPECT_EQ(sizes["stdout"], absl::StrCat(6u << 20, "\n0\n"));
+  // Its memory came back: without the first file a larger one fits.
+  ASSERT_EQ(sh("rm /tmp/first")["exit_code"], 0);
+  auto again = put("/tmp/second", 8u << 20);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 204) << again->body.substr(0, 300);
+  EXPECT_EQ(sh("wc -c < /tmp/second")["stdout"], absl::StrCat(8u << 20, "\n"));
+  // Paused, it writes nothing (its own process would write): 409.
+  auto paused = client_->Post(absl::StrCat("/v1/sandboxes/", small, "/pause"), "", kJson);
+  ASSERT_TRUE(paused);
+  ASSERT_EQ(paused->status, 200) << paused->body;
+  auto refused = put("/tmp/third", 10);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 409) << refused->body;
+  ASSERT_TRUE(client_->Post(absl::StrCat("/v1/sandboxes/", small, "/resume"), "", kJson));
+  auto third = put("/tmp/third", 10);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 204) << third->body;
+  client_->Delete(absl::StrCat("/v1/sandboxes/", small));
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, DaemonFilesTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? "UserNamespace" : "Default";
