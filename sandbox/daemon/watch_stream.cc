@@ -2,6 +2,8 @@
 #include "sandbox/daemon/watch_stream.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +64,16 @@ void WatchStreams::CloseAll() {
   }
   for (const std::weak_ptr<DirWatch>& w : open) {
     if (std::shared_ptr<DirWatch> live = w.lock()) live->Close();
+  }
+  // Each stream's worker writes its error line and lets its watch go.
+  // Until then the caller must not shut the connections (the line would
+  // be lost); a stream whose client stopped reading is not waited for
+  // past the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + kCloseWait;
+  for (const std::weak_ptr<DirWatch>& w : open) {
+    while (!w.expired() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,8 +49,11 @@ class WatchStreams {
   // Unavailable once CloseAll ran.
   absl::Status Add(const std::shared_ptr<DirWatch>& watch);
   // Closes every listed watch (their streams end with their error line)
-  // and refuses new ones: before the server's workers are joined.
+  // and refuses new ones: before the server's connections are shut and
+  // its workers joined. Returns once every stream has let its watch go
+  // (its last line written), or after kCloseWait.
   void CloseAll();
+  static constexpr std::chrono::milliseconds kCloseWait{2000};
 
  private:
   const int max_open_;
