@@ -161,6 +161,12 @@ class ContainerTierSandbox : public tier::TierSandbox {
     o.on_spawned = spec.on_spawned;
     o.control = spec.control;
     auto r = sandbox_->Exec(o);
+    if (!r.ok() && absl::IsFailedPrecondition(r.status())) {
+      // The init died under the command (its memory filled, say): why.
+      if (std::optional<std::string> ended = sandbox_->InitEnded()) {
+        return absl::FailedPreconditionError(absl::StrCat("the sandbox has ended: ", *ended));
+      }
+    }
     if (!r.ok()) {
       // Not started inside the sandbox: 127 or 126, as a shell reports it.
       if (std::optional<tier::ExecOutcome> shell = tier::ShellOutcomeOf(r.status())) return *shell;
@@ -282,6 +288,8 @@ class ContainerTierSandbox : public tier::TierSandbox {
   std::string UpperXattrPrefix() const override {
     return sandbox_->user_namespace() ? "user.overlay." : "trusted.overlay.";
   }
+
+  std::optional<std::string> Ended() override { return destroyed_ ? std::nullopt : sandbox_->InitEnded(); }
 
   bool KillExecs() override {
     // Every member of the sandbox's cgroups but its init (a paused sandbox

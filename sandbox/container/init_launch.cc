@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -20,6 +21,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "base/fd_passing.h"
+#include "base/file_io.h"
+#include "base/logging.h"
 #include "sandbox/container/init_trampoline.h"
 #include "sandbox/container/child_process.h"
 #include "base/status.h"
@@ -190,6 +193,20 @@ absl::StatusOr<std::string> FindSandboxInit(const std::string& configured) {
   return absl::UnavailableError(absl::StrCat(
       "no sandbox init binary (dsec-sandbox-init, built with dsec-vmm) at ", where,
       "; set DSEC_SANDBOX_INIT"));
+}
+
+absl::Status ShieldInitFromOom(pid_t init_pid) {
+  // Refused once for want of CAP_SYS_RESOURCE, refused always: said once.
+  static std::atomic<bool> refused{false};
+  if (refused.load(std::memory_order_relaxed)) return absl::OkStatus();
+  absl::Status s = WriteSmallFile(absl::StrCat("/proc/", init_pid, "/oom_score_adj"), "-1000");
+  if (absl::IsPermissionDenied(s) && !refused.exchange(true)) {
+    DSEC_LOG(warn,
+             "container: sandbox inits cannot be shielded from their memory cgroup's OOM killer here (no "
+             "CAP_SYS_RESOURCE): a sandbox that fills its memory may lose its init, and with it the sandbox");
+    return absl::OkStatus();
+  }
+  return Annotate(s, "the init's OOM score");
 }
 
 absl::Status ValidateInitConfig(const InitConfig& config) {

@@ -98,4 +98,14 @@ pid_t InitLauncherPid(const std::string& binary, bool staged = true);
 // What the deferred config must satisfy (LaunchInit checks a given one).
 absl::Status ValidateInitConfig(const InitConfig& config);
 
+// Before an init's go: out of reach of its memory cgroup's OOM killer
+// (oom_score_adj -1000, set with the runtime's CAP_SYS_RESOURCE, which
+// also lets the init itself move between -1000 and 0). The init gives each
+// process it starts 0 (init_process.cc), so a sandbox that fills its
+// memory loses the process that did, never its init and with it every
+// process and the control channel. Without CAP_SYS_RESOURCE (refused with
+// EACCES) the init stays at 0: logged once, then not tried again, OK.
+// Errors: the init gone.
+absl::Status ShieldInitFromOom(pid_t init_pid);
+
 }  // namespace dsec::container

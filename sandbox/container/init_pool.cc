@@ -287,6 +287,9 @@ absl::StatusOr<InitSlot> InitPool::MakeSlot(uint64_t seq) {
   slot.report_read = std::move(ch.report_read);
   // The slow part, while nobody waits.
   DSEC_RETURN_IF_ERROR(slot.cgroups.AddProcess(slot.init_pid));
+  if (absl::Status s = ShieldInitFromOom(slot.init_pid); !s.ok()) {
+    DSEC_LOG_RATELIMITED(warn, 1, "container: init pool: {}", s.ToString());
+  }
   char one = 1;
   if (WriteNoSigpipe(ch.go_write.get(), &one, 1) != 1) return ErrnoToStatus("start slot init");
   DSEC_RETURN_IF_ERROR(slot.state.RecordInit(slot.init_pid));

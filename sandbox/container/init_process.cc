@@ -49,6 +49,7 @@ struct InitState {
   char* standing = nullptr;
   Tracked tracked[kMaxTracked];
   int ntracked = 0;
+  int oom_score = -1;  // its own /proc/self/oom_score_adj, open for writing
 };
 
 struct SpawnArgs {
@@ -151,6 +152,14 @@ int CopyChild(void* arg) {
       off += w;
     }
   }
+}
+
+// The init's OOM score: `value` ("0" or "-1000"). The runtime shielded
+// the init (init_launch.h ShieldInitFromOom); each process it starts is
+// cloned at 0, and the init goes back behind the shield after. Without the
+// shield the "-1000" fails (EACCES) and the init stays at 0.
+void SetOomScore(const InitState& in, const char* value) {
+  if (in.oom_score >= 0) (void)!::pwrite(in.oom_score, value, std::strlen(value), 0);
 }
 
 // One message to the runtime, with `fd` attached if >= 0. Never blocks: a
@@ -293,10 +302,12 @@ bool ServeRequest(InitState& in) {
     const bool switch_ids = args.uid != 0 || args.gid != 0;
     // A copy is a fork (CopyChild): the init does not wait for it.
     const bool copy = (h.flags & kExecCopyStdinToStdout) != 0;
+    SetOomScore(in, "0");
     int pid = copy ? ::clone(&CopyChild, in.stack_top, CLONE_PIDFD | SIGCHLD, &args, &pidfd)
                    : ::clone(&ExecChild, in.stack_top,
                              (switch_ids ? 0 : CLONE_VM) | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args,
                              &pidfd);
+    SetOomScore(in, "-1000");
     if (pid > 0) {
       Track(in, pid, (h.flags & kExecKillGroupOnExit) != 0, fds[4]);
       fds[4] = -1;  // kept until the exit is reported
@@ -365,6 +376,15 @@ void RunInit(const InitPlan& plan) {
   if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0 || ::setrlimit(RLIMIT_CORE, &core) != 0) {
     FailChild(report, kRlimit, errno);
   }
+  // Its own OOM score, to start each process outside the runtime's shield
+  // (SetOomScore). The entry opens only while the init is dumpable (in a
+  // user namespace its uid change made it not): for that moment it is,
+  // before any other process of the sandbox exists. Without it every
+  // process would inherit the shield, and a sandbox that fills its memory
+  // would have nothing the OOM killer may take: the create fails instead.
+  if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) FailChild(report, kControl, errno);
+  const int oom_score = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom_score < 0) FailChild(report, kControl, errno);
   // The sandbox's processes share our uid and capabilities: without this
   // they could open /proc/1/mem and rewrite the code that reports their
   // exit status. Exec processes get dumpable back when they execve.
@@ -380,9 +400,11 @@ void RunInit(const InitPlan& plan) {
   // received descriptors arrive above 3 (ExecChild relies on it).
   in.sigfd = ::fcntl(sigfd, F_DUPFD_CLOEXEC, 10);
   in.control = ::fcntl(plan.control_fd, F_DUPFD_CLOEXEC, 10);
+  in.oom_score = ::fcntl(oom_score, F_DUPFD_CLOEXEC, 10);
   const int ready_fd = ::fcntl(report, F_DUPFD_CLOEXEC, 10);
-  if (in.sigfd < 0 || in.control < 0 || ready_fd < 0) FailChild(report, kControl, errno);
+  if (in.sigfd < 0 || in.control < 0 || in.oom_score < 0 || ready_fd < 0) FailChild(report, kControl, errno);
   ::close(sigfd);
+  ::close(oom_score);
   ::close(plan.control_fd);
   ::close(report);
   for (int fd = 0; fd < 4; ++fd) {

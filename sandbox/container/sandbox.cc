@@ -446,6 +446,11 @@ absl::Status Sandbox::StartInit() {
   // child, born in its cgroups.
   if (joined.ok()) joined = cgroups_.AddProcess(init_pid_);
   if (joined.ok() && config_.isolation) joined = config_.isolation->AddProcess(init_pid_);
+  if (joined.ok()) {
+    if (absl::Status s = ShieldInitFromOom(init_pid_); !s.ok()) {
+      DSEC_LOG_RATELIMITED(warn, 1, "container: sandbox={}: {}", config_.id, s.ToString());
+    }
+  }
   char one = 1;
   // An init that failed to exec is gone: no SIGPIPE for that.
   if (joined.ok() && WriteNoSigpipe(ch.go_write.get(), &one, 1) != 1) {
@@ -494,6 +499,22 @@ absl::Status Sandbox::StopInit() {
   // is left in the cgroups outside it (none is expected).
   auto killed = cgroups_.KillAll(0, MonotonicNowNs() + 5'000'000'000);
   return killed.ok() ? absl::OkStatus() : killed.status();
+}
+
+std::optional<std::string> Sandbox::InitEnded() const {
+  if (destroyed_ || init_pid_ <= 0) return std::nullopt;
+  siginfo_t info{};
+  // WNOWAIT: looked at, not reaped (the pid stays the init's until StopInit).
+  if (::waitid(P_PID, init_pid_, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != init_pid_) {
+    return std::nullopt;
+  }
+  if (info.si_code == CLD_EXITED) return absl::StrCat("its init exited with status ", info.si_status);
+  if (info.si_status == SIGKILL && cgroups_.OomKills() > 0) {
+    return std::string(
+        "its init was killed by the sandbox's memory cgroup's OOM killer: its memory, writable layer included, "
+        "was full");
+  }
+  return absl::StrCat("its init was killed by signal ", info.si_status);
 }
 
 absl::StatusOr<ExecResult> Sandbox::Exec(const ExecOptions& options) {

@@ -104,6 +104,11 @@ class Sandbox {
   // The sandbox's PID 1 (host view); it also starts every exec process
   // (init_process.h).
   pid_t init_pid() const { return init_pid_; }
+  // Why the init is gone while the sandbox was not destroyed (it died:
+  // killed by the memory cgroup's OOM killer, or otherwise), or nullopt
+  // while it lives. The init stays unreaped (StopInit reaps it). Threads:
+  // any, beside an Exec; not beside Destroy.
+  std::optional<std::string> InitEnded() const;
   const std::string& state_dir() const { return state_.path(); }
   // The writable layer's directory as this process reaches it (what
   // pack_diff captures): a directory of the process's shared store

@@ -4,6 +4,7 @@
 #include "sandbox/container/sandbox.h"
 
 #include <signal.h>
+#include <linux/capability.h>
 #include <linux/magic.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <set>
@@ -403,6 +405,27 @@ TEST_F(SandboxTest, AWritableLayerInTheStoreStopsAtTheMemoryLimit) {
       << (r.ok() ? r->stdout_data : r.status().ToString());
   EXPECT_GT((*sb)->cgroups().OomKills() + (r.ok() && r->stdout_data.find("rc=0") == std::string::npos ? 1 : 0),
             0u);
+}
+
+// The init is out of reach of its memory cgroup's OOM killer where the
+// runtime may put it there (CAP_SYS_RESOURCE; not on every host: then it
+// stays at 0, said once in the log), and the processes it starts never
+// are: they start at 0, so that a sandbox that fills its memory has
+// something the killer may take.
+TEST_F(SandboxTest, TheInitIsShieldedFromTheOomKillerAndItsProcessesAreNot) {
+  auto sb = Sandbox::Create(Config("oom-shield"));
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto status = dsec::ReadSmallFile("/proc/self/status");
+  ASSERT_TRUE(status.ok());
+  const size_t at = status->find("CapEff:\t");
+  ASSERT_NE(at, std::string::npos);
+  const uint64_t eff = std::stoull(status->substr(at + 8, 16), nullptr, 16);
+  const bool can_shield = (eff >> CAP_SYS_RESOURCE) & 1;
+  ExecResult r = Sh(**sb, "cat /proc/self/oom_score_adj /proc/1/oom_score_adj");
+  EXPECT_EQ(r.stdout_data, can_shield ? "0\n-1000\n" : "0\n0\n") << r.stderr_data;
+  if (!can_shield) std::cout << "[ NOTE ] no CAP_SYS_RESOURCE here: the init is not shielded\n";
+  // Twice: the init went back behind its shield after the first.
+  EXPECT_EQ(Sh(**sb, "cat /proc/self/oom_score_adj").stdout_data, "0\n");
 }
 
 // A copy (exec.h copy_to_fd) writes the data into a descriptor of the

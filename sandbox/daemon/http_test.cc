@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -311,6 +312,55 @@ TEST_F(DaemonHttpTest, FilesRoundTripAndEscapesAreRefused) {
   ASSERT_TRUE(rel);
   EXPECT_EQ(rel->status, 400);
   EXPECT_EQ(testing::JsonOf(rel)["error"]["field"], "path");
+}
+
+// The host pid of sandbox `id`'s init: the dsec-sandbox-init process in
+// its memory cgroup (0: none).
+pid_t InitPidOf(const std::string& id) {
+  std::error_code ec;
+  for (const auto& d : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = d.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto comm = ReadSmallFile(d.path().string() + "/comm");
+    auto cgroup = ReadSmallFile(d.path().string() + "/cgroup");
+    if (!comm.ok() || !cgroup.ok() || comm->rfind("dsec-sandbox-in", 0) != 0) continue;
+    if (cgroup->find(absl::StrCat("dsec-ctr-", id, "\n")) == std::string::npos) continue;
+    return static_cast<pid_t>(std::stol(name));
+  }
+  return 0;
+}
+
+// A sandbox whose init dies (here killed from outside; in life, taken by
+// its memory cgroup's OOM killer when its memory filled up) is reported
+// ended, saying why, and its execs are refused with the reason, until it
+// is deleted (before, it stayed "running" and every exec said only that
+// its init was gone).
+TEST_F(DaemonHttpTest, ASandboxWhoseInitDiesIsReportedEnded) {
+  const std::string id = Create();
+  EXPECT_EQ(Sh(id, "echo ok")["stdout"], "ok\n");
+  const pid_t init = InitPidOf(id);
+  ASSERT_GT(init, 0);
+  ASSERT_EQ(::kill(init, SIGKILL), 0);
+  json got;
+  for (int i = 0; i < 200; ++i) {
+    auto g = client_->Get(absl::StrCat("/v1/sandboxes/", id));
+    ASSERT_TRUE(g);
+    got = testing::JsonOf(g);
+    if (got["state"] == "ended") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(got["state"], "ended") << got;
+  EXPECT_EQ(got["ended_reason"], "its init was killed by signal 9") << got;
+  json refused = Exec(id, {{"argv", {"true"}}}, 409);
+  EXPECT_NE(refused["error"]["message"].get<std::string>().find("has ended: its init was killed by signal 9"),
+            std::string::npos)
+      << refused;
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("state=\"ended\"} 1"), std::string::npos) << metrics->body.substr(0, 2000);
+  auto del = client_->Delete(absl::StrCat("/v1/sandboxes/", id));
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 204);
 }
 
 TEST_F(DaemonHttpTest, PauseFreezesAndResumeThaws) {

@@ -168,10 +168,13 @@ std::string Service::MetricsText() const {
   for (tier::TierId t : registry_.ids()) {
     counts[{registry_.name(t), "running"}] = 0;
     counts[{registry_.name(t), "paused"}] = 0;
+    counts[{registry_.name(t), "ended"}] = 0;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, e] : sandboxes_) counts[{registry_.name(e->tier), e->paused ? "paused" : "running"}]++;
+    for (const auto& [id, e] : sandboxes_) {
+      counts[{registry_.name(e->tier), e->Ended() ? "ended" : e->paused ? "paused" : "running"}]++;
+    }
   }
   // QoS class ("none" without one) -> {placed, not placed}.
   std::map<std::string, std::pair<int, int>> by_qos = {{"ls", {0, 0}}, {"be", {0, 0}}, {"none", {0, 0}}};
@@ -262,7 +265,11 @@ json Service::Describe(const Entry& e) const {
   json j;
   j["id"] = e.id;
   j["tier"] = registry_.name(e.tier);
-  j["state"] = e.paused ? "paused" : "running";
+  // A sandbox that ended by itself (its init died) is kept, saying why,
+  // until it is deleted.
+  const std::optional<std::string> ended = e.Ended();
+  j["state"] = ended ? "ended" : e.paused ? "paused" : "running";
+  j["ended_reason"] = ended ? json(*ended) : json(nullptr);
   j["layers"] = e.layers;
   j["cpus"] = e.cpus;
   j["memory_mib"] = e.memory_mib;

@@ -175,6 +175,9 @@ absl::StatusOr<json> Service::Exec(const std::string& id, const json& body, cons
   if (e->destroyed || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
   if (e->paused) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is paused"));
   if (e->sandbox == nullptr) return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is broken"));
+  if (std::optional<std::string> ended = e->Ended()) {
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " has ended: ", *ended));
+  }
   e->ExecBegins();
   struct ExecEnd {
     Entry* e;

@@ -69,7 +69,12 @@ struct Service::Entry {
   // while an exec holds mu. A pack_diff holds kill_mu too while it copies
   // the writable layer. Order: mu before kill_mu.
   std::unique_ptr<tier::TierSandbox> sandbox;
-  std::mutex kill_mu;
+  mutable std::mutex kill_mu;
+  // Why the tier sandbox can run nothing more (tier.h Ended), or nullopt.
+  std::optional<std::string> Ended() const {
+    std::lock_guard<std::mutex> lock(kill_mu);
+    return sandbox != nullptr ? sandbox->Ended() : std::nullopt;
+  }
   // Serialises pause, resume, pack_diff, fork and snapshot where they hold
   // `mu` shared beside running execs (Service::OpsLock: a tier with
   // TierTraits::concurrent_execs, not a task's sandbox). Order: mu, then

@@ -171,6 +171,11 @@ class TierSandbox {
   // until it ends. Not while Destroy runs (the daemon's lock orders them).
   // Default: nothing, and false (the delete waits for the exec to end).
   virtual bool KillExecs() { return false; }
+  // Why the sandbox can run nothing more although nobody deleted it (its
+  // init died, say, taken by its memory cgroup's OOM killer), or nullopt
+  // while it runs. Called like KillExecs, from any thread, while another
+  // method may run; cheap (the daemon asks on every GET). Default: nullopt.
+  virtual std::optional<std::string> Ended() { return std::nullopt; }
   // Writes the whole running machine (memory, CPUs, devices: its
   // processes too) into `dest_dir`, an existing empty directory on the
   // node's snapshot store, from which Tier::Create with CreateSpec::machine

@@ -573,6 +573,7 @@ class SandboxFields:
     id: str
     tier: Optional[str]
     state: Optional[str]
+    ended_reason: Optional[str]
     layers: Optional[List[str]]
     cpus: Optional[float]
     memory_mib: Optional[int]
@@ -593,7 +594,10 @@ class SandboxFields:
         self.info = info
         self.id = info["id"]
         self.tier = info.get("tier")
+        # "running", "paused", or "ended" (its init died: ended_reason says
+        # why; it runs nothing more and stays until deleted).
         self.state = info.get("state")
+        self.ended_reason = info.get("ended_reason")
         self.layers = info.get("layers")
         self.cpus = info.get("cpus")
         self.memory_mib = info.get("memory_mib")
