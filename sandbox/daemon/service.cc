@@ -173,7 +173,7 @@ std::string Service::MetricsText() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, e] : sandboxes_) {
-      counts[{registry_.name(e->tier), e->Ended() ? "ended" : e->paused ? "paused" : "running"}]++;
+      counts[{registry_.name(e->tier), e->Ended(/*wait=*/false) ? "ended" : e->paused ? "paused" : "running"}]++;
     }
   }
   // QoS class ("none" without one) -> {placed, not placed}.
@@ -267,7 +267,7 @@ json Service::Describe(const Entry& e) const {
   j["tier"] = registry_.name(e.tier);
   // A sandbox that ended by itself (its init died) is kept, saying why,
   // until it is deleted.
-  const std::optional<std::string> ended = e.Ended();
+  const std::optional<std::string> ended = e.Ended(/*wait=*/false);
   j["state"] = ended ? "ended" : e.paused ? "paused" : "running";
   j["ended_reason"] = ended ? json(*ended) : json(nullptr);
   j["layers"] = e.layers;
@@ -696,8 +696,22 @@ absl::Status Service::WriteFile(const std::string& id, const std::string& path, 
   if (data.size() > options_.max_file_bytes) {
     return absl::ResourceExhaustedError("file larger than the upload limit");
   }
-  FilesGuard lock = FilesLock(*e);
-  if (e->sandbox == nullptr || e->deleting) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  // A write can last (the container tier's is made by a process of the
+  // sandbox, which the sandbox can stop): where commands run side by side
+  // it goes like one, under the entry's lock shared with ops_mu (against
+  // pause, pack_diff, fork, snapshot), not under kill_mu, which a delete
+  // needs first to kill the sandbox's commands, the writer among them.
+  const tier::TierTraits& traits = registry_.traits(e->tier);
+  std::optional<OpsGuard> ops;
+  std::optional<FilesGuard> files;
+  if (traits.files_beside_exec && traits.concurrent_execs && !e->task_id) {
+    ops.emplace(OpsLock(*e));
+  } else {
+    files.emplace(FilesLock(*e));
+  }
+  if (e->sandbox == nullptr || e->deleting || e->destroyed) {
+    return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  }
   absl::Status s = e->sandbox->WriteFile(path, data, m);
   if (absl::IsInvalidArgument(s)) return InvalidField("path", std::string(s.message()));
   return s;

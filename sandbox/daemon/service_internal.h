@@ -71,8 +71,16 @@ struct Service::Entry {
   std::unique_ptr<tier::TierSandbox> sandbox;
   mutable std::mutex kill_mu;
   // Why the tier sandbox can run nothing more (tier.h Ended), or nullopt.
-  std::optional<std::string> Ended() const {
-    std::lock_guard<std::mutex> lock(kill_mu);
+  // Without `wait`, nullopt also while kill_mu is held (a delete, a
+  // pack_diff's copy): what a GET or list says then, rather than wait
+  // (a list holds the service's lock, which every call needs).
+  std::optional<std::string> Ended(bool wait = true) const {
+    std::unique_lock<std::mutex> lock(kill_mu, std::defer_lock);
+    if (wait) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return std::nullopt;
+    }
     return sandbox != nullptr ? sandbox->Ended() : std::nullopt;
   }
   // Serialises pause, resume, pack_diff, fork and snapshot where they hold

@@ -127,7 +127,20 @@ class FakeSandbox : public TierSandbox {
   absl::Status Pause() override { return absl::OkStatus(); }
   absl::Status Resume() override { return absl::OkStatus(); }
   absl::StatusOr<std::string> ReadFile(const std::string&, uint64_t) override { return absl::NotFoundError("x"); }
-  absl::Status WriteFile(const std::string&, const std::string&, uint32_t) override { return absl::OkStatus(); }
+  // "/hold": written like a `hold` command (the container tier's writes
+  // are made by a process of the sandbox), until released or killed.
+  absl::Status WriteFile(const std::string& path, const std::string&, uint32_t) override {
+    if (path != "/hold") return absl::OkStatus();
+    std::unique_lock<std::mutex> lock(s_->meet_mu);
+    ++s_->holding;
+    s_->meet_cv.notify_all();
+    const int kills = s_->kills;
+    const bool ended =
+        s_->meet_cv.wait_for(lock, std::chrono::seconds(10), [&] { return s_->release || s_->kills > kills; });
+    --s_->holding;
+    if (!ended) return absl::DeadlineExceededError("held write: timeout");
+    return s_->release ? absl::OkStatus() : absl::AbortedError("held write: killed");
+  }
   absl::StatusOr<std::vector<FileEntry>> ListDir(const std::string&) override { return std::vector<FileEntry>{}; }
   absl::StatusOr<std::string> UpperDir() override { return absl::FailedPreconditionError("fake"); }
   bool KillExecs() override {
@@ -182,6 +195,11 @@ class FakeTier : public tier::Tier {
 
 class ServiceUnitTest : public ::testing::Test {
  protected:
+  // A `hold` command (or "/hold" write) is running: within 10 s.
+  bool OneHolds() {
+    std::unique_lock<std::mutex> lock(state_.meet_mu);
+    return state_.meet_cv.wait_for(lock, std::chrono::seconds(10), [&] { return state_.holding == 1; });
+  }
   void SetUp() override {
     auto dir = container::testing::TempDir::Create("dsec-daemon-unit-");
     ASSERT_TRUE(dir.ok());
@@ -886,6 +904,31 @@ TEST_F(ServiceUnitTest, ExecsOverlapOnATierWithConcurrentExecsButNotOnATasksSand
   svc->DestroyAll();
 }
 
+// A write that its sandbox holds up (the container tier's writer is the
+// sandbox's process, which the sandbox can stop) does not hold up a delete:
+// it goes like a command, and the delete's kill of the sandbox's commands
+// ends it (before, it held kill_mu, which that kill needs first).
+TEST_F(ServiceUnitTest, AWriteItsSandboxHoldsUpDoesNotHoldUpADelete) {
+  tier::TierTraits traits = FakeTier::ContainerLike();
+  traits.concurrent_execs = true;
+  traits.files_beside_exec = true;
+  auto svc = Make(8, false, nullptr, nullptr, traits);
+  auto sb = svc->Create({{"tier", "container"}});
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  const std::string id = (*sb)["id"];
+  absl::Status written;
+  std::thread write([&] { written = svc->WriteFile(id, "/hold", "", "x"); });
+  ASSERT_TRUE(OneHolds());
+  // Beside it, commands still run.
+  auto r = svc->Exec(id, {{"argv", {"echo", "beside"}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(svc->Delete(id).ok());
+  write.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_TRUE(absl::IsAborted(written)) << written;
+}
+
 // On a tier whose execs overlap, pause, resume and delete do not wait for
 // a running command: it is frozen (and thawed) with the sandbox, and a
 // delete of the paused sandbox ends it. Elsewhere a pause waits for it.
@@ -901,10 +944,7 @@ TEST_F(ServiceUnitTest, PauseAndDeleteDoNotWaitForRunningCommandsWhereExecsOverl
     auto r = svc->Exec(id, {{"argv", {"hold"}}});
     held = r.ok() ? (*r)["stdout"].get<std::string>() : r.status().ToString();
   });
-  {
-    std::unique_lock<std::mutex> lock(state_.meet_mu);
-    ASSERT_TRUE(state_.meet_cv.wait_for(lock, std::chrono::seconds(10), [&] { return state_.holding == 1; }));
-  }
+  ASSERT_TRUE(OneHolds());
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(svc->Pause(id).ok());
   ASSERT_TRUE(svc->Resume(id).ok());
@@ -921,10 +961,7 @@ TEST_F(ServiceUnitTest, PauseAndDeleteDoNotWaitForRunningCommandsWhereExecsOverl
   const std::string id2 = (*sb2)["id"];
   state_.release = false;
   std::thread exec2([&] { (void)one->Exec(id2, {{"argv", {"hold"}}}); });
-  {
-    std::unique_lock<std::mutex> lock(state_.meet_mu);
-    ASSERT_TRUE(state_.meet_cv.wait_for(lock, std::chrono::seconds(10), [&] { return state_.holding == 1; }));
-  }
+  ASSERT_TRUE(OneHolds());
   std::thread releaser([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     std::lock_guard<std::mutex> lock(state_.meet_mu);
