@@ -267,6 +267,9 @@ class ContainerTierSandbox : public tier::TierSandbox {
       return absl::FailedPreconditionError(
           "the sandbox is paused: resume it to write files (a process of its own writes them)");
     }
+    if (std::optional<std::string> ended = sandbox_->InitEnded()) {
+      return absl::FailedPreconditionError(absl::StrCat("the sandbox has ended: ", *ended));
+    }
     DSEC_ASSIGN_OR_RETURN(ScopedFd fd, OpenRootFileForWrite(sandbox_->rootfs_dir(), path, mode, Credentials()));
     if (data.empty()) return absl::OkStatus();
     absl::Status s = WriteInside(fd.get(), path, data);

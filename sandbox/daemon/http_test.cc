@@ -355,6 +355,10 @@ TEST_F(DaemonHttpTest, ASandboxWhoseInitDiesIsReportedEnded) {
   EXPECT_NE(refused["error"]["message"].get<std::string>().find("has ended: its init was killed by signal 9"),
             std::string::npos)
       << refused;
+  auto put = client_->Put(absl::StrCat("/v1/sandboxes/", id, "/files?path=/x"), "x", "application/octet-stream");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 409) << put->body;
+  EXPECT_NE(put->body.find("has ended: its init was killed by signal 9"), std::string::npos) << put->body;
   auto metrics = client_->Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("state=\"ended\"} 1"), std::string::npos) << metrics->body.substr(0, 2000);

@@ -66,7 +66,8 @@ class Conflict(DsecError):
 
 
 class ResourceExhausted(DsecError):
-    """A node limit was hit: sandboxes, concurrent execs, body size (429/413)."""
+    """A limit was hit: the node's (sandboxes, concurrent execs, body size) or
+    the sandbox's own (a file write its memory cannot hold) (429/413)."""
 
 
 class Unavailable(DsecError):
