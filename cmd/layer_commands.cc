@@ -184,7 +184,7 @@ void RegisterLayerCommands(CLI::App& app, CommandRegistry& registry) {
   inspect->add_option("ref", args->ref, "name:version, name, sha256:<hex> or a hex prefix")->required();
   registry.Add(inspect, [args] { return Inspect(*args); });
 
-  CLI::App* rm = layer->add_subcommand("rm", "Remove a layer (refused while another layer builds on it)");
+  CLI::App* rm = layer->add_subcommand("rm", "Remove a layer (refused while another layer builds on it or a snapshot pins it)");
   rm->add_option("ref", args->ref, "name:version, name, sha256:<hex> or a hex prefix")->required();
   registry.Add(rm, [args] { return Remove(*args); });
 

@@ -238,6 +238,13 @@ TEST_P(DaemonForkTest, SnapshotsMakeSandboxesAndOutliveTheDaemon) {
   EXPECT_FALSE(snap.contains("create")) << "the record's internals are not the API's";
   // The source runs on and changes; the snapshot does not.
   EXPECT_EQ(Sh(src, "echo later > /work/state; cat /work/state"), "later\n");
+  // Its layer is pinned: a layer rm of it is refused, naming the pin, and
+  // loses nothing.
+  const std::string snap_pin = absl::StrCat("pin-", sid, ":layer");
+  auto rm = client_->Delete(absl::StrCat("/v1/layers/", snap["layer"].get<std::string>()));
+  ASSERT_TRUE(rm);
+  EXPECT_EQ(rm->status, 409) << rm->body;
+  EXPECT_NE(rm->body.find(snap_pin), std::string::npos) << rm->body;
 
   auto listed = client_->Get("/v1/snapshots");
   ASSERT_TRUE(listed);
@@ -314,6 +321,7 @@ TEST_P(DaemonForkTest, SnapshotsMakeSandboxesAndOutliveTheDaemon) {
   auto layers = client_->Get("/v1/layers");
   ASSERT_TRUE(layers);
   EXPECT_EQ(layers->body.find(snap["layer"].get<std::string>()), std::string::npos) << layers->body;
+  EXPECT_EQ(layers->body.find(snap_pin), std::string::npos) << "the snapshot's pin stayed: " << layers->body;
 }
 
 TEST_P(DaemonForkTest, SnapshotsOfStatelessTiersAreRefused) {

@@ -86,8 +86,9 @@ void Service::RemoveUnrecordedMachines() {
   for (const layers::LayerInfo& l : *all) {
     for (const std::string& tag : l.tags) {
       const size_t colon = tag.find(':');
-      if (tag.rfind("pin-", 0) != 0 || colon == std::string::npos) continue;
-      const std::string snapshot_id = tag.substr(4, colon - 4);
+      const size_t prefix = std::char_traits<char>::length(layers::kPinTagPrefix);
+      if (tag.rfind(layers::kPinTagPrefix, 0) != 0 || colon == std::string::npos) continue;
+      const std::string snapshot_id = tag.substr(prefix, colon - prefix);
       if (!SnapshotStore::ValidId(snapshot_id) || !absl::IsNotFound(records->Get(snapshot_id).status())) continue;
       if (absl::Status s = store->Untag(tag); !s.ok()) {
         DSEC_LOG(warn, "daemon: untagging {}, which no snapshot names: {}", tag, s.ToString());
@@ -148,7 +149,7 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
           for (size_t i = 0; i < e->images.size(); ++i) {
             const std::string digest = store->DigestOfImage(e->images[i]);
             if (digest.empty()) continue;
-            const std::string pin = absl::StrCat("pin-", snapshot_id);
+            const std::string pin = absl::StrCat(layers::kPinTagPrefix, snapshot_id);
             const std::string version = absl::StrCat("image-", i);
             DSEC_RETURN_IF_ERROR(store->Tag(digest, pin, version));
             pins.push_back(absl::StrCat(pin, ":", version));
@@ -175,6 +176,16 @@ absl::StatusOr<json> Service::Snapshot(const std::string& id, const json& body) 
       record["captured"] = "files";
       record["processes"] = absl::StrCat(kFilesOnly, ": ", machine.refused);
       record["layer"] = tag;
+      // Pinned like a machine's images, so that a `layer rm` of the tag
+      // cannot take the files from under the snapshot.
+      const std::string pin = absl::StrCat(layers::kPinTagPrefix, snapshot_id);
+      if (absl::Status s = store->Tag(built.layer.digest, pin, "layer"); !s.ok()) {
+        if (absl::Status u = reused ? store->Untag(tag) : store->Remove(tag); !u.ok()) {
+          DSEC_LOG(warn, "daemon: snapshot of {}: removing {}: {}", id, tag, u.ToString());
+        }
+        return HostFailure("snapshot (keeping its layer from layer rm and gc)", id, s);
+      }
+      record["pins"] = json::array({absl::StrCat(pin, ":layer")});
       record["digest"] = built.layer.digest;
       record["size_bytes"] = built.layer.size;
       record["create"] = CloneBody(*e, tag);

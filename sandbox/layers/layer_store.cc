@@ -363,6 +363,15 @@ absl::Status LayerStore::Remove(const std::string& ref) {
     return absl::FailedPreconditionError(absl::StrCat(
         "layer ", ref, " is a parent of ", absl::StrJoin(children, ", "), "; remove those first"));
   }
+  std::vector<std::string> pins;
+  for (const auto& [tag, d] : state.refs) {
+    if (d == digest && tag.rfind(kPinTagPrefix, 0) == 0) pins.push_back(tag);
+  }
+  if (!pins.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layer ", ref, " is pinned by ", absl::StrJoin(pins, ", "),
+        " (a snapshot stands on it: delete the snapshot first, or untag the pin)"));
+  }
   for (auto it = state.refs.begin(); it != state.refs.end();) {
     it = it->second == digest ? state.refs.erase(it) : std::next(it);
   }

@@ -22,6 +22,10 @@
 namespace dsec::layers {
 
 inline constexpr char kDefaultStoreRoot[] = "/var/lib/dsec-vmm/layers";
+// Tags whose name starts with this are holds (the daemon's snapshots tag
+// every layer they stand on pin-<snapshot id>:<what>): like any tag they
+// keep a layer from Gc, and Remove refuses a layer one points at.
+inline constexpr char kPinTagPrefix[] = "pin-";
 
 // Makes an image of a source tree: BuildErofsImage in production, a fake in
 // unit tests. Returns bytes written.
@@ -96,7 +100,8 @@ class LayerStore {
   absl::StatusOr<std::vector<LayerInfo>> Chain(const std::string& ref) const;
 
   // Removes a layer and every tag pointing at it. FailedPrecondition if
-  // another layer names it as a parent.
+  // another layer names it as a parent, or if a pin (a tag whose name
+  // starts with kPinTagPrefix) points at it.
   absl::Status Remove(const std::string& ref);
   // Tags the layer `ref` names (Resolve's forms) name:version too, moving
   // the tag if it pointed elsewhere: a tag keeps a layer from Gc.

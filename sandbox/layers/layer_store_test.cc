@@ -187,6 +187,26 @@ TEST_F(LayerStoreTest, RefusesToRemoveAParent) {
   EXPECT_TRUE(list->empty());
 }
 
+TEST_F(LayerStoreTest, RefusesToRemoveAPinnedLayer) {
+  BuildResult a = Build(MakeTree("a", "held"), "a", "1");
+  ASSERT_TRUE(store_->Tag("a:1", "pin-snap-0123456789abcdef", "image-0").ok());
+  ASSERT_TRUE(store_->Tag("a:1", "pinned-by-no-one", "1").ok());  // not a pin: "pin-" is the prefix
+  for (const std::string& ref : std::vector<std::string>{"a:1", a.layer.digest, "pin-snap-0123456789abcdef:image-0"}) {
+    absl::Status s = store_->Remove(ref);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << ref << ": " << s;
+    EXPECT_NE(std::string(s.message()).find("pin-snap-0123456789abcdef:image-0"), std::string::npos) << s;
+  }
+  // Nothing was lost: the image, the metadata and every tag stay.
+  auto info = store_->Inspect("a:1");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tags.size(), 3u);
+  EXPECT_EQ(access(store_->ImagePath(a.layer.digest).c_str(), F_OK), 0);
+  // Once the pin goes, so can the layer.
+  ASSERT_TRUE(store_->Untag("pin-snap-0123456789abcdef:image-0").ok());
+  ASSERT_TRUE(store_->Remove("a:1").ok());
+  EXPECT_EQ(access(store_->ImagePath(a.layer.digest).c_str(), F_OK), -1);
+}
+
 TEST_F(LayerStoreTest, SameTreeOnDifferentParentsIsADifferentLayer) {
   Build(MakeTree("b1", "1"), "base", "1");
   Build(MakeTree("b2", "2"), "base", "2");
