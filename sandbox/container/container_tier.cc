@@ -481,6 +481,12 @@ ContainerTier::ContainerTier(ContainerTierOptions options) : options_(std::move(
 
 ContainerTier::~ContainerTier() = default;
 
+void ContainerTier::ExpectCreates(size_t n, const tier::TierOptions& options, const std::string& qos) {
+  // Sandbox::Create takes no slot for these (init_pool.h).
+  if (pool_ == nullptr || !qos.empty() || tier::OptionBool(options, "user_namespace")) return;
+  pool_->Expect(n);
+}
+
 absl::StatusOr<std::unique_ptr<tier::TierSandbox>> ContainerTier::Create(const tier::CreateSpec& spec) {
   SandboxConfig c;
   c.id = spec.id;
@@ -572,7 +578,7 @@ std::string ContainerTier::MetricsText() const {
     std::lock_guard<std::mutex> lock(*ranges_mu_);
     ranges = ranges_->size();
   }
-  return absl::StrFormat(
+  std::string text = absl::StrFormat(
       "# HELP dsec_container_user_namespace_ranges Host id ranges held by user-namespace sandboxes.\n"
       "# TYPE dsec_container_user_namespace_ranges gauge\n"
       "dsec_container_user_namespace_ranges %d\n"
@@ -580,6 +586,22 @@ std::string ContainerTier::MetricsText() const {
       "# TYPE dsec_container_device_policy gauge\n"
       "dsec_container_device_policy %d\n",
       ranges, devices_ != nullptr ? 1 : 0);
+  if (pool_ != nullptr) {
+    const InitPoolStats s = pool_->stats();
+    absl::StrAppendFormat(
+        &text,
+        "# HELP dsec_container_init_pool_ready Made-ahead sandbox inits ready now.\n"
+        "# TYPE dsec_container_init_pool_ready gauge\n"
+        "dsec_container_init_pool_ready %d\n"
+        "# HELP dsec_container_init_pool_taken_total Creates that took a made-ahead init.\n"
+        "# TYPE dsec_container_init_pool_taken_total counter\n"
+        "dsec_container_init_pool_taken_total %d\n"
+        "# HELP dsec_container_init_pool_misses_total Creates that could have taken a made-ahead init and found none.\n"
+        "# TYPE dsec_container_init_pool_misses_total counter\n"
+        "dsec_container_init_pool_misses_total %d\n",
+        s.ready, s.taken, s.misses);
+  }
+  return text;
 }
 
 ContainerTierSetup::ContainerTierSetup() {

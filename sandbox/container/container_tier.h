@@ -71,6 +71,9 @@ class ContainerTier : public tier::Tier {
   // Forgets the image's shared mount (layer_mounts.h: the cache is the
   // process's, so fncall pools' mounts of it go too).
   void LayerRemoved(const std::string& image) override;
+  // Asks the init pool for `n` more made-ahead inits (InitPool::Expect),
+  // where such creates take them: no QoS placement, no user namespace.
+  void ExpectCreates(size_t n, const tier::TierOptions& options, const std::string& qos) override;
   // dsec_container_user_namespace_ranges: id ranges in use.
   std::string MetricsText() const override;
   // Made-ahead inits (tests, benchmarks): waits until `n` are ready (false

@@ -84,6 +84,7 @@ std::optional<InitSlot> InitPool::Take() {
     slot.emplace(std::move(ready_.front()));
     ready_.pop_front();
     ++stats_.taken;
+    if (expected_ > 0) --expected_;
   }
   wake_.notify_one();
   return slot;
@@ -97,6 +98,19 @@ void InitPool::Retire(StateDir state, ContainerCgroups cgroups, pid_t killed_ini
         Retired{std::move(state), std::move(cgroups), last_retired_ms_, killed_init, std::move(store_dir)});
   }
   wake_.notify_all();
+}
+
+void InitPool::Expect(size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    expected_ = std::min(kMaxExpected, std::max(expected_, n));
+    expected_until_ms_ = MonotonicNowMs() + kExpectMs;
+  }
+  wake_.notify_all();
+}
+
+size_t InitPool::Wanted(int64_t now_ms) const {
+  return now_ms < expected_until_ms_ ? std::max(target_, expected_) : target_;
 }
 
 bool InitPool::WaitReady(size_t n, int64_t timeout_ms) {
@@ -201,8 +215,24 @@ void InitPool::Run() {
       continue;
     }
     if (stop_) break;
-    if (ready_.size() >= target_) {
-      WaitUnlessRemovalDue(lock, std::chrono::hours(24), [this] { return stop_ || ready_.size() < target_; });
+    const int64_t now_ms = MonotonicNowMs();
+    if (ready_.size() > Wanted(now_ms) && now_ms >= expected_until_ms_) {
+      // Made for creates that did not come: the newest goes (its init is
+      // killed, its cgroups and directory removed).
+      expected_ = 0;
+      std::optional<InitSlot> extra(std::move(ready_.back()));
+      ready_.pop_back();
+      lock.unlock();
+      extra.reset();
+      lock.lock();
+      continue;
+    }
+    if (ready_.size() >= Wanted(now_ms)) {
+      // Until a slot is taken, creates are expected, or those expected are
+      // past due (then the extra slots go).
+      const auto until_due = std::chrono::milliseconds(
+          ready_.size() > target_ ? std::max<int64_t>(1, expected_until_ms_ - now_ms) : int64_t{24} * 3'600'000);
+      WaitUnlessRemovalDue(lock, until_due, [this] { return stop_ || ready_.size() < Wanted(MonotonicNowMs()); });
       continue;
     }
     if (creating_ > 0) {

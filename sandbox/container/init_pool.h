@@ -136,6 +136,14 @@ class InitPool {
   static constexpr size_t kRetireMaxWaiting = 16'384;
   // Waits until `n` slots are ready or `timeout_ms` passed; whether they are.
   bool WaitReady(size_t n, int64_t timeout_ms);
+  // `n` creates are coming soon (a fork's children, once their source is
+  // packed): up to kMaxExpected slots beyond the target are made now, while
+  // the caller does its other work, and taken by the next `n` creates.
+  // Those not taken within kExpectMs are removed again (the pool goes back
+  // to `target`).
+  void Expect(size_t n);
+  static constexpr size_t kMaxExpected = 32;
+  static constexpr int64_t kExpectMs = 2'000;
   const std::string& state_root() const { return state_root_; }
   // The init binary its slots run (resolved by FindSandboxInit).
   const std::string& init_binary() const { return init_binary_; }
@@ -171,6 +179,9 @@ class InitPool {
     pid_t killed_init = 0;
     std::string store_dir;
   };
+  // The slots to keep ready now: target_, or more while creates are
+  // expected (Expect).
+  size_t Wanted(int64_t now_ms) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the retired remains are to be removed now; if not, when.
   bool RemovalDue(int64_t now_ms, int64_t* due_ms) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits on wake_ until `pred`, the retired remains are due, or `max` passed.
@@ -191,6 +202,8 @@ class InitPool {
   int flushing_ ABSL_GUARDED_BY(mu_) = 0;  // Flush() calls waiting
   int removing_ ABSL_GUARDED_BY(mu_) = 0;  // retired entries being removed now
   int creating_ ABSL_GUARDED_BY(mu_) = 0;  // OpInFlight guards alive (creates, destroys)
+  size_t expected_ ABSL_GUARDED_BY(mu_) = 0;       // Expect()ed creates not yet come
+  int64_t expected_until_ms_ ABSL_GUARDED_BY(mu_) = 0;
   std::condition_variable flushed_;
   std::condition_variable made_;  // a slot became ready
   std::thread thread_;

@@ -212,6 +212,43 @@ TEST_F(InitPoolTest, ARetiredSandboxsLayerInTheSharedStoreGoesAfterItsInitIsReap
   pool->reset();
 }
 
+// Expect(n): n slots beyond the target are made for creates that come
+// soon; each create that comes takes one and the pool goes back to its
+// target; those that do not come are removed once kExpectMs passed.
+TEST_F(InitPoolTest, ExpectedCreatesFindSlotsAndUnusedOnesGo) {
+  auto pool = InitPool::Create(state_root_, 1);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_TRUE((*pool)->WaitReady(1, kReadyMs)) << (*pool)->last_error();
+  (*pool)->Expect(3);
+  ASSERT_TRUE((*pool)->WaitReady(3, kReadyMs)) << (*pool)->last_error();
+  EXPECT_EQ(SlotInits().size(), 3u);
+  std::vector<std::unique_ptr<Sandbox>> made;
+  for (int i = 0; i < 3; ++i) {
+    auto sb = Sandbox::Create(Config(absl::StrCat("x", i), pool->get()));
+    ASSERT_TRUE(sb.ok()) << sb.status();
+    for (const std::string& d : (*sb)->cgroups().dirs()) cgroup_dirs_.push_back(d);
+    made.push_back(std::move(*sb));
+  }
+  EXPECT_EQ((*pool)->stats().taken, 3u);
+  EXPECT_EQ((*pool)->stats().misses, 0u);
+  // Back to the target (1), not to 3: the expected creates came.
+  ASSERT_TRUE((*pool)->WaitReady(1, kReadyMs)) << (*pool)->last_error();
+  ::usleep(300'000);
+  EXPECT_EQ((*pool)->stats().ready, 1u);
+  made.clear();
+
+  // Expected and not coming: made, then removed after kExpectMs.
+  (*pool)->Expect(4);
+  ASSERT_TRUE((*pool)->WaitReady(4, kReadyMs)) << (*pool)->last_error();
+  const uint64_t made_before = (*pool)->stats().made;
+  const int64_t deadline = MonotonicNowMs() + InitPool::kExpectMs + kReadyMs;
+  while ((*pool)->stats().ready > 1 && MonotonicNowMs() < deadline) ::usleep(50'000);
+  EXPECT_EQ((*pool)->stats().ready, 1u);
+  EXPECT_EQ(SlotInits().size(), 1u);
+  EXPECT_EQ((*pool)->stats().made, made_before) << "removed slots were made again";
+  pool->reset();
+}
+
 TEST_F(InitPoolTest, ASlotWhoseInitDiedIsReplacedByAFreshOne) {
   auto pool = InitPool::Create(state_root_, 1);
   ASSERT_TRUE(pool.ok()) << pool.status();

@@ -7,10 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/exec_pump.h"
 #include "base/file_io.h"
 #include "base/subprocess.h"
@@ -390,6 +392,65 @@ TEST(DaemonProcessTest, ASmallNodeRefusesWithTheResourceNamedAndRecovers) {
   auto again = c->Post("/v1/sandboxes", body, kJson);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 201) << again->body;
+}
+
+}  // namespace
+}  // namespace dsec::daemon
+
+namespace dsec::daemon {
+namespace {
+
+// A counter or gauge of /metrics (-1 when absent).
+int64_t Metric(httplib::Client& c, const std::string& name) {
+  auto m = c.Get("/metrics");
+  if (!m) return -1;
+  const std::string key = "\n" + name + " ";
+  const size_t at = m->body.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(m->body.c_str() + at + key.size(), nullptr, 10);
+}
+
+// A fork's children go through the made-ahead inits (the daemon's default
+// pool of 2), as /metrics counts them: each child takes one or finds none,
+// and the pool goes back to its size once the fork is done. (How many the
+// pool makes while the source is packed depends on the machine's speed;
+// InitPoolTest.ExpectedCreatesFindSlotsAndUnusedOnesGo checks Expect.)
+TEST(DaemonProcessTest, AForksChildrenGoThroughTheMadeAheadInits) {
+  auto dir = TempDir::Create("dsec-daemon-forkpool-");
+  ASSERT_TRUE(dir.ok());
+  const std::string store = dir->path() + "/store";
+  if (absl::Status s = testing::BuildBusyboxLayer(store, dir->path()); !s.ok()) GTEST_SKIP() << s;
+  Daemon d(dir->path(), store, {"--snapshot-dir", dir->path() + "/snapshots"});
+  ASSERT_TRUE(d.Start());
+  auto c = testing::UnixClient(d.Socket());
+  auto r = c->Post("/v1/sandboxes", json{{"tier", "container"}, {"layers", {"bb:1"}}}.dump(), kJson);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  const std::string src = testing::JsonOf(r)["id"];
+  const int64_t deadline = MonotonicNowMs() + 20'000;
+  while (Metric(*c, "dsec_container_init_pool_ready") < 2 && MonotonicNowMs() < deadline) ::usleep(20'000);
+  ASSERT_EQ(Metric(*c, "dsec_container_init_pool_ready"), 2) << "the pool was not refilled";
+  const int64_t taken = Metric(*c, "dsec_container_init_pool_taken_total");
+  const int64_t misses = Metric(*c, "dsec_container_init_pool_misses_total");
+  ASSERT_GE(taken, 1);  // the source took one
+  ASSERT_GE(misses, 0);
+
+  auto f = c->Post(absl::StrCat("/v1/sandboxes/", src, "/fork"), json{{"count", 6}}.dump(), kJson);
+  ASSERT_TRUE(f);
+  ASSERT_EQ(f->status, 201) << f->body;
+  const int64_t took = Metric(*c, "dsec_container_init_pool_taken_total") - taken;
+  const int64_t missed = Metric(*c, "dsec_container_init_pool_misses_total") - misses;
+  EXPECT_EQ(took + missed, 6) << "took " << took << ", missed " << missed;
+  EXPECT_GE(took, 2) << "the two ready inits were not taken";
+  // Back to 2 ready (refilled, and any made for the fork and not taken
+  // removed) within InitPool::kExpectMs and a refill.
+  int64_t ready = -1;
+  while (MonotonicNowMs() < deadline + 5'000) {
+    ready = Metric(*c, "dsec_container_init_pool_ready");
+    if (ready == 2) break;
+    ::usleep(50'000);
+  }
+  EXPECT_EQ(ready, 2);
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   if (!fork.task_ids.empty() && !trajectories_) {
     return absl::UnavailableError("this daemon has no trajectory store (task_ids)");
   }
+  const size_t count = static_cast<size_t>(fork.count);
   std::optional<layers::LayerStore> store;
   if (!options_.layer_store.empty()) {
     DSEC_ASSIGN_OR_RETURN(layers::LayerStore s, layers::LayerStore::Create(options_.layer_store));
@@ -136,6 +137,8 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
         drop_machine();
         return absl::UnavailableError("this daemon has no layer store (a fork packs the source's files into one)");
       }
+      // The children's shells can be made while the files are packed.
+      if (machine.dir.empty()) registry_.tier(e->tier).ExpectCreates(count, e->options, e->qos);
       absl::StatusOr<layers::BuildResult> built = PackLocked(*e, *store, name, version);
       if (!built.ok()) {
         drop_machine();
@@ -167,7 +170,6 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   //    write by each), or each with a fresh writable layer over the source's
   //    layers and the packed one. All or none: a child that cannot be made
   //    takes the ones made before it back.
-  const size_t count = static_cast<size_t>(fork.count);
   std::vector<std::shared_ptr<Entry>> made(count);
   std::vector<absl::Status> failures(count);
   std::vector<char> log_written(count, 0);

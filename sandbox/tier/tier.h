@@ -274,6 +274,10 @@ class Tier {
   // it fails with (GET /v1/health shows it). Tiers that need nothing of
   // the host beyond what the daemon checked keep the default.
   virtual absl::Status Availability() const { return absl::OkStatus(); }
+  // `n` creates with these options and QoS class are coming soon (a fork's
+  // children, once the source is packed): a tier that makes sandboxes'
+  // shells ahead of time may start on them now. A hint: nothing is owed.
+  virtual void ExpectCreates(size_t /*n*/, const TierOptions& /*options*/, const std::string& /*qos*/) {}
   // A layer image was removed from the store (no sandbox uses it): drop
   // what the tier keeps of it (a cached mount holds the file open).
   virtual void LayerRemoved(const std::string& /*image*/) {}
