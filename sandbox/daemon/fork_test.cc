@@ -113,6 +113,8 @@ TEST_P(DaemonForkTest, ChildrenStartFromTheSourcesFilesAndStayIndependent) {
   EXPECT_EQ(out["source"], src);
   EXPECT_EQ(out["forked"], "files");
   EXPECT_NE(out["processes"].get<std::string>().find("not carried"), std::string::npos);
+  ASSERT_TRUE(out["pause_ms"].is_number()) << r->body;  // the source's stand-still for the copy
+  EXPECT_GE(out["pause_ms"].get<double>(), 0.0);
   ASSERT_EQ(out["sandboxes"].size(), 3u);
   std::vector<std::string> kids;
   std::set<std::string> distinct;

@@ -271,9 +271,12 @@ class Service {
   };
   OpsGuard OpsLock(Entry& e) const;
   // pack_diff's core, under e.mu: packs e's writable layer (frozen while
-  // it is read) into `store` as name:version.
+  // it is copied, running on while the copy is built into a layer) into
+  // `store` as name:version; `pause_ms`, if given, gets how long the
+  // sandbox stood still (0 if it was paused already).
   absl::StatusOr<layers::BuildResult> PackLocked(Entry& e, layers::LayerStore& store,
-                                                 const std::string& name, const std::string& version);
+                                                 const std::string& name, const std::string& version,
+                                                 double* pause_ms = nullptr);
   // The create body that makes a sandbox like e (tier, layers, limits,
   // tier options, network policy), with `extra_layer` on top ("" = none).
   nlohmann::json CloneBody(const Entry& e, const std::string& extra_layer) const;

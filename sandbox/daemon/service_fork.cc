@@ -120,6 +120,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   json base;
   bool reused = false;
   std::vector<trajectory::Record> parent_execs, parent_checkpoints;
+  double files_pause_ms = 0;  // how long the source stood still for the pack
   auto drop_machine = [&machine] {
     std::error_code ec;
     if (!machine.dir.empty()) std::filesystem::remove_all(machine.dir, ec);
@@ -139,7 +140,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
       }
       // The children's shells can be made while the files are packed.
       if (machine.dir.empty()) registry_.tier(e->tier).ExpectCreates(count, e->options, e->qos);
-      absl::StatusOr<layers::BuildResult> built = PackLocked(*e, *store, name, version);
+      absl::StatusOr<layers::BuildResult> built = PackLocked(*e, *store, name, version, &files_pause_ms);
       if (!built.ok()) {
         drop_machine();
         return built.status();
@@ -250,6 +251,7 @@ absl::StatusOr<json> Service::Fork(const std::string& id, const json& body) {
   if (machine.dir.empty()) {
     answer["forked"] = "files";
     answer["processes"] = absl::StrCat(kProcessesNotCarried, ": ", machine.refused);
+    answer["pause_ms"] = files_pause_ms;
   } else {
     answer["forked"] = "machine";
     answer["processes"] = kProcessesCarried;
