@@ -337,13 +337,13 @@ absl::StatusOr<layers::BuildResult> Service::PackLocked(Entry& e, layers::LayerS
   // API writes into it meanwhile (they may run beside an exec: kill_mu);
   // both end once the copy is made, before it is built into a layer.
   std::unique_lock<std::mutex> files_lock(e.kill_mu);
+  if (pause_ms != nullptr) *pause_ms = 0;
+  const int64_t frozen_ns = MonotonicNowNs();  // the freeze included
   bool frozen = false;
   if (!e.paused) {
     DSEC_RETURN_IF_ERROR(e.sandbox->Pause());
     frozen = true;
   }
-  const int64_t frozen_ns = MonotonicNowNs();
-  if (pause_ms != nullptr) *pause_ms = 0;
   auto thaw = [&] {
     if (frozen) {
       frozen = false;
