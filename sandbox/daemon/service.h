@@ -270,10 +270,9 @@ class Service {
     std::unique_lock<std::shared_mutex> exclusive;
   };
   OpsGuard OpsLock(Entry& e) const;
-  // pack_diff's core, under e.mu: packs e's writable layer (frozen while
-  // it is copied, running on while the copy is built into a layer) into
-  // `store` as name:version; `pause_ms`, if given, gets how long the
-  // sandbox stood still (0 if it was paused already).
+  // pack_diff's core, under e.mu: packs e's writable layer (frozen
+  // meanwhile) into `store` as name:version; `pause_ms`, if given, gets how
+  // long the sandbox stood still (0 if it was paused already).
   absl::StatusOr<layers::BuildResult> PackLocked(Entry& e, layers::LayerStore& store,
                                                  const std::string& name, const std::string& version,
                                                  double* pause_ms = nullptr);

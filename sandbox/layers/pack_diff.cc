@@ -237,11 +237,6 @@ absl::Status StageDiff(const std::string& upper, const std::string& staging,
 
 absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper, BuildRequest request,
                                      const PackDiffOptions& options) {
-  return PackDiff(store, upper, std::move(request), options, nullptr);
-}
-
-absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper, BuildRequest request,
-                                     const PackDiffOptions& options, const std::function<void()>& on_copied) {
   // Before the copy: a bad spec or an oversized tree should not cost a
   // staging pass, nor leave one behind.
   DSEC_RETURN_IF_ERROR(ValidateCompressionSpec(request.compression));
@@ -275,9 +270,7 @@ absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper
     ScopedFd lock(open(JoinPath(dir, "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (!lock.valid() || flock(lock.get(), LOCK_EX) != 0) return ErrnoStatus("lock " + dir);
     std::string tree = JoinPath(dir, "tree");
-    absl::Status copied = StageDiff(upper, tree, options);
-    if (on_copied) on_copied();
-    DSEC_RETURN_IF_ERROR(copied);
+    DSEC_RETURN_IF_ERROR(StageDiff(upper, tree, options));
     if (request.source.empty()) request.source = "pack_diff:" + upper;
     return store.Build(tree, request);
   }();

@@ -16,7 +16,6 @@
 // overlay with redirect_dir=off,metacopy=off, as MountOverlay does).
 #pragma once
 
-#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -67,11 +66,5 @@ absl::Status StageDiff(const std::string& upper, const std::string& staging,
 // inside it, never the upper's host path.
 absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper,
                                      BuildRequest request, const PackDiffOptions& options = {});
-// The same, calling `on_copied` once the upper has been copied (or its copy
-// failed), before the layer is built from the copy: the upper may change
-// from then on (the caller thaws its sandbox). Not called when PackDiff
-// refuses before copying.
-absl::StatusOr<BuildResult> PackDiff(LayerStore& store, const std::string& upper, BuildRequest request,
-                                     const PackDiffOptions& options, const std::function<void()>& on_copied);
 
 }  // namespace dsec::layers

@@ -159,36 +159,6 @@ TEST_F(PackDiffTest, BasePlusDiffReproducesTheSandboxView) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
-// on_copied comes once the upper is copied and before the layer is built:
-// what changes in the upper from then on is not in the layer (the daemon
-// thaws the sandbox there). A pack refused before its copy does not call it.
-TEST_F(PackDiffTest, ChangesAfterTheCopyAreNotInTheLayer) {
-  auto store = LayerStore::Create(dir_.Sub("store"));
-  ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE(WriteFile(dir_.Sub("u1/a.txt"), "before\n").ok());
-  ASSERT_TRUE(WriteFile(dir_.Sub("u2/a.txt"), "before\n").ok());
-  auto plain = PackDiff(*store, dir_.Sub("u1"), {"plain", "1", {}, ""});
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  int calls = 0;
-  auto late = [&] {
-    ++calls;
-    EXPECT_TRUE(WriteFile(dir_.Sub("u2/a.txt"), "after\n").ok());
-    EXPECT_TRUE(WriteFile(dir_.Sub("u2/b.txt"), "late\n").ok());
-  };
-  auto packed = PackDiff(*store, dir_.Sub("u2"), {"late", "1", {}, ""}, PackDiffOptions{}, late);
-  ASSERT_TRUE(packed.ok()) << packed.status();
-  EXPECT_EQ(calls, 1);
-  // The same files as the plain pack: the very layer (content-addressed).
-  EXPECT_EQ(packed->layer.digest, plain->layer.digest);
-  EXPECT_TRUE(packed->reused);
-
-  PackDiffOptions small;
-  small.max_layer_bytes = 1;
-  auto refused = PackDiff(*store, dir_.Sub("u2"), {"refused", "1", {}, ""}, small, late);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_EQ(calls, 1);
-}
-
 TEST_F(PackDiffTest, RefusesRedirectDirUppers) {
   ASSERT_TRUE(WriteFile(dir_.Sub("upper/moved/f"), "x").ok());
   ASSERT_EQ(setxattr(dir_.Sub("upper/moved").c_str(), "trusted.overlay.redirect", "/orig", 5, 0), 0);

@@ -305,7 +305,7 @@ class Forked(List[_T]):
     why processes were not carried. layer: the layer the source's files
     were packed into, or None (a machine fork without task_ids).
     pause_ms: how long the source stood still: while its machine was saved,
-    or while its files were copied (a files fork; None from a daemon that
+    or while its files were packed (a files fork; None from a daemon that
     does not say)."""
 
     def __init__(self, children: Iterable[_T], answer: JSONObject) -> None:
